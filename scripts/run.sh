@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make run`: private Redis and Postgres up, release build, migrate (at start-up), serve.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+eval "$(scripts/services.sh up)"
+# Local conveniences, documented in the README; production sets its own.
+export SECKILL_ADMIN_TOKEN=${SECKILL_ADMIN_TOKEN:-dev-admin-token}
+
+cargo build --release --locked --bin seckill
+exec target/release/seckill "$@"

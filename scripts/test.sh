@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# `make test`: private Redis and Postgres up, then the whole suite against them.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+eval "$(scripts/services.sh up)"
+# Tests wait on I/O far more than on CPU: more threads than the two cores finish sooner.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
+
+cargo test --locked --all-targets --no-fail-fast

@@ -1,0 +1,182 @@
+//! Typed settings: defaults in code, optionally a TOML file, then environment variables.
+//!
+//! Precedence, lowest first:
+//! 1. [`Settings::default`] (safe for a laptop, closed for admin endpoints);
+//! 2. the file named by `SECKILL_CONFIG` (optional; `config/seckill.toml` when present);
+//! 3. the conventional `DATABASE_URL` and `REDIS_URL`;
+//! 4. `SECKILL_<FIELD>` variables, e.g. `SECKILL_PORT=9000`, `SECKILL_ADMIN_TOKEN=…`.
+//!    Nested tables use a double underscore: `SECKILL_LIMITER__TIMEOUT_MS=100`.
+//!
+//! Secrets are [`SecretString`]s: their `Debug` output is redacted, so a settings dump
+//! in a log line never leaks them.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+/// The JWT secret used when none is configured. Fine on a laptop; refused in production.
+pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    Local,
+    Production,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines for a terminal.
+    Pretty,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    pub environment: Environment,
+    /// Address to bind. Loopback by default: exposing the service is a deliberate act.
+    pub host: String,
+    /// Port to bind; 0 picks a free one (tests).
+    pub port: u16,
+    /// actix worker threads; `None` = one per core.
+    pub workers: Option<usize>,
+    /// How long a graceful shutdown waits for in-flight requests.
+    pub shutdown_timeout_secs: u64,
+
+    pub redis_url: SecretString,
+    /// Every Redis key this instance writes starts with this, so several deployments
+    /// (or parallel tests) can share one Redis without seeing each other.
+    pub redis_key_prefix: String,
+
+    pub database_url: SecretString,
+    pub database_max_connections: u32,
+    /// Kept short on purpose: a request waiting for a connection longer than this
+    /// fails cleanly instead of outliving the client's own timeout.
+    pub database_acquire_timeout_ms: u64,
+
+    /// `tracing` filter directive, e.g. `info` or `seckill=debug,info`.
+    pub log_level: String,
+    pub log_format: Option<LogFormat>,
+
+    pub jwt_secret: SecretString,
+    pub token_ttl_secs: u64,
+    /// `POST /api/session` hands out tokens for any user id: a development aid.
+    /// `None` = on in `local`, off in `production`.
+    pub dev_login: Option<bool>,
+    /// Bearer token for `/admin/api/…`. Empty = admin endpoints closed.
+    pub admin_token: SecretString,
+
+    /// Per-probe timeout of `GET /health/ready`.
+    pub readiness_timeout_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            environment: Environment::Local,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            workers: None,
+            shutdown_timeout_secs: 10,
+            redis_url: SecretString::from("redis://127.0.0.1:6380"),
+            redis_key_prefix: "seckill".into(),
+            database_url: SecretString::from("postgres://postgres@127.0.0.1:5433/seckill"),
+            database_max_connections: 20,
+            database_acquire_timeout_ms: 2_000,
+            log_level: "info".into(),
+            log_format: None,
+            jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
+            token_ttl_secs: 3_600,
+            dev_login: None,
+            admin_token: SecretString::from(""),
+            readiness_timeout_ms: 500,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads defaults, the optional file and the environment (see the module docs).
+    pub fn load() -> anyhow::Result<Self> {
+        let file = std::env::var("SECKILL_CONFIG").unwrap_or_else(|_| "config/seckill.toml".into());
+        let mut builder = config::Config::builder()
+            .add_source(config::File::with_name(&file).required(false))
+            .add_source(
+                config::Environment::with_prefix("SECKILL")
+                    .prefix_separator("_")
+                    .separator("__")
+                    // SECKILL_CONFIG names the file; it is not a setting.
+                    .source(Some(
+                        std::env::vars().filter(|(k, _)| k != "SECKILL_CONFIG").collect(),
+                    )),
+            );
+        for (conventional, key) in [("DATABASE_URL", "database_url"), ("REDIS_URL", "redis_url")] {
+            let ours = format!("SECKILL_{}", key.to_uppercase());
+            if std::env::var_os(&ours).is_none() {
+                builder = builder.set_override_option(key, std::env::var(conventional).ok())?;
+            }
+        }
+        builder
+            .build()
+            .context("reading settings")?
+            .try_deserialize()
+            .context("settings are invalid")
+    }
+
+    pub fn dev_login_enabled(&self) -> bool {
+        self.dev_login
+            .unwrap_or(self.environment == Environment::Local)
+    }
+
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format.unwrap_or(match self.environment {
+            Environment::Local => LogFormat::Pretty,
+            Environment::Production => LogFormat::Json,
+        })
+    }
+
+    pub fn database_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.database_acquire_timeout_ms)
+    }
+
+    pub fn readiness_timeout(&self) -> Duration {
+        Duration::from_millis(self.readiness_timeout_ms)
+    }
+
+    pub fn admin_endpoints_open(&self) -> bool {
+        !self.admin_token.expose_secret().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let settings = Settings {
+            jwt_secret: SecretString::from("jwt-very-secret"),
+            admin_token: SecretString::from("admin-very-secret"),
+            database_url: SecretString::from("postgres://u:db-very-secret@h/d"),
+            ..Settings::default()
+        };
+        let dump = format!("{settings:?}");
+        for secret in ["jwt-very-secret", "admin-very-secret", "db-very-secret"] {
+            assert!(!dump.contains(secret), "{secret} leaked into {dump}");
+        }
+    }
+
+    #[test]
+    fn dev_login_follows_the_environment_unless_set() {
+        let local = Settings::default();
+        assert!(local.dev_login_enabled());
+        let production = Settings { environment: Environment::Production, ..Settings::default() };
+        assert!(!production.dev_login_enabled());
+        let forced = Settings { dev_login: Some(false), ..Settings::default() };
+        assert!(!forced.dev_login_enabled());
+    }
+}

@@ -1,0 +1,102 @@
+//! The one error type of the HTTP boundary and its mapping to responses.
+//!
+//! Every failure a client can see is an [`ApiError`] variant; this file alone decides its
+//! status code and its stable `code`. Bodies are always JSON
+//! `{"code": "...", "message": "..."}` (plus `field` for validation errors). Internal causes
+//! are logged here, once, and never sent to the client.
+
+use actix_web::http::{header::ContentType, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("{message}")]
+    Validation { field: String, message: String },
+    #[error("expected Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("no such resource")]
+    NotFound,
+    #[error("method not allowed on this resource")]
+    MethodNotAllowed,
+    #[error("missing or invalid credentials")]
+    Unauthenticated,
+    #[error("not ready: {} unavailable", down.join(", "))]
+    NotReady { down: Vec<&'static str> },
+    /// Anything the client cannot fix. The cause is logged, never returned.
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Validation { field: field.into(), message: message.into() }
+    }
+
+    /// The stable, documented machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MalformedJson(_) => "MALFORMED_JSON",
+            Self::Validation { .. } => "VALIDATION_FAILED",
+            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::NotFound => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::NotReady { .. } => "NOT_READY",
+            Self::Internal(_) => "INTERNAL",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'static str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    down: Option<&'a [&'static str]>,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::MalformedJson(_) | Self::Validation { .. } => StatusCode::BAD_REQUEST,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let Self::Internal(cause) = self {
+            tracing::error!(error = ?cause, "request failed");
+        }
+        let body = ErrorBody {
+            code: self.code(),
+            message: self.to_string(),
+            field: match self {
+                Self::Validation { field, .. } => Some(field),
+                _ => None,
+            },
+            down: match self {
+                Self::NotReady { down } => Some(down),
+                _ => None,
+            },
+        };
+        let mut response = HttpResponse::build(self.status_code());
+        if matches!(self, Self::Unauthenticated) {
+            response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        response.content_type(ContentType::json()).json(body)
+    }
+}

@@ -1,0 +1,21 @@
+//! seckill: a flash-sale backend.
+//!
+//! Map of the crate (dependencies point down this list, never up):
+//! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
+//! - [`routes`]: thin HTTP handlers, one file per area.
+//! - [`web`]: request-side helpers (the JSON body extractor, JSON 404/405 fallbacks).
+//! - [`identity`]: bearer JWTs and the `Shopper` extractor.
+//! - [`error`]: the one error type and its mapping to HTTP.
+//! - [`domain`]: parsed, trusted types (`UserId`, …).
+//! - [`store`]: the Postgres pool and the shared Redis connection.
+//! - [`telemetry`]: logging.
+
+pub mod configuration;
+pub mod domain;
+pub mod error;
+pub mod identity;
+pub mod routes;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod web;

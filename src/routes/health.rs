@@ -1,0 +1,46 @@
+//! Liveness and readiness.
+//!
+//! `live` answers as long as the process serves: a supervisor restarts on its failure.
+//! `ready` asks both stores, each under its own short timeout and at the same time, so a
+//! load balancer takes the instance out while a store is away and back once it returns;
+//! nothing is cached, so recovery needs no restart.
+
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::error::ApiError;
+use crate::store::{postgres, RedisStore};
+
+pub async fn live() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "live" }))
+}
+
+/// Per-probe timeout, injected as app data so tests and settings agree.
+#[derive(Clone, Copy)]
+pub struct ReadinessTimeout(pub Duration);
+
+pub async fn ready(
+    pool: web::Data<PgPool>,
+    redis: web::Data<RedisStore>,
+    timeout: web::Data<ReadinessTimeout>,
+) -> Result<HttpResponse, ApiError> {
+    let (redis_probe, pg_probe) =
+        tokio::join!(redis.ping(timeout.0), postgres::ping(&pool, timeout.0));
+    let mut down = Vec::new();
+    if let Err(e) = redis_probe {
+        tracing::warn!(error = %format!("{e:#}"), "readiness: redis down");
+        down.push("redis");
+    }
+    if let Err(e) = pg_probe {
+        tracing::warn!(error = %format!("{e:#}"), "readiness: postgres down");
+        down.push("postgres");
+    }
+    if down.is_empty() {
+        Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
+    } else {
+        Err(ApiError::NotReady { down })
+    }
+}

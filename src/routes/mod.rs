@@ -1,0 +1,24 @@
+//! Thin HTTP handlers, one file per area. They parse input into domain types, call the
+//! domain, and turn its answer into a response; no business rule lives here.
+
+pub mod health;
+pub mod session;
+
+use actix_web::web;
+
+use crate::web::resource;
+
+/// Which optional routes exist in this deployment.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteOptions {
+    pub dev_login: bool,
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
+    cfg.service(resource("/health/live").route(web::get().to(health::live)))
+        .service(resource("/health/ready").route(web::get().to(health::ready)))
+        .service(resource("/api/me").route(web::get().to(session::me)));
+    if options.dev_login {
+        cfg.service(resource("/api/session").route(web::post().to(session::create)));
+    }
+}

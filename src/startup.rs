@@ -1,0 +1,79 @@
+//! Builds the application from settings: stores, shared state, routes, the listener.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use tracing_actix_web::TracingLogger;
+
+use crate::configuration::Settings;
+use crate::identity::TokenKeys;
+use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
+use crate::store::{postgres, RedisStore};
+
+/// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+impl Application {
+    /// Connects to the stores, applies migrations and binds the listener.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let pool = postgres::pool(&settings)?;
+        postgres::migrate(&pool).await?;
+        let redis = RedisStore::connect(&settings).await?;
+        let keys = TokenKeys::new(&settings.jwt_secret, Duration::from_secs(settings.token_ttl_secs));
+
+        let listener = TcpListener::bind((settings.host.as_str(), settings.port))
+            .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
+        let port = listener.local_addr()?.port();
+        tracing::info!(
+            host = %settings.host, port, environment = ?settings.environment,
+            dev_login = settings.dev_login_enabled(),
+            admin_endpoints = settings.admin_endpoints_open(),
+            "seckill listening"
+        );
+
+        // Shared state is built once, here, and cloned (an Arc bump) into each worker.
+        let pool = web::Data::new(pool);
+        let redis = web::Data::new(redis);
+        let keys = web::Data::new(keys);
+        let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
+        let options = RouteOptions { dev_login: settings.dev_login_enabled() };
+
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(TracingLogger::default())
+                .app_data(pool.clone())
+                .app_data(redis.clone())
+                .app_data(keys.clone())
+                .app_data(readiness.clone())
+                .configure(|cfg| routes::configure(cfg, options))
+                .default_service(web::to(crate::web::not_found))
+        })
+        .listen(listener)?
+        .shutdown_timeout(settings.shutdown_timeout_secs);
+        if let Some(workers) = settings.workers {
+            server = server.workers(workers);
+        }
+        Ok(Self { port, server: server.run() })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server from elsewhere (tests); SIGTERM and Ctrl-C do the same in the binary.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until a shutdown signal, then drains in-flight requests
+    /// (up to `shutdown_timeout_secs`).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

@@ -1,0 +1,24 @@
+//! Request-side building blocks shared by the handlers: body parsing and the fallbacks
+//! that keep every answer, even for unknown paths, in our JSON envelope.
+
+pub mod json;
+
+use actix_web::{web, HttpResponse, Resource};
+
+use crate::error::ApiError;
+
+pub use json::JsonBody;
+
+/// Fallback for paths no route matches: our JSON 404 instead of actix's empty one.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}
+
+async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}
+
+/// A resource whose unsupported methods answer our JSON 405. Use it for every route.
+pub fn resource(path: &str) -> Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}

@@ -1,0 +1,69 @@
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::helpers::{eventually, json, spawn_app, spawn_app_with, OwnRedis};
+
+#[sqlx::test]
+async fn liveness_and_readiness_answer_when_both_stores_are_up(db: PgPool) {
+    let app = spawn_app(&db).await;
+
+    let live = app.get("/health/live").await;
+    assert_eq!(live.status(), 200);
+
+    let ready = app.get("/health/ready").await;
+    assert_eq!(ready.status(), 200);
+    assert_eq!(json(ready).await, serde_json::json!({ "status": "ready" }));
+}
+
+#[sqlx::test]
+async fn readiness_follows_redis_down_and_back_without_a_restart(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app_with(&db, |s| s.redis_url = url.into()).await;
+    assert_eq!(app.get("/health/ready").await.status(), 200);
+
+    redis.stop();
+    let (body, took) = eventually("readiness reports redis down", Duration::from_secs(10), || async {
+        let response = app.get("/health/ready").await;
+        (response.status() == 503).then_some(())?;
+        Some(json(response).await)
+    })
+    .await;
+    println!("readiness noticed redis down after {took:?}");
+    assert_eq!(body["code"], "NOT_READY");
+    assert_eq!(body["down"], serde_json::json!(["redis"]));
+    assert_eq!(app.get("/health/live").await.status(), 200, "liveness does not depend on redis");
+
+    redis.restart().await;
+    let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
+        (app.get("/health/ready").await.status() == 200).then_some(())
+    })
+    .await;
+    println!("readiness recovered from redis after {took:?}");
+}
+
+#[sqlx::test]
+async fn readiness_follows_postgres_down_and_back_without_a_restart(db: PgPool) {
+    let app = spawn_app(&db).await;
+    assert_eq!(app.get("/health/ready").await.status(), 200);
+
+    app.take_postgres_away().await;
+    let (body, took) = eventually("readiness reports postgres down", Duration::from_secs(10), || async {
+        let response = app.get("/health/ready").await;
+        (response.status() == 503).then_some(())?;
+        Some(json(response).await)
+    })
+    .await;
+    println!("readiness noticed postgres down after {took:?}");
+    assert_eq!(body["code"], "NOT_READY");
+    assert_eq!(body["down"], serde_json::json!(["postgres"]));
+    assert_eq!(app.get("/health/live").await.status(), 200);
+
+    app.bring_postgres_back().await;
+    let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
+        (app.get("/health/ready").await.status() == 200).then_some(())
+    })
+    .await;
+    println!("readiness recovered from postgres after {took:?}");
+}

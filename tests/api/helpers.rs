@@ -1,0 +1,228 @@
+//! `TestApp`: the real application on port 0, its own Postgres database (from
+//! `#[sqlx::test]`), its own Redis key prefix, and typed helpers to talk to it.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use actix_web::dev::ServerHandle;
+use secrecy::SecretString;
+use seckill::configuration::Settings;
+use seckill::startup::Application;
+use sqlx::PgPool;
+use sqlx::{Connection, Executor, PgConnection};
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub settings: Settings,
+    /// Name of this test's own database.
+    pub db_name: String,
+    handle: ServerHandle,
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the suite through `make test`, which starts the services")
+    })
+}
+
+/// Settings pointing at this test's database and a fresh Redis key prefix.
+pub fn test_settings(db: &PgPool) -> Settings {
+    let options = db.connect_options();
+    let db_name = options.get_database().expect("sqlx::test names the database");
+    let mut url = url::Url::parse(&env("DATABASE_URL")).expect("DATABASE_URL is a URL");
+    url.set_path(db_name);
+    Settings {
+        port: 0,
+        workers: Some(2),
+        shutdown_timeout_secs: 1,
+        redis_url: SecretString::from(env("REDIS_URL")),
+        redis_key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
+        database_url: SecretString::from(url.to_string()),
+        database_max_connections: 10,
+        log_level: std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
+        ..Settings::default()
+    }
+}
+
+pub async fn spawn_app(db: &PgPool) -> TestApp {
+    spawn_app_with(&db, |_| {}).await
+}
+
+/// Starts the app with settings adjusted by `tweak` (after the test defaults).
+pub async fn spawn_app_with(db: &PgPool, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let mut settings = test_settings(db);
+    tweak(&mut settings);
+    spawn_app_from(settings).await
+}
+
+pub async fn spawn_app_from(settings: Settings) -> TestApp {
+    if std::env::var("TEST_LOG").is_ok() {
+        seckill::telemetry::init(&settings);
+    }
+    let db_name = url::Url::parse(secrecy::ExposeSecret::expose_secret(&settings.database_url))
+        .map(|u| u.path().trim_start_matches('/').to_string())
+        .unwrap_or_default();
+    let app = Application::build(settings.clone()).await.expect("the app builds");
+    let port = app.port();
+    let handle = app.handle();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address: format!("http://127.0.0.1:{port}"),
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("a client"),
+        settings,
+        db_name,
+        handle,
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        // Sends the stop command now; the workers wind down on their own threads.
+        drop(self.handle.stop(false));
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("request sent")
+    }
+
+    pub async fn post_session(&self, user_id: i64) -> reqwest::Response {
+        self.client
+            .post(self.url("/api/session"))
+            .json(&serde_json::json!({ "userId": user_id }))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// A valid shopper token from the dev login.
+    pub async fn token_for(&self, user_id: i64) -> String {
+        let response = self.post_session(user_id).await;
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.expect("json");
+        body["token"].as_str().expect("a token").to_string()
+    }
+
+    /// Opens a connection to the server's maintenance database (not this test's one).
+    pub async fn admin_connection(&self) -> PgConnection {
+        PgConnection::connect(&env("DATABASE_URL")).await.expect("maintenance connection")
+    }
+
+    /// Makes this test's database refuse connections and drops the app's open ones:
+    /// Postgres is "down" for this app alone.
+    pub async fn take_postgres_away(&self) {
+        let mut conn = self.admin_connection().await;
+        conn.execute(format!(r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS false"#, self.db_name).as_str())
+            .await
+            .expect("alter database");
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&self.db_name)
+            .execute(&mut conn)
+            .await
+            .expect("terminate backends");
+    }
+
+    pub async fn bring_postgres_back(&self) {
+        let mut conn = self.admin_connection().await;
+        conn.execute(format!(r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS true"#, self.db_name).as_str())
+            .await
+            .expect("alter database");
+    }
+}
+
+/// Reads the whole body as JSON.
+pub async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.expect("a JSON body")
+}
+
+/// Polls `probe` every 50 ms until it yields `Some`, or panics after `deadline`.
+/// Returns the value and how long it took.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut probe: F) -> (T, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        if let Some(value) = probe().await {
+            return (value, start.elapsed());
+        }
+        assert!(start.elapsed() < deadline, "{what}: not within {deadline:?}");
+    }
+}
+
+/// A `redis-server` owned by one test, on a unix socket in a temporary folder, so the
+/// test can stop and restart it without touching the Redis every other test shares.
+pub struct OwnRedis {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    pub async fn start() -> Self {
+        let mut redis = Self { dir: tempfile::tempdir().expect("temp dir"), child: None };
+        redis.restart().await;
+        redis
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(self.socket());
+    }
+
+    /// Starts (again) on the same socket and waits until it answers PING.
+    pub async fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocketperm", "700"])
+            .arg("--unixsocket")
+            .arg(self.socket())
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/services.sh installs it)");
+        self.child = Some(child);
+        let url = self.url();
+        eventually("own redis answers", Duration::from_secs(10), || {
+            let url = url.clone();
+            async move {
+                let client = redis::Client::open(url).ok()?;
+                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

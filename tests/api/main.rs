@@ -1,0 +1,8 @@
+//! The integration suite: one binary, one module per area. Every test starts the real
+//! application on a random port against the real Redis and Postgres that
+//! `scripts/services.sh` runs, with its own database and its own Redis key prefix.
+
+mod errors;
+mod health;
+mod helpers;
+mod identity;
