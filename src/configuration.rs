@@ -10,11 +10,14 @@
 //! Secrets are [`SecretString`]s: their `Debug` output is redacted, so a settings dump
 //! in a log line never leaks them.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+
+pub use crate::limiter::LimiterSettings;
 
 /// The JWT secret used when none is configured. Fine on a laptop; refused in production.
 pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";
@@ -73,6 +76,38 @@ pub struct Settings {
 
     /// Per-probe timeout of `GET /health/ready`.
     pub readiness_timeout_ms: u64,
+
+    /// Peers whose `X-Forwarded-For` is believed. A list, or one comma-separated string
+    /// (`SECKILL_TRUSTED_PROXIES=127.0.0.1,::1,10.0.0.5`).
+    #[serde(deserialize_with = "ip_list")]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// Rate-limit policies, the script timeout and the clock source.
+    pub limiter: LimiterSettings,
+}
+
+fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match Raw::deserialize(de)? {
+        Raw::One(s) => s
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        Raw::Many(v) => v,
+    };
+    items
+        .iter()
+        .map(|s| {
+            s.parse()
+                .map_err(|_| serde::de::Error::custom(format!("{s:?} is not an IP address")))
+        })
+        .collect()
 }
 
 impl Default for Settings {
@@ -95,6 +130,11 @@ impl Default for Settings {
             dev_login: None,
             admin_token: SecretString::from(""),
             readiness_timeout_ms: 500,
+            trusted_proxies: vec![
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            ],
+            limiter: LimiterSettings::default(),
         }
     }
 }
@@ -111,7 +151,9 @@ impl Settings {
                     .separator("__")
                     // SECKILL_CONFIG names the file; it is not a setting.
                     .source(Some(
-                        std::env::vars().filter(|(k, _)| k != "SECKILL_CONFIG").collect(),
+                        std::env::vars()
+                            .filter(|(k, _)| k != "SECKILL_CONFIG")
+                            .collect(),
                     )),
             );
         for (conventional, key) in [("DATABASE_URL", "database_url"), ("REDIS_URL", "redis_url")] {
@@ -174,9 +216,15 @@ mod tests {
     fn dev_login_follows_the_environment_unless_set() {
         let local = Settings::default();
         assert!(local.dev_login_enabled());
-        let production = Settings { environment: Environment::Production, ..Settings::default() };
+        let production = Settings {
+            environment: Environment::Production,
+            ..Settings::default()
+        };
         assert!(!production.dev_login_enabled());
-        let forced = Settings { dev_login: Some(false), ..Settings::default() };
+        let forced = Settings {
+            dev_login: Some(false),
+            ..Settings::default()
+        };
         assert!(!forced.dev_login_enabled());
     }
 }

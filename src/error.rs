@@ -9,6 +9,8 @@ use actix_web::http::{header::ContentType, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::limiter::{Refusal, Rejection};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("request body is not valid JSON: {0}")]
@@ -25,6 +27,11 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("missing or invalid credentials")]
     Unauthenticated,
+    /// The limiter refused; the body names the dimension and carries its message.
+    #[error("{}", .0.message())]
+    RateLimited(Box<Refusal>),
+    #[error("the rate limiter is unavailable, please retry shortly")]
+    LimiterUnavailable,
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady { down: Vec<&'static str> },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -34,7 +41,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Validation { field: field.into(), message: message.into() }
+        Self::Validation {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// The stable, documented machine-readable code.
@@ -47,6 +57,8 @@ impl ApiError {
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::RateLimited(_) => "RATE_LIMITED",
+            Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -61,6 +73,10 @@ struct ErrorBody<'a> {
     field: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     down: Option<&'a [&'static str]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dimension: Option<&'a str>,
+    #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
 }
 
 impl ResponseError for ApiError {
@@ -72,7 +88,8 @@ impl ResponseError for ApiError {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::NotReady { .. } | Self::LimiterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -92,11 +109,34 @@ impl ResponseError for ApiError {
                 Self::NotReady { down } => Some(down),
                 _ => None,
             },
+            dimension: match self {
+                Self::RateLimited(refusal) => Some(refusal.dimension()),
+                _ => None,
+            },
+            retry_after_ms: match self {
+                Self::RateLimited(refusal) => Some(refusal.retry_after_ms()),
+                _ => None,
+            },
         };
-        let mut response = HttpResponse::build(self.status_code());
+        let mut builder = HttpResponse::build(self.status_code());
         if matches!(self, Self::Unauthenticated) {
-            response.insert_header(("WWW-Authenticate", "Bearer"));
+            builder.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        response.content_type(ContentType::json()).json(body)
+        let mut response = builder.content_type(ContentType::json()).json(body);
+        if let Self::RateLimited(refusal) = self {
+            refusal.write_headers(response.headers_mut());
+        }
+        response
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(rejection: Rejection) -> Self {
+        match rejection {
+            Rejection::Refused(refusal) => Self::RateLimited(refusal),
+            Rejection::Unavailable => Self::LimiterUnavailable,
+            Rejection::NeedsUser => Self::Unauthenticated,
+            Rejection::Misconfigured(reason) => Self::Internal(anyhow::anyhow!(reason)),
+        }
     }
 }

@@ -4,16 +4,20 @@
 //! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
 //! - [`routes`]: thin HTTP handlers, one file per area.
 //! - [`web`]: request-side helpers (the JSON body extractor, JSON 404/405 fallbacks).
+//! - [`limiter`]: the rate-limiter engine (policies, Lua scripts in `lua/`, the HTTP guard).
 //! - [`identity`]: bearer JWTs and the `Shopper` extractor.
 //! - [`error`]: the one error type and its mapping to HTTP.
 //! - [`domain`]: parsed, trusted types (`UserId`, …).
 //! - [`store`]: the Postgres pool and the shared Redis connection.
+//! - [`metrics`]: the Prometheus registry.
 //! - [`telemetry`]: logging.
 
 pub mod configuration;
 pub mod domain;
 pub mod error;
 pub mod identity;
+pub mod limiter;
+pub mod metrics;
 pub mod routes;
 pub mod startup;
 pub mod store;

@@ -1,6 +1,7 @@
 //! Builds the application from settings: stores, shared state, routes, the listener.
 
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
@@ -10,8 +11,11 @@ use tracing_actix_web::TracingLogger;
 
 use crate::configuration::Settings;
 use crate::identity::TokenKeys;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
 use crate::store::{postgres, RedisStore};
+use crate::web::client_ip::TrustedProxies;
 
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
 pub struct Application {
@@ -22,10 +26,26 @@ pub struct Application {
 impl Application {
     /// Connects to the stores, applies migrations and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with_limiter(settings, |limiter| limiter).await
+    }
+
+    /// Like [`Self::build`], letting the caller adjust the limiter first (tests freeze
+    /// its clock).
+    pub async fn build_with_limiter(
+        settings: Settings,
+        customize: impl FnOnce(Limiter) -> Limiter,
+    ) -> anyhow::Result<Self> {
         let pool = postgres::pool(&settings)?;
         postgres::migrate(&pool).await?;
         let redis = RedisStore::connect(&settings).await?;
-        let keys = TokenKeys::new(&settings.jwt_secret, Duration::from_secs(settings.token_ttl_secs));
+        let keys = TokenKeys::new(
+            &settings.jwt_secret,
+            Duration::from_secs(settings.token_ttl_secs),
+        );
+        let metrics = Arc::new(Metrics::new()?);
+        let limiter = Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
+            .context("invalid rate-limit policies")?;
+        let limiter = customize(limiter);
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
@@ -41,8 +61,13 @@ impl Application {
         let pool = web::Data::new(pool);
         let redis = web::Data::new(redis);
         let keys = web::Data::new(keys);
+        let metrics = web::Data::from(metrics);
+        let limiter = web::Data::new(limiter);
+        let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
-        let options = RouteOptions { dev_login: settings.dev_login_enabled() };
+        let options = RouteOptions {
+            dev_login: settings.dev_login_enabled(),
+        };
 
         let mut server = HttpServer::new(move || {
             App::new()
@@ -51,6 +76,9 @@ impl Application {
                 .app_data(redis.clone())
                 .app_data(keys.clone())
                 .app_data(readiness.clone())
+                .app_data(metrics.clone())
+                .app_data(limiter.clone())
+                .app_data(proxies.clone())
                 .configure(|cfg| routes::configure(cfg, options))
                 .default_service(web::to(crate::web::not_found))
         })
@@ -59,7 +87,10 @@ impl Application {
         if let Some(workers) = settings.workers {
             server = server.workers(workers);
         }
-        Ok(Self { port, server: server.run() })
+        Ok(Self {
+            port,
+            server: server.run(),
+        })
     }
 
     pub fn port(&self) -> u16 {

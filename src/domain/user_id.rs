@@ -38,7 +38,9 @@ impl FromStr for UserId {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.starts_with('0') {
             return Err(InvalidUserId);
         }
-        s.parse::<i64>().map_err(|_| InvalidUserId).and_then(Self::try_from)
+        s.parse::<i64>()
+            .map_err(|_| InvalidUserId)
+            .and_then(Self::try_from)
     }
 }
 
@@ -55,7 +57,16 @@ mod tests {
     #[test]
     fn only_canonical_positive_decimals_parse() {
         assert_eq!("42".parse::<UserId>().map(UserId::get), Ok(42));
-        for bad in ["", "0", "-1", "+1", "042", "1.0", " 1", "99999999999999999999"] {
+        for bad in [
+            "",
+            "0",
+            "-1",
+            "+1",
+            "042",
+            "1.0",
+            " 1",
+            "99999999999999999999",
+        ] {
             assert_eq!(bad.parse::<UserId>(), Err(InvalidUserId), "{bad:?}");
         }
         assert_eq!(UserId::try_from(0), Err(InvalidUserId));

@@ -42,5 +42,8 @@ fn authenticate(req: &HttpRequest) -> Result<UserId, ApiError> {
 pub fn bearer_token(req: &HttpRequest) -> Option<&str> {
     let value = req.headers().get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }

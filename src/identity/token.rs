@@ -54,8 +54,13 @@ impl TokenKeys {
 
     pub fn issue(&self, user: UserId) -> anyhow::Result<IssuedToken> {
         let now = Utc::now();
-        let expires_at = now + chrono::Duration::from_std(self.ttl).context("token ttl too large")?;
-        let claims = Claims { sub: user.to_string(), exp: expires_at.timestamp(), iat: now.timestamp() };
+        let expires_at =
+            now + chrono::Duration::from_std(self.ttl).context("token ttl too large")?;
+        let claims = Claims {
+            sub: user.to_string(),
+            exp: expires_at.timestamp(),
+            iat: now.timestamp(),
+        };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .context("signing a token")?;
         Ok(IssuedToken { token, expires_at })
@@ -73,7 +78,10 @@ mod tests {
     use super::*;
 
     fn keys() -> TokenKeys {
-        TokenKeys::new(&SecretString::from("unit-test-secret"), Duration::from_secs(60))
+        TokenKeys::new(
+            &SecretString::from("unit-test-secret"),
+            Duration::from_secs(60),
+        )
     }
 
     #[test]
@@ -87,7 +95,11 @@ mod tests {
     #[test]
     fn a_token_whose_sub_is_not_a_user_id_is_refused() {
         let keys = keys();
-        let claims = Claims { sub: "admin".into(), exp: Utc::now().timestamp() + 60, iat: 0 };
+        let claims = Claims {
+            sub: "admin".into(),
+            exp: Utc::now().timestamp() + 60,
+            iat: 0,
+        };
         let token =
             jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &keys.encoding).unwrap();
         assert!(keys.verify(&token).is_err());

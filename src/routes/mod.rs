@@ -2,10 +2,14 @@
 //! domain, and turn its answer into a response; no business rule lives here.
 
 pub mod health;
+pub mod limited;
+pub mod metrics;
 pub mod session;
 
 use actix_web::web;
 
+use crate::limiter::http::RateLimit;
+use crate::limiter::policy::LIMITED_POLICY;
 use crate::web::resource;
 
 /// Which optional routes exist in this deployment.
@@ -17,7 +21,13 @@ pub struct RouteOptions {
 pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
     cfg.service(resource("/health/live").route(web::get().to(health::live)))
         .service(resource("/health/ready").route(web::get().to(health::ready)))
-        .service(resource("/api/me").route(web::get().to(session::me)));
+        .service(resource("/metrics").route(web::get().to(metrics::metrics)))
+        .service(resource("/api/me").route(web::get().to(session::me)))
+        .service(
+            resource("/api/limited")
+                .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy"))
+                .route(web::get().to(limited::limited)),
+        );
     if options.dev_login {
         cfg.service(resource("/api/session").route(web::post().to(session::create)));
     }

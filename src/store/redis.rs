@@ -35,7 +35,10 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .context("connecting to Redis")?;
-        Ok(Self { conn, prefix: settings.redis_key_prefix.as_str().into() })
+        Ok(Self {
+            conn,
+            prefix: settings.redis_key_prefix.as_str().into(),
+        })
     }
 
     /// A handle on the shared connection; cheap to clone, use one per call site.

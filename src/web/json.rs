@@ -43,14 +43,17 @@ where
             if !is_json {
                 return Err(ApiError::UnsupportedMediaType);
             }
-            let too_large = ApiError::PayloadTooLarge { limit: JSON_LIMIT_BYTES };
+            let too_large = ApiError::PayloadTooLarge {
+                limit: JSON_LIMIT_BYTES,
+            };
             if declared_len.is_some_and(|len| len > JSON_LIMIT_BYTES) {
                 return Err(too_large);
             }
             let mut body = BytesMut::with_capacity(declared_len.unwrap_or(0));
             while let Some(chunk) = payload.next().await {
-                let chunk = chunk
-                    .map_err(|e| ApiError::MalformedJson(format!("could not read the body: {e}")))?;
+                let chunk = chunk.map_err(|e| {
+                    ApiError::MalformedJson(format!("could not read the body: {e}"))
+                })?;
                 if body.len() + chunk.len() > JSON_LIMIT_BYTES {
                     return Err(too_large);
                 }
@@ -80,7 +83,8 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             }
         }
     })?;
-    de.end().map_err(|e| ApiError::MalformedJson(e.to_string()))?;
+    de.end()
+        .map_err(|e| ApiError::MalformedJson(e.to_string()))?;
     Ok(value)
 }
 
@@ -133,8 +137,14 @@ mod tests {
 
     #[test]
     fn tells_syntax_from_data_errors() {
-        assert!(matches!(parse::<Probe>(b"{\"userId\": "), Err(ApiError::MalformedJson(_))));
-        assert!(matches!(parse::<Probe>(b"{\"userId\": 1} x"), Err(ApiError::MalformedJson(_))));
+        assert!(matches!(
+            parse::<Probe>(b"{\"userId\": "),
+            Err(ApiError::MalformedJson(_))
+        ));
+        assert!(matches!(
+            parse::<Probe>(b"{\"userId\": 1} x"),
+            Err(ApiError::MalformedJson(_))
+        ));
         let Err(ApiError::Validation { field, .. }) = parse::<Probe>(b"{\"userId\": \"x\"}") else {
             panic!("a wrong type is a validation error");
         };
@@ -148,10 +158,14 @@ mod tests {
     #[test]
     fn validator_fields_come_back_in_camel_case() {
         let probe: Probe = parse(b"{\"userId\": 0}").unwrap();
-        let Err(ApiError::Validation { field, message }) = probe.validate().map_err(first_violation)
+        let Err(ApiError::Validation { field, message }) =
+            probe.validate().map_err(first_violation)
         else {
             panic!("zero is not a positive user id");
         };
-        assert_eq!((field.as_str(), message.as_str()), ("userId", "must be positive"));
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("userId", "must be positive")
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Request-side building blocks shared by the handlers: body parsing and the fallbacks
 //! that keep every answer, even for unknown paths, in our JSON envelope.
 
+pub mod client_ip;
 pub mod json;
 
 use actix_web::{web, HttpResponse, Resource};

@@ -7,15 +7,28 @@ use crate::helpers::{json, spawn_app, TestApp};
 
 async fn assert_error(response: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
     assert_eq!(response.status(), status);
-    let content_type = response.headers()[CONTENT_TYPE].to_str().unwrap().to_string();
-    assert!(content_type.starts_with("application/json"), "{content_type}");
+    let content_type = response.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
     let body = json(response).await;
     assert_eq!(body["code"], code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
     body
 }
 
-async fn post_session_raw(app: &TestApp, content_type: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+async fn post_session_raw(
+    app: &TestApp,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
     app.client
         .post(app.url("/api/session"))
         .header(CONTENT_TYPE, content_type)
@@ -35,7 +48,13 @@ async fn a_syntax_error_in_the_body_is_malformed_json(db: PgPool) {
 #[sqlx::test]
 async fn well_formed_but_invalid_bodies_name_the_field(db: PgPool) {
     let app = spawn_app(&db).await;
-    for body in [r#"{"userId": 0}"#, r#"{"userId": -5}"#, r#"{"userId": "7"}"#, r#"{"userId": 1.5}"#, "{}"] {
+    for body in [
+        r#"{"userId": 0}"#,
+        r#"{"userId": -5}"#,
+        r#"{"userId": "7"}"#,
+        r#"{"userId": 1.5}"#,
+        "{}",
+    ] {
         let response = post_session_raw(&app, "application/json", body).await;
         let error = assert_error(response, 400, "VALIDATION_FAILED").await;
         assert_eq!(error["field"], "userId", "{body}");
@@ -68,6 +87,11 @@ async fn an_unknown_path_is_a_json_not_found(db: PgPool) {
 async fn a_wrong_method_is_a_json_method_not_allowed(db: PgPool) {
     let app = spawn_app(&db).await;
     assert_error(app.get("/api/session").await, 405, "METHOD_NOT_ALLOWED").await;
-    let response = app.client.post(app.url("/health/live")).send().await.unwrap();
+    let response = app
+        .client
+        .post(app.url("/health/live"))
+        .send()
+        .await
+        .unwrap();
     assert_error(response, 405, "METHOD_NOT_ALLOWED").await;
 }

@@ -24,16 +24,24 @@ async fn readiness_follows_redis_down_and_back_without_a_restart(db: PgPool) {
     assert_eq!(app.get("/health/ready").await.status(), 200);
 
     redis.stop();
-    let (body, took) = eventually("readiness reports redis down", Duration::from_secs(10), || async {
-        let response = app.get("/health/ready").await;
-        (response.status() == 503).then_some(())?;
-        Some(json(response).await)
-    })
+    let (body, took) = eventually(
+        "readiness reports redis down",
+        Duration::from_secs(10),
+        || async {
+            let response = app.get("/health/ready").await;
+            (response.status() == 503).then_some(())?;
+            Some(json(response).await)
+        },
+    )
     .await;
     println!("readiness noticed redis down after {took:?}");
     assert_eq!(body["code"], "NOT_READY");
     assert_eq!(body["down"], serde_json::json!(["redis"]));
-    assert_eq!(app.get("/health/live").await.status(), 200, "liveness does not depend on redis");
+    assert_eq!(
+        app.get("/health/live").await.status(),
+        200,
+        "liveness does not depend on redis"
+    );
 
     redis.restart().await;
     let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
@@ -49,11 +57,15 @@ async fn readiness_follows_postgres_down_and_back_without_a_restart(db: PgPool) 
     assert_eq!(app.get("/health/ready").await.status(), 200);
 
     app.take_postgres_away().await;
-    let (body, took) = eventually("readiness reports postgres down", Duration::from_secs(10), || async {
-        let response = app.get("/health/ready").await;
-        (response.status() == 503).then_some(())?;
-        Some(json(response).await)
-    })
+    let (body, took) = eventually(
+        "readiness reports postgres down",
+        Duration::from_secs(10),
+        || async {
+            let response = app.get("/health/ready").await;
+            (response.status() == 503).then_some(())?;
+            Some(json(response).await)
+        },
+    )
     .await;
     println!("readiness noticed postgres down after {took:?}");
     assert_eq!(body["code"], "NOT_READY");

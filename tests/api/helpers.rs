@@ -7,9 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use actix_web::dev::ServerHandle;
-use secrecy::SecretString;
 use seckill::configuration::Settings;
 use seckill::startup::Application;
+use secrecy::SecretString;
 use sqlx::PgPool;
 use sqlx::{Connection, Executor, PgConnection};
 
@@ -28,22 +28,31 @@ fn env(name: &str) -> String {
     })
 }
 
+/// Settings with the shared test Redis and a fresh key prefix: no other test sees its keys.
+pub fn redis_test_settings() -> Settings {
+    Settings {
+        redis_url: SecretString::from(env("REDIS_URL")),
+        redis_key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
+        ..Settings::default()
+    }
+}
+
 /// Settings pointing at this test's database and a fresh Redis key prefix.
 pub fn test_settings(db: &PgPool) -> Settings {
     let options = db.connect_options();
-    let db_name = options.get_database().expect("sqlx::test names the database");
+    let db_name = options
+        .get_database()
+        .expect("sqlx::test names the database");
     let mut url = url::Url::parse(&env("DATABASE_URL")).expect("DATABASE_URL is a URL");
     url.set_path(db_name);
     Settings {
         port: 0,
         workers: Some(2),
         shutdown_timeout_secs: 1,
-        redis_url: SecretString::from(env("REDIS_URL")),
-        redis_key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
         database_url: SecretString::from(url.to_string()),
         database_max_connections: 10,
         log_level: std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
-        ..Settings::default()
+        ..redis_test_settings()
     }
 }
 
@@ -65,7 +74,9 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
     let db_name = url::Url::parse(secrecy::ExposeSecret::expose_secret(&settings.database_url))
         .map(|u| u.path().trim_start_matches('/').to_string())
         .unwrap_or_default();
-    let app = Application::build(settings.clone()).await.expect("the app builds");
+    let app = Application::build(settings.clone())
+        .await
+        .expect("the app builds");
     let port = app.port();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
@@ -94,7 +105,11 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(self.url(path)).send().await.expect("request sent")
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
     }
 
     pub async fn post_session(&self, user_id: i64) -> reqwest::Response {
@@ -116,16 +131,24 @@ impl TestApp {
 
     /// Opens a connection to the server's maintenance database (not this test's one).
     pub async fn admin_connection(&self) -> PgConnection {
-        PgConnection::connect(&env("DATABASE_URL")).await.expect("maintenance connection")
+        PgConnection::connect(&env("DATABASE_URL"))
+            .await
+            .expect("maintenance connection")
     }
 
     /// Makes this test's database refuse connections and drops the app's open ones:
     /// Postgres is "down" for this app alone.
     pub async fn take_postgres_away(&self) {
         let mut conn = self.admin_connection().await;
-        conn.execute(format!(r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS false"#, self.db_name).as_str())
-            .await
-            .expect("alter database");
+        conn.execute(
+            format!(
+                r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS false"#,
+                self.db_name
+            )
+            .as_str(),
+        )
+        .await
+        .expect("alter database");
         sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
             .bind(&self.db_name)
             .execute(&mut conn)
@@ -135,9 +158,15 @@ impl TestApp {
 
     pub async fn bring_postgres_back(&self) {
         let mut conn = self.admin_connection().await;
-        conn.execute(format!(r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS true"#, self.db_name).as_str())
-            .await
-            .expect("alter database");
+        conn.execute(
+            format!(
+                r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS true"#,
+                self.db_name
+            )
+            .as_str(),
+        )
+        .await
+        .expect("alter database");
     }
 }
 
@@ -160,7 +189,10 @@ where
         if let Some(value) = probe().await {
             return (value, start.elapsed());
         }
-        assert!(start.elapsed() < deadline, "{what}: not within {deadline:?}");
+        assert!(
+            start.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
     }
 }
 
@@ -173,7 +205,10 @@ pub struct OwnRedis {
 
 impl OwnRedis {
     pub async fn start() -> Self {
-        let mut redis = Self { dir: tempfile::tempdir().expect("temp dir"), child: None };
+        let mut redis = Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
         redis.restart().await;
         redis
     }
@@ -198,7 +233,16 @@ impl OwnRedis {
     pub async fn restart(&mut self) {
         self.stop();
         let child = Command::new("redis-server")
-            .args(["--port", "0", "--save", "", "--appendonly", "no", "--unixsocketperm", "700"])
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocketperm",
+                "700",
+            ])
             .arg("--unixsocket")
             .arg(self.socket())
             .arg("--dir")
@@ -214,7 +258,10 @@ impl OwnRedis {
             async move {
                 let client = redis::Client::open(url).ok()?;
                 let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-                redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+                redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .ok()
             }
         })
         .await;

@@ -14,8 +14,11 @@ async fn dev_login_issues_a_token_for_the_user(db: PgPool) {
     assert_eq!(response.status(), 200);
     let body = json(response).await;
     assert_eq!(body["userId"], 42);
-    assert!(body["token"].as_str().is_some_and(|t| t.split('.').count() == 3));
-    let expires_at = chrono::DateTime::parse_from_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
+    assert!(body["token"]
+        .as_str()
+        .is_some_and(|t| t.split('.').count() == 3));
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(body["expiresAt"].as_str().unwrap()).unwrap();
     assert!(expires_at > Utc::now());
 }
 
@@ -28,7 +31,12 @@ async fn dev_login_does_not_exist_when_switched_off(db: PgPool) {
 }
 
 fn sign(claims: serde_json::Value, secret: &str, alg: Algorithm) -> String {
-    jsonwebtoken::encode(&Header::new(alg), &claims, &EncodingKey::from_secret(secret.as_bytes())).unwrap()
+    jsonwebtoken::encode(
+        &Header::new(alg),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
 }
 
 fn claims(sub: &str, exp_offset: Duration) -> serde_json::Value {
@@ -56,8 +64,16 @@ async fn a_token_from_the_dev_login_is_accepted(db: PgPool) {
 async fn missing_expired_forged_unsigned_and_garbage_tokens_are_unauthenticated(db: PgPool) {
     let app = spawn_app(&db).await;
     let secret = app.settings.jwt_secret.expose_secret().to_string();
-    let expired = sign(claims("9", Duration::minutes(-2)), &secret, Algorithm::HS256);
-    let wrongly_signed = sign(claims("9", Duration::minutes(5)), "another-secret", Algorithm::HS256);
+    let expired = sign(
+        claims("9", Duration::minutes(-2)),
+        &secret,
+        Algorithm::HS256,
+    );
+    let wrongly_signed = sign(
+        claims("9", Duration::minutes(5)),
+        "another-secret",
+        Algorithm::HS256,
+    );
     let other_algorithm = sign(claims("9", Duration::minutes(5)), &secret, Algorithm::HS512);
     // alg "none": header and claims, empty signature.
     let b64 = |v: serde_json::Value| {
@@ -76,7 +92,10 @@ async fn missing_expired_forged_unsigned_and_garbage_tokens_are_unauthenticated(
         ("missing", None),
         ("expired two minutes ago", Some(format!("Bearer {expired}"))),
         ("wrongly signed", Some(format!("Bearer {wrongly_signed}"))),
-        ("HS512 instead of HS256", Some(format!("Bearer {other_algorithm}"))),
+        (
+            "HS512 instead of HS256",
+            Some(format!("Bearer {other_algorithm}")),
+        ),
         ("alg none", Some(format!("Bearer {unsigned}"))),
         ("no exp", Some(format!("Bearer {without_exp}"))),
         ("sub not a user id", Some(format!("Bearer {bad_sub}"))),

@@ -6,3 +6,5 @@ mod errors;
 mod health;
 mod helpers;
 mod identity;
+mod limiter_engine;
+mod limiter_model;

@@ -1,0 +1,249 @@
+//! The limiter at the HTTP edge: the [`RateLimit`] guard and the response headers.
+//!
+//! The guard is the counterpart of a repeatable `@RateLimit` annotation: wrap a resource
+//! and every request to it is decided by one policy before the handler runs:
+//!
+//! ```ignore
+//! resource("/api/limited")
+//!     .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy"))
+//!     .route(web::get().to(handler))
+//! ```
+//!
+//! Routes without it pay nothing. Routes that must validate their input before spending
+//! quota (the sale) call [`Limiter::check`] themselves, after validation, with a
+//! [`Caller`] from [`caller_from_request`].
+
+use std::borrow::Cow;
+use std::future::{ready, Ready};
+use std::rc::Rc;
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::{web, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+
+use super::{Admission, Algorithm, Caller, Limiter, Policy, Refusal};
+use crate::domain::{ClientId, ClientIp, UserId};
+use crate::error::ApiError;
+use crate::identity::{bearer_token, TokenKeys};
+use crate::web::client_ip::TrustedProxies;
+
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
+/// The caller's IP and optional client id. An invalid `X-Client-Id` is a 400, not a
+/// silent fallback: the caller meant to be someone.
+pub fn client_identity(req: &HttpRequest) -> Result<(ClientIp, Option<ClientId>), ApiError> {
+    let proxies = req
+        .app_data::<web::Data<TrustedProxies>>()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("TrustedProxies are not registered")))?;
+    let ip = proxies
+        .client_ip(req)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))?;
+    let client_id = match req.headers().get(CLIENT_ID_HEADER) {
+        None => None,
+        Some(value) => {
+            let raw = value.to_str().unwrap_or("\u{0}");
+            Some(
+                ClientId::parse(raw)
+                    .map_err(|e| ApiError::validation("X-Client-Id", e.to_string()))?,
+            )
+        }
+    };
+    Ok((ip, client_id))
+}
+
+/// Builds a [`Caller`] for `Limiter::check` from the request and what the handler knows.
+pub fn caller_from_request<'a>(
+    req: &'a HttpRequest,
+    ip: ClientIp,
+    client_id: Option<&'a ClientId>,
+    user: Option<UserId>,
+) -> Caller<'a> {
+    let route = req
+        .match_pattern()
+        .map(Cow::Owned)
+        .unwrap_or(Cow::Borrowed("unmatched"));
+    Caller {
+        user,
+        ip,
+        client_id,
+        route,
+    }
+}
+
+/// `RateLimit-Policy` (IETF draft 12): one named quota per rule.
+fn policy_header(policy: &Policy, algorithm: Algorithm) -> String {
+    policy
+        .rules
+        .iter()
+        .map(|rule| {
+            let (quota, window) = rule.quota(algorithm);
+            format!("\"{}\";q={quota};w={window}", rule.name)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(HeaderName::from_static(name), value);
+    }
+}
+
+impl Admission {
+    /// Informational headers for a pass: the tightest rule's remaining count.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        insert(headers, "x-ratelimit-policy", self.algorithm.to_string());
+        let Some(decision) = &self.decision else {
+            return; // failed open: nothing is known about the quota
+        };
+        insert(
+            headers,
+            "ratelimit-policy",
+            policy_header(&self.policy, self.algorithm),
+        );
+        if let Some((index, remaining)) = decision
+            .remaining
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(_, r)| r)
+        {
+            insert(headers, "x-ratelimit-remaining", remaining.to_string());
+            let rule = &self.policy.rules[index];
+            insert(
+                headers,
+                "ratelimit",
+                format!("\"{}\";r={remaining}", rule.name),
+            );
+        }
+    }
+}
+
+impl Refusal {
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        let longest = self.retry_after_ms();
+        insert(headers, "retry-after", longest.div_ceil(1000).to_string());
+        insert(headers, "retry-after-ms", longest.to_string());
+        insert(headers, "x-ratelimit-policy", self.algorithm.to_string());
+        insert(headers, "x-ratelimit-remaining", "0".into());
+        insert(
+            headers,
+            "ratelimit-policy",
+            policy_header(&self.policy, self.algorithm),
+        );
+        let own_wait = self.decision.retry_after_ms[self.rule_index()].max(1) as u64;
+        insert(
+            headers,
+            "ratelimit",
+            format!("\"{}\";r=0;t={}", self.dimension(), own_wait.div_ceil(1000)),
+        );
+    }
+}
+
+/// Middleware applying one policy to every request of the wrapped resource.
+#[derive(Clone)]
+pub struct RateLimit {
+    policy: &'static str,
+    algorithm_param: Option<&'static str>,
+}
+
+impl RateLimit {
+    pub fn policy(policy: &'static str) -> Self {
+        Self {
+            policy,
+            algorithm_param: None,
+        }
+    }
+
+    /// Lets the caller pick the algorithm with `?<param>=sliding_window|token_bucket`.
+    /// Each algorithm keeps its own quota (the algorithm is part of the key).
+    pub fn algorithm_from_query(mut self, param: &'static str) -> Self {
+        self.algorithm_param = Some(param);
+        self
+    }
+
+    async fn decide(&self, req: &HttpRequest) -> Result<Admission, ApiError> {
+        let limiter = req
+            .app_data::<web::Data<Limiter>>()
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("Limiter is not registered")))?;
+        let algorithm = match self.algorithm_param {
+            Some(param) => requested_algorithm(req, param)?,
+            None => None,
+        };
+        let (ip, client_id) = client_identity(req)?;
+        // A user rule keys on the bearer token's user when there is a valid one.
+        let user = req
+            .app_data::<web::Data<TokenKeys>>()
+            .zip(bearer_token(req))
+            .and_then(|(keys, token)| keys.verify(token).ok());
+        let caller = caller_from_request(req, ip, client_id.as_ref(), user);
+        Ok(limiter.check(self.policy, algorithm, &caller).await?)
+    }
+}
+
+fn requested_algorithm(req: &HttpRequest, param: &str) -> Result<Option<Algorithm>, ApiError> {
+    let value = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.0.into_iter().find(|(k, _)| k == param).map(|(_, v)| v));
+    let Some(value) = value else { return Ok(None) };
+    value.parse().map(Some).map_err(|()| {
+        let valid: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+        ApiError::validation(
+            param,
+            format!("{param} must be one of: {}", valid.join(", ")),
+        )
+    })
+}
+
+impl<S, B> Transform<S, ServiceRequest> for RateLimit
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Transform = RateLimitMiddleware<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RateLimitMiddleware {
+            service: Rc::new(service),
+            guard: Rc::new(self.clone()),
+        }))
+    }
+}
+
+pub struct RateLimitMiddleware<S> {
+    service: Rc<S>,
+    guard: Rc<RateLimit>,
+}
+
+impl<S, B> Service<ServiceRequest> for RateLimitMiddleware<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        let service = Rc::clone(&self.service);
+        let guard = Rc::clone(&self.guard);
+        Box::pin(async move {
+            match guard.decide(req.request()).await {
+                Err(error) => Ok(req.error_response(error).map_into_right_body()),
+                Ok(admission) => {
+                    let mut response = service.call(req).await?;
+                    admission.write_headers(response.headers_mut());
+                    Ok(response.map_into_left_body())
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,84 @@
+//! Prometheus metrics: one registry per process, built once at start-up and shared.
+//!
+//! Label values are bounded: policy and rule names come from configuration, outcomes
+//! are fixed words. Never a user id, an IP or an order id.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions by policy, dimension (rule) and outcome (`pass` / `reject`). A pass
+    /// counts once for every rule of the policy, a reject once for the refusing rule.
+    pub limiter_decisions: IntCounterVec,
+    /// Requests let through because the limiter could not ask Redis.
+    pub limiter_fail_open: IntCounterVec,
+    /// Requests refused (503) because the limiter could not ask Redis.
+    pub limiter_fail_closed: IntCounterVec,
+    /// Round trip of one limiter script call.
+    pub limiter_latency: HistogramVec,
+    /// Redis calls that failed or timed out, by purpose.
+    pub redis_errors: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> anyhow::Result<Self> {
+        let registry = Registry::new_custom(Some("seckill".into()), None)?;
+        let limiter_decisions = IntCounterVec::new(
+            Opts::new(
+                "limiter_decisions_total",
+                "Limiter decisions by policy, dimension and outcome",
+            ),
+            &["policy", "dimension", "outcome"],
+        )?;
+        let limiter_fail_open = IntCounterVec::new(
+            Opts::new(
+                "limiter_fail_open_total",
+                "Requests admitted without a decision because Redis failed",
+            ),
+            &["policy"],
+        )?;
+        let limiter_fail_closed = IntCounterVec::new(
+            Opts::new(
+                "limiter_fail_closed_total",
+                "Requests refused because Redis failed",
+            ),
+            &["policy"],
+        )?;
+        // Buckets from 0.1 ms to 250 ms (the default limiter timeout): a loopback
+        // EVALSHA takes ~0.1-1 ms; anything near the top is a struggling Redis.
+        let limiter_latency = HistogramVec::new(
+            HistogramOpts::new("limiter_duration_seconds", "Limiter script round trip").buckets(
+                vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                ],
+            ),
+            &["policy", "algorithm"],
+        )?;
+        let redis_errors = IntCounterVec::new(
+            Opts::new("redis_errors_total", "Redis calls that failed or timed out"),
+            &["purpose"],
+        )?;
+        registry.register(Box::new(limiter_decisions.clone()))?;
+        registry.register(Box::new(limiter_fail_open.clone()))?;
+        registry.register(Box::new(limiter_fail_closed.clone()))?;
+        registry.register(Box::new(limiter_latency.clone()))?;
+        registry.register(Box::new(redis_errors.clone()))?;
+        Ok(Self {
+            registry,
+            limiter_decisions,
+            limiter_fail_open,
+            limiter_fail_closed,
+            limiter_latency,
+            redis_errors,
+        })
+    }
+
+    /// The text exposition format for `GET /metrics`.
+    pub fn render(&self) -> anyhow::Result<String> {
+        let mut buffer = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
+        Ok(String::from_utf8(buffer)?)
+    }
+}

@@ -1,0 +1,101 @@
+//! Which address a request comes from.
+//!
+//! The TCP peer, unless the peer is a trusted proxy: then `X-Forwarded-For` (all its
+//! header lines, in order) is read from the right, skipping trusted proxies, and the
+//! first address that is not one is the client. A header from anyone else is ignored:
+//! it is just text a client chose.
+
+use std::net::IpAddr;
+
+use actix_web::http::header::HeaderMap;
+use actix_web::HttpRequest;
+
+use crate::domain::ClientIp;
+
+/// Proxies whose `X-Forwarded-For` we believe (default: loopback only).
+#[derive(Debug, Clone)]
+pub struct TrustedProxies(Vec<IpAddr>);
+
+impl TrustedProxies {
+    pub fn new(addrs: Vec<IpAddr>) -> Self {
+        Self(addrs.into_iter().map(canonical).collect())
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&canonical(ip))
+    }
+
+    pub fn client_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
+        let peer = req.peer_addr()?.ip();
+        Some(ClientIp::new(self.resolve(peer, req.headers())))
+    }
+
+    fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if !self.contains(peer) {
+            return peer;
+        }
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            // An unparsable hop was written by someone we do not trust: stop at the last
+            // address a trusted proxy vouched for.
+            let Ok(ip) = hop.parse::<IpAddr>() else { break };
+            client = ip;
+            if !self.contains(ip) {
+                break;
+            }
+        }
+        client
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    fn resolve(peer: &str, xff: &[&str]) -> String {
+        let proxies =
+            TrustedProxies::new(vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]);
+        let mut headers = HeaderMap::new();
+        for line in xff {
+            headers.append(
+                HeaderName::from_static("x-forwarded-for"),
+                HeaderValue::from_str(line).unwrap(),
+            );
+        }
+        proxies.resolve(peer.parse().unwrap(), &headers).to_string()
+    }
+
+    #[test]
+    fn forwarded_for_counts_only_from_a_trusted_peer() {
+        assert_eq!(resolve("10.0.0.9", &["1.2.3.4"]), "10.0.0.9");
+        assert_eq!(resolve("127.0.0.1", &["1.2.3.4"]), "1.2.3.4");
+        assert_eq!(resolve("::ffff:127.0.0.1", &["1.2.3.4"]), "1.2.3.4");
+        assert_eq!(resolve("127.0.0.1", &[]), "127.0.0.1");
+    }
+
+    #[test]
+    fn the_rightmost_untrusted_hop_wins_across_header_lines() {
+        // A client can prepend anything; only what our proxies appended is believed.
+        assert_eq!(resolve("127.0.0.1", &["6.6.6.6, 1.2.3.4"]), "1.2.3.4");
+        assert_eq!(
+            resolve("127.0.0.1", &["6.6.6.6", "1.2.3.4, 127.0.0.1"]),
+            "1.2.3.4"
+        );
+        assert_eq!(resolve("127.0.0.1", &["1.2.3.4, garbage"]), "127.0.0.1");
+        assert_eq!(resolve("127.0.0.1", &["127.0.0.1, ::1"]), "127.0.0.1");
+    }
+}

@@ -1,0 +1,359 @@
+//! The limiter engine against real Redis: concurrency, all-or-nothing, time, TTLs.
+//! A frozen app-supplied clock makes every outcome exact.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix_web::http::header::HeaderMap;
+use seckill::domain::{ClientIp, UserId};
+use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
+use seckill::limiter::{
+    Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection,
+};
+use seckill::metrics::Metrics;
+use seckill::store::RedisStore;
+
+use crate::helpers::redis_test_settings;
+
+pub fn rule(name: &str, key: KeySource, window_ms: u64, threshold: u64) -> RuleConfig {
+    RuleConfig {
+        name: name.into(),
+        key,
+        window_ms,
+        threshold,
+        capacity: None,
+        refill_tokens: None,
+        refill_ms: None,
+        message: format!("{name} says no"),
+    }
+}
+
+pub struct Engine {
+    pub limiter: Arc<Limiter>,
+    pub clock: ManualClock,
+    pub redis: RedisStore,
+    pub metrics: Arc<Metrics>,
+}
+
+/// A limiter with one policy `p`, its own key prefix, and a frozen clock.
+pub async fn engine(algorithm: Algorithm, rules: Vec<RuleConfig>) -> Engine {
+    let settings = redis_test_settings();
+    let redis = RedisStore::connect(&settings).await.expect("redis");
+    let mut policies = BTreeMap::new();
+    policies.insert(
+        "p".to_string(),
+        PolicyConfig {
+            algorithm,
+            fail_mode: FailMode::Open,
+            rules,
+        },
+    );
+    let limiter_settings = LimiterSettings {
+        policies,
+        ..LimiterSettings::default()
+    };
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    let clock = ManualClock::starting_at(1_700_000_000_000);
+    let limiter = Limiter::new(redis.clone(), &limiter_settings, Arc::clone(&metrics))
+        .expect("valid policies")
+        .with_clock(Clock::Manual(clock.clone()));
+    Engine {
+        limiter: Arc::new(limiter),
+        clock,
+        redis,
+        metrics,
+    }
+}
+
+pub fn caller(user: i64) -> Caller<'static> {
+    Caller {
+        user: Some(UserId::try_from(user).expect("positive")),
+        ip: ClientIp::new([10, 0, 0, 1].into()),
+        client_id: None,
+        route: "/test".into(),
+    }
+}
+
+impl Engine {
+    pub async fn check(
+        &self,
+        caller: &Caller<'_>,
+    ) -> Result<seckill::limiter::Admission, Rejection> {
+        self.limiter.check("p", None, caller).await
+    }
+
+    pub fn key(&self, algorithm: Algorithm, rule: &str, value: &str) -> String {
+        format!("{}:{{p}}:{algorithm}:{rule}:{value}", self.redis.prefix())
+    }
+
+    /// Everything stored under `key`, as Redis would dump it, for before/after equality.
+    pub async fn snapshot(&self, key: &str) -> Vec<String> {
+        let mut conn = self.redis.conn();
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match kind.as_str() {
+            "zset" => redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            "hash" => {
+                let mut all: Vec<String> = redis::cmd("HGETALL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                all.sort();
+                all
+            }
+            "none" => vec![],
+            other => panic!("unexpected type {other}"),
+        }
+    }
+
+    pub async fn pttl(&self, key: &str) -> i64 {
+        let mut conn = self.redis.conn();
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    pub fn counter(&self, name: &str, labels: &[&str]) -> u64 {
+        match name {
+            "fail_open" => self
+                .metrics
+                .limiter_fail_open
+                .with_label_values(labels)
+                .get(),
+            "decisions" => self
+                .metrics
+                .limiter_decisions
+                .with_label_values(labels)
+                .get(),
+            _ => unreachable!(),
+        }
+    }
+}
+
+fn refused(
+    result: Result<seckill::limiter::Admission, Rejection>,
+) -> Box<seckill::limiter::Refusal> {
+    match result {
+        Err(Rejection::Refused(refusal)) => refusal,
+        Err(other) => panic!("expected a refusal, got {other:?}"),
+        Ok(_) => panic!("expected a refusal, got an admission"),
+    }
+}
+
+async fn exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(algorithm: Algorithm) {
+    let threshold = 25;
+    let engine = engine(
+        algorithm,
+        vec![rule(
+            "only",
+            KeySource::Literal("all".into()),
+            60_000,
+            threshold,
+        )],
+    )
+    .await;
+    let tasks: Vec<_> = (0..threshold * 10)
+        .map(|i| {
+            let limiter = Arc::clone(&engine.limiter);
+            tokio::spawn(async move {
+                limiter
+                    .check("p", None, &caller(i as i64 + 1))
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += u64::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, threshold);
+    assert_eq!(engine.counter("fail_open", &["p"]), 0);
+    assert_eq!(
+        engine.counter("decisions", &["p", "only", "pass"]),
+        threshold
+    );
+    assert_eq!(
+        engine.counter("decisions", &["p", "only", "reject"]),
+        threshold * 9
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sliding_window_admits_exactly_threshold_under_concurrency() {
+    exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(Algorithm::SlidingWindow)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn token_bucket_admits_exactly_capacity_under_concurrency() {
+    exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(Algorithm::TokenBucket).await;
+}
+
+/// Rule 1 keyed by user, rule 2 shared by everyone, rule 3 keyed by user again.
+async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Algorithm) {
+    let engine = engine(
+        algorithm,
+        vec![
+            rule("first", KeySource::User, 60_000, 10),
+            rule("second", KeySource::Literal("shared".into()), 60_000, 2),
+            rule("third", KeySource::User, 60_000, 10),
+        ],
+    )
+    .await;
+    assert!(engine.check(&caller(1)).await.is_ok());
+    engine.clock.advance_ms(5);
+    assert!(engine.check(&caller(2)).await.is_ok()); // fills "second"
+
+    let keys = [
+        engine.key(algorithm, "first", "1"),
+        engine.key(algorithm, "second", "shared"),
+        engine.key(algorithm, "third", "1"),
+    ];
+    let mut before = Vec::new();
+    for key in &keys {
+        before.push(engine.snapshot(key).await);
+    }
+    engine.clock.advance_ms(5);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(refusal.dimension(), "second");
+    assert_eq!(refusal.decision.first_refusing, Some(1));
+    assert_eq!(refusal.message(), "second says no");
+    for (key, before) in keys.iter().zip(before) {
+        assert_eq!(engine.snapshot(key).await, before, "{key} changed");
+    }
+    // A refused caller that was never admitted leaves no key at all.
+    let refusal = refused(engine.check(&caller(3)).await);
+    assert_eq!(refusal.dimension(), "second");
+    assert!(engine
+        .snapshot(&engine.key(algorithm, "first", "3"))
+        .await
+        .is_empty());
+    assert!(engine
+        .snapshot(&engine.key(algorithm, "third", "3"))
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn sliding_window_is_all_or_nothing() {
+    a_full_middle_rule_refuses_and_leaves_every_key_untouched(Algorithm::SlidingWindow).await;
+}
+
+#[tokio::test]
+async fn token_bucket_is_all_or_nothing() {
+    a_full_middle_rule_refuses_and_leaves_every_key_untouched(Algorithm::TokenBucket).await;
+}
+
+#[tokio::test]
+async fn with_two_full_rules_retry_after_is_the_longer_wait() {
+    let engine = engine(
+        Algorithm::SlidingWindow,
+        vec![
+            rule("short", KeySource::Literal("s".into()), 10_000, 1),
+            rule("long", KeySource::Literal("l".into()), 30_000, 1),
+        ],
+    )
+    .await;
+    assert!(engine.check(&caller(1)).await.is_ok());
+    engine.clock.advance_ms(1_000);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(refusal.dimension(), "short");
+    assert_eq!(refusal.decision.retry_after_ms, vec![9_000, 29_000]);
+    assert_eq!(refusal.retry_after_ms(), 29_000);
+
+    let mut headers = HeaderMap::new();
+    refusal.write_headers(&mut headers);
+    let header = |name: &str| headers.get(name).unwrap().to_str().unwrap().to_string();
+    assert_eq!(header("retry-after-ms"), "29000");
+    assert_eq!(header("retry-after"), "29");
+    assert_eq!(header("x-ratelimit-remaining"), "0");
+    assert_eq!(header("x-ratelimit-policy"), "sliding_window");
+    assert_eq!(
+        header("ratelimit-policy"),
+        r#""short";q=1;w=10, "long";q=1;w=30"#
+    );
+    assert_eq!(header("ratelimit"), r#""short";r=0;t=9"#);
+}
+
+#[tokio::test]
+async fn sliding_window_counts_same_millisecond_requests_and_readmits_after_the_window() {
+    let algorithm = Algorithm::SlidingWindow;
+    let engine = engine(algorithm, vec![rule("only", KeySource::User, 60_000, 2)]).await;
+    // The clock is frozen: all three requests share one millisecond.
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert!(engine.check(&caller(1)).await.is_ok());
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(refusal.retry_after_ms(), 60_000);
+
+    let key = engine.key(algorithm, "only", "1");
+    assert_eq!(
+        engine.snapshot(&key).await.len(),
+        4,
+        "two members with their scores"
+    );
+    let ttl = engine.pttl(&key).await;
+    assert!(ttl > 0 && ttl <= 60_000, "ttl {ttl}");
+
+    engine.clock.advance_ms(59_999);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(refusal.retry_after_ms(), 1);
+    engine.clock.advance_ms(1);
+    let admission = engine
+        .check(&caller(1))
+        .await
+        .expect("the window has passed");
+    assert_eq!(admission.decision.unwrap().remaining, vec![1]);
+}
+
+#[tokio::test]
+async fn token_bucket_refills_at_the_configured_rate() {
+    let algorithm = Algorithm::TokenBucket;
+    let mut bucket = rule("only", KeySource::User, 60_000, 3);
+    bucket.refill_tokens = Some(1);
+    bucket.refill_ms = Some(1_000);
+    let engine = engine(algorithm, vec![bucket]).await;
+    for expected_left in [2, 1, 0] {
+        let admission = engine.check(&caller(1)).await.expect("a token is left");
+        assert_eq!(admission.decision.unwrap().remaining, vec![expected_left]);
+    }
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(refusal.retry_after_ms(), 1_000);
+
+    let key = engine.key(algorithm, "only", "1");
+    let ttl = engine.pttl(&key).await;
+    assert!(
+        ttl > 0 && ttl <= 3_000,
+        "ttl is the time to refill completely: {ttl}"
+    );
+
+    engine.clock.advance_ms(999);
+    assert_eq!(refused(engine.check(&caller(1)).await).retry_after_ms(), 1);
+    engine.clock.advance_ms(1);
+    assert!(engine.check(&caller(1)).await.is_ok(), "one token refilled");
+    assert!(engine.check(&caller(1)).await.is_err(), "and only one");
+    engine.clock.advance_ms(10_000);
+    for _ in 0..3 {
+        assert!(
+            engine.check(&caller(1)).await.is_ok(),
+            "refilled up to capacity"
+        );
+    }
+    assert!(
+        engine.check(&caller(1)).await.is_err(),
+        "never beyond capacity"
+    );
+}
