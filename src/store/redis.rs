@@ -24,14 +24,15 @@ impl RedisStore {
     pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
         let client = redis::Client::open(settings.redis_url.expose_secret())
             .context("REDIS_URL is not a valid Redis URL")?;
-        // Short, bounded reconnect attempts: a request must never wait behind a long
-        // backoff. When all attempts fail, the next command starts a new round.
+        // One connection attempt per reconnect, no backoff: commands issued while the
+        // manager reconnects wait for that attempt, and with retries a refused
+        // connection made every request wait out the backoff (measured: 250 ms each,
+        // the limiter timeout, instead of 0.2 ms). Each failed command starts a new
+        // attempt, so the first command after Redis returns reconnects.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Duration::from_millis(500))
             .set_response_timeout(Duration::from_secs(2))
-            .set_number_of_retries(2)
-            .set_factor(50)
-            .set_max_delay(200);
+            .set_number_of_retries(0);
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .context("connecting to Redis")?;

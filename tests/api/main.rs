@@ -7,4 +7,5 @@ mod health;
 mod helpers;
 mod identity;
 mod limiter_engine;
+mod limiter_http;
 mod limiter_model;

@@ -1,0 +1,304 @@
+//! The limiter at the HTTP edge: `/api/limited`, its headers, several instances, Redis
+//! outages and whose `X-Forwarded-For` is believed.
+
+use std::time::Duration;
+
+use seckill::limiter::FailMode;
+use sqlx::PgPool;
+
+use crate::helpers::{
+    eventually, json, spawn_app_from, spawn_app_with, test_settings, OwnRedis, TestApp,
+};
+
+async fn limited(app: &TestApp, query: &str, client_id: Option<&str>) -> reqwest::Response {
+    let mut request = app.client.get(app.url(&format!("/api/limited{query}")));
+    if let Some(id) = client_id {
+        request = request.header("X-Client-Id", id);
+    }
+    request.send().await.expect("request sent")
+}
+
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+/// The value of one sample line of `/metrics`, e.g. `seckill_limiter_fail_open_total{policy="limited"}`.
+pub async fn metric(app: &TestApp, series: &str) -> f64 {
+    let text = app.get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("{series} not exported"))
+}
+
+#[sqlx::test]
+async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: PgPool) {
+    let app = spawn_app_with(&db, |_| {}).await;
+
+    let first = limited(&app, "", Some("alice")).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        header(&first, "x-ratelimit-remaining").as_deref(),
+        Some("99")
+    );
+    assert_eq!(
+        header(&first, "x-ratelimit-policy").as_deref(),
+        Some("sliding_window")
+    );
+    assert_eq!(
+        header(&first, "ratelimit-policy").as_deref(),
+        Some(r#""client";q=100;w=60"#)
+    );
+    assert_eq!(
+        header(&first, "ratelimit").as_deref(),
+        Some(r#""client";r=99"#)
+    );
+    for _ in 1..100 {
+        assert_eq!(limited(&app, "", Some("alice")).await.status(), 200);
+    }
+
+    let refused = limited(&app, "", Some("alice")).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        header(&refused, "x-ratelimit-remaining").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        header(&refused, "x-ratelimit-policy").as_deref(),
+        Some("sliding_window")
+    );
+    let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+    assert!(wait > 0 && wait <= 60_000, "{wait}");
+    assert_eq!(
+        header(&refused, "retry-after").unwrap(),
+        wait.div_ceil(1000).to_string()
+    );
+    assert_eq!(
+        header(&refused, "ratelimit").unwrap(),
+        format!(r#""client";r=0;t={}"#, wait.div_ceil(1000))
+    );
+    let body = json(refused).await;
+    assert_eq!(body["code"], "RATE_LIMITED");
+    assert_eq!(body["dimension"], "client");
+    assert_eq!(body["message"], "Rate limit exceeded, slow down");
+    assert_eq!(body["retryAfterMs"], wait);
+
+    // Another client id is another quota.
+    assert_eq!(limited(&app, "", Some("bob")).await.status(), 200);
+    assert_eq!(metric(&app, r#"seckill_limiter_decisions_total{dimension="client",outcome="reject",policy="limited"}"#).await, 1.0);
+}
+
+#[sqlx::test]
+async fn each_algorithm_keeps_its_own_quota(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
+    })
+    .await;
+    for _ in 0..3 {
+        assert_eq!(
+            limited(&app, "?policy=sliding_window", Some("carol"))
+                .await
+                .status(),
+            200
+        );
+    }
+    assert_eq!(
+        limited(&app, "?policy=sliding_window", Some("carol"))
+            .await
+            .status(),
+        429
+    );
+
+    let bucket = limited(&app, "?policy=token_bucket", Some("carol")).await;
+    assert_eq!(bucket.status(), 200, "the token bucket quota is separate");
+    assert_eq!(
+        header(&bucket, "x-ratelimit-policy").as_deref(),
+        Some("token_bucket")
+    );
+    assert_eq!(
+        header(&bucket, "x-ratelimit-remaining").as_deref(),
+        Some("2")
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            limited(&app, "?policy=token_bucket", Some("carol"))
+                .await
+                .status(),
+            200
+        );
+    }
+    let refused = limited(&app, "?policy=token_bucket", Some("carol")).await;
+    assert_eq!(refused.status(), 429);
+    let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+    assert!(
+        wait > 0 && wait <= 20_000,
+        "one token refills in 60 s / 3: {wait}"
+    );
+}
+
+#[sqlx::test]
+async fn an_unknown_policy_or_a_bad_client_id_is_a_validation_error(db: PgPool) {
+    let app = spawn_app_with(&db, |_| {}).await;
+    let response = limited(&app, "?policy=leaky_bucket", Some("dave")).await;
+    assert_eq!(response.status(), 400);
+    let body = json(response).await;
+    assert_eq!(body["code"], "VALIDATION_FAILED");
+    assert_eq!(body["field"], "policy");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("sliding_window") && message.contains("token_bucket"),
+        "{message}"
+    );
+
+    for bad in ["has space", "brace{tag}", &"x".repeat(65)] {
+        let response = limited(&app, "", Some(bad)).await;
+        assert_eq!(response.status(), 400, "{bad}");
+        assert_eq!(json(response).await["field"], "X-Client-Id");
+    }
+}
+
+#[sqlx::test]
+async fn two_instances_share_one_quota(db: PgPool) {
+    let first = spawn_app_with(&db, |_| {}).await;
+    let second = spawn_app_from(first.settings.clone()).await;
+    for i in 0..100 {
+        let app = if i % 2 == 0 { &first } else { &second };
+        assert_eq!(
+            limited(app, "", Some("erin")).await.status(),
+            200,
+            "request {i}"
+        );
+    }
+    assert_eq!(limited(&first, "", Some("erin")).await.status(), 429);
+    assert_eq!(limited(&second, "", Some("erin")).await.status(), 429);
+}
+
+#[sqlx::test]
+async fn without_redis_fail_open_admits_fail_closed_refuses_and_both_recover(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let mut settings = test_settings(&db);
+    settings.redis_url = redis.url().into();
+    let open = spawn_app_from(settings.clone()).await;
+    settings
+        .limiter
+        .policies
+        .get_mut("limited")
+        .unwrap()
+        .fail_mode = FailMode::Closed;
+    let closed = spawn_app_from(settings).await;
+    assert_eq!(limited(&open, "", Some("frank")).await.status(), 200);
+    assert_eq!(limited(&closed, "", Some("frank")).await.status(), 200);
+
+    redis.stop();
+    // The client's own timeout turns a hang into a failed test instead of a stuck one.
+    let patient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let response = patient
+            .get(open.url("/api/limited"))
+            .send()
+            .await
+            .expect("fail-open answers");
+        println!(
+            "fail-open answer without redis took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            header(&response, "x-ratelimit-remaining"),
+            None,
+            "no decision, no quota to report"
+        );
+        let response = patient
+            .get(closed.url("/api/limited"))
+            .send()
+            .await
+            .expect("fail-closed answers");
+        assert_eq!(response.status(), 503);
+        assert_eq!(json(response).await["code"], "LIMITER_UNAVAILABLE");
+    }
+    assert_eq!(
+        metric(
+            &open,
+            r#"seckill_limiter_fail_open_total{policy="limited"}"#
+        )
+        .await,
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &closed,
+            r#"seckill_limiter_fail_closed_total{policy="limited"}"#
+        )
+        .await,
+        3.0
+    );
+
+    redis.restart().await;
+    eventually(
+        "fail-open route decides again",
+        Duration::from_secs(10),
+        || async {
+            let response = limited(&open, "", Some("frank")).await;
+            header(&response, "x-ratelimit-remaining")
+        },
+    )
+    .await;
+    eventually(
+        "fail-closed route admits again",
+        Duration::from_secs(10),
+        || async { (limited(&closed, "", Some("frank")).await.status() == 200).then_some(()) },
+    )
+    .await;
+}
+
+#[sqlx::test]
+async fn forwarded_for_counts_only_from_a_trusted_proxy(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
+    })
+    .await;
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(ip))
+            .build()
+            .unwrap()
+    };
+
+    // 127.0.0.2 is not a trusted proxy: its X-Forwarded-For is ignored, so every request
+    // counts against 127.0.0.2 itself whatever address it claims.
+    let untrusted = from([127, 0, 0, 2]);
+    for i in 0..4 {
+        let response = untrusted
+            .get(app.url("/api/limited"))
+            .header("X-Forwarded-For", format!("10.9.0.{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            if i < 3 { 200 } else { 429 },
+            "request {i}"
+        );
+    }
+
+    // 127.0.0.1 is trusted: each forwarded address gets its own quota.
+    let trusted = from([127, 0, 0, 1]);
+    for i in 0..6 {
+        let response = trusted
+            .get(app.url("/api/limited"))
+            .header("X-Forwarded-For", format!("10.8.0.{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+    }
+}
