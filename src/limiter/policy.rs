@@ -89,6 +89,22 @@ pub struct RuleConfig {
     pub message: String,
 }
 
+impl RuleConfig {
+    /// A window rule; token-bucket parameters follow from it.
+    pub fn new(name: &str, key: KeySource, window_ms: u64, threshold: u64, message: &str) -> Self {
+        Self {
+            name: name.into(),
+            key,
+            window_ms,
+            threshold,
+            capacity: None,
+            refill_tokens: None,
+            refill_ms: None,
+            message: message.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyConfig {
     pub algorithm: Algorithm,
@@ -120,16 +136,7 @@ pub struct LimiterSettings {
 
 impl Default for LimiterSettings {
     fn default() -> Self {
-        let rule = |name: &str, key, window_ms, threshold, message: &str| RuleConfig {
-            name: name.into(),
-            key,
-            window_ms,
-            threshold,
-            capacity: None,
-            refill_tokens: None,
-            refill_ms: None,
-            message: message.into(),
-        };
+        let rule = RuleConfig::new;
         let mut policies = BTreeMap::new();
         policies.insert(
             SECKILL_POLICY.into(),

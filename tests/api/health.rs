@@ -2,7 +2,37 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, spawn_app, spawn_app_with, OwnRedis};
+use crate::helpers::{eventually, json, spawn_app, spawn_app_with, OwnRedis, TestApp};
+
+/// Polls readiness until it reports exactly `store` down; liveness must not care.
+async fn wait_until_not_ready(app: &TestApp, store: &str) {
+    let (body, took) = eventually(
+        "readiness reports the store down",
+        Duration::from_secs(10),
+        || async {
+            let response = app.get("/health/ready").await;
+            (response.status() == 503).then_some(())?;
+            Some(json(response).await)
+        },
+    )
+    .await;
+    println!("readiness noticed {store} down after {took:?}");
+    assert_eq!(body["code"], "NOT_READY");
+    assert_eq!(body["down"], serde_json::json!([store]));
+    assert_eq!(
+        app.get("/health/live").await.status(),
+        200,
+        "liveness does not depend on {store}"
+    );
+}
+
+async fn wait_until_ready(app: &TestApp, store: &str) {
+    let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
+        (app.get("/health/ready").await.status() == 200).then_some(())
+    })
+    .await;
+    println!("readiness recovered from {store} after {took:?}");
+}
 
 #[sqlx::test]
 async fn liveness_and_readiness_answer_when_both_stores_are_up(db: PgPool) {
@@ -24,31 +54,9 @@ async fn readiness_follows_redis_down_and_back_without_a_restart(db: PgPool) {
     assert_eq!(app.get("/health/ready").await.status(), 200);
 
     redis.stop();
-    let (body, took) = eventually(
-        "readiness reports redis down",
-        Duration::from_secs(10),
-        || async {
-            let response = app.get("/health/ready").await;
-            (response.status() == 503).then_some(())?;
-            Some(json(response).await)
-        },
-    )
-    .await;
-    println!("readiness noticed redis down after {took:?}");
-    assert_eq!(body["code"], "NOT_READY");
-    assert_eq!(body["down"], serde_json::json!(["redis"]));
-    assert_eq!(
-        app.get("/health/live").await.status(),
-        200,
-        "liveness does not depend on redis"
-    );
-
+    wait_until_not_ready(&app, "redis").await;
     redis.restart().await;
-    let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
-        (app.get("/health/ready").await.status() == 200).then_some(())
-    })
-    .await;
-    println!("readiness recovered from redis after {took:?}");
+    wait_until_ready(&app, "redis").await;
 }
 
 #[sqlx::test]
@@ -57,25 +65,7 @@ async fn readiness_follows_postgres_down_and_back_without_a_restart(db: PgPool) 
     assert_eq!(app.get("/health/ready").await.status(), 200);
 
     app.take_postgres_away().await;
-    let (body, took) = eventually(
-        "readiness reports postgres down",
-        Duration::from_secs(10),
-        || async {
-            let response = app.get("/health/ready").await;
-            (response.status() == 503).then_some(())?;
-            Some(json(response).await)
-        },
-    )
-    .await;
-    println!("readiness noticed postgres down after {took:?}");
-    assert_eq!(body["code"], "NOT_READY");
-    assert_eq!(body["down"], serde_json::json!(["postgres"]));
-    assert_eq!(app.get("/health/live").await.status(), 200);
-
+    wait_until_not_ready(&app, "postgres").await;
     app.bring_postgres_back().await;
-    let (_, took) = eventually("readiness recovers", Duration::from_secs(10), || async {
-        (app.get("/health/ready").await.status() == 200).then_some(())
-    })
-    .await;
-    println!("readiness recovered from postgres after {took:?}");
+    wait_until_ready(&app, "postgres").await;
 }

@@ -16,16 +16,7 @@ use seckill::store::RedisStore;
 use crate::helpers::redis_test_settings;
 
 pub fn rule(name: &str, key: KeySource, window_ms: u64, threshold: u64) -> RuleConfig {
-    RuleConfig {
-        name: name.into(),
-        key,
-        window_ms,
-        threshold,
-        capacity: None,
-        refill_tokens: None,
-        refill_ms: None,
-        message: format!("{name} says no"),
-    }
+    RuleConfig::new(name, key, window_ms, threshold, &format!("{name} says no"))
 }
 
 pub struct Engine {
