@@ -84,6 +84,14 @@ pub struct Settings {
 
     /// Rate-limit policies, the script timeout and the clock source.
     pub limiter: LimiterSettings,
+
+    /// Timeout of each sale Redis call (reservation, pipeline, repair).
+    pub redis_timeout_ms: u64,
+    /// Longest wait for the order commit before its outcome counts as unknown (then the
+    /// order is looked up). Keep it below the clients' own timeout.
+    pub order_commit_timeout_ms: u64,
+    /// Create a demo item at start-up when there is no item at all (`make run` does).
+    pub seed_demo_item: bool,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -135,6 +143,9 @@ impl Default for Settings {
                 IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
             ],
             limiter: LimiterSettings::default(),
+            redis_timeout_ms: 500,
+            order_commit_timeout_ms: 5_000,
+            seed_demo_item: false,
         }
     }
 }

@@ -10,6 +10,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::limiter::{Refusal, Rejection};
+use crate::sale::SaleError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -32,6 +33,19 @@ pub enum ApiError {
     RateLimited(Box<Refusal>),
     #[error("the rate limiter is unavailable, please retry shortly")]
     LimiterUnavailable,
+    #[error("no such item")]
+    ItemNotFound,
+    #[error("the sale has not started yet")]
+    SaleNotStarted,
+    #[error("the sale has ended")]
+    SaleEnded,
+    #[error("you already bought this item")]
+    AlreadyPurchased,
+    #[error("sold out")]
+    SoldOut,
+    /// The order could not be placed; the cause is logged.
+    #[error("the order could not be placed, please try again")]
+    OrderFailed(anyhow::Error),
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady { down: Vec<&'static str> },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -59,6 +73,12 @@ impl ApiError {
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::RateLimited(_) => "RATE_LIMITED",
             Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
+            Self::ItemNotFound => "ITEM_NOT_FOUND",
+            Self::SaleNotStarted => "SALE_NOT_STARTED",
+            Self::SaleEnded => "SALE_ENDED",
+            Self::AlreadyPurchased => "ALREADY_PURCHASED",
+            Self::SoldOut => "SOLD_OUT",
+            Self::OrderFailed(_) => "ORDER_FAILED",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -85,7 +105,11 @@ impl ResponseError for ApiError {
             Self::MalformedJson(_) | Self::Validation { .. } => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::ItemNotFound => StatusCode::NOT_FOUND,
+            Self::SaleNotStarted | Self::SaleEnded | Self::AlreadyPurchased | Self::SoldOut => {
+                StatusCode::CONFLICT
+            }
+            Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -95,8 +119,14 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        if let Self::Internal(cause) = self {
-            tracing::error!(error = ?cause, "request failed");
+        match self {
+            Self::Internal(cause) => {
+                tracing::error!(error = %format!("{cause:#}"), "request failed")
+            }
+            Self::OrderFailed(cause) => {
+                tracing::error!(error = %format!("{cause:#}"), "order failed")
+            }
+            _ => {}
         }
         let body = ErrorBody {
             code: self.code(),
@@ -127,6 +157,20 @@ impl ResponseError for ApiError {
             refusal.write_headers(response.headers_mut());
         }
         response
+    }
+}
+
+impl From<SaleError> for ApiError {
+    fn from(error: SaleError) -> Self {
+        match error {
+            SaleError::ItemNotFound => Self::ItemNotFound,
+            SaleError::NotStarted => Self::SaleNotStarted,
+            SaleError::Ended => Self::SaleEnded,
+            SaleError::AlreadyPurchased => Self::AlreadyPurchased,
+            SaleError::SoldOut => Self::SoldOut,
+            SaleError::Limited(rejection) => rejection.into(),
+            SaleError::OrderFailed(cause) => Self::OrderFailed(cause),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
 //! - [`routes`]: thin HTTP handlers, one file per area.
 //! - [`web`]: request-side helpers (the JSON body extractor, JSON 404/405 fallbacks).
+//! - [`sale`]: items, the purchase flow (reservation, pipeline, Postgres commit, repair).
 //! - [`limiter`]: the rate-limiter engine (policies, Lua scripts in `lua/`, the HTTP guard).
 //! - [`identity`]: bearer JWTs and the `Shopper` extractor.
 //! - [`error`]: the one error type and its mapping to HTTP.
@@ -19,6 +20,7 @@ pub mod identity;
 pub mod limiter;
 pub mod metrics;
 pub mod routes;
+pub mod sale;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

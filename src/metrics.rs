@@ -7,6 +7,36 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+/// Why a Redis call was made: the label of `seckill_redis_calls_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisPurpose {
+    Limiter,
+    Reservation,
+    Pipeline,
+    Idempotency,
+    Other,
+}
+
+impl RedisPurpose {
+    pub const ALL: [RedisPurpose; 5] = [
+        Self::Limiter,
+        Self::Reservation,
+        Self::Pipeline,
+        Self::Idempotency,
+        Self::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Limiter => "limiter",
+            Self::Reservation => "reservation",
+            Self::Pipeline => "pipeline",
+            Self::Idempotency => "idempotency",
+            Self::Other => "other",
+        }
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Decisions by policy, dimension (rule) and outcome (`pass` / `reject`). A pass
@@ -20,6 +50,9 @@ pub struct Metrics {
     pub limiter_latency: HistogramVec,
     /// Redis calls that failed or timed out, by purpose.
     pub redis_errors: IntCounterVec,
+    /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
+    /// Redis at all (validation, item state, the sold-out fast path).
+    pub redis_calls: IntCounterVec,
 }
 
 impl Metrics {
@@ -60,6 +93,15 @@ impl Metrics {
             Opts::new("redis_errors_total", "Redis calls that failed or timed out"),
             &["purpose"],
         )?;
+        let redis_calls = IntCounterVec::new(
+            Opts::new("redis_calls_total", "Redis calls by purpose"),
+            &["purpose"],
+        )?;
+        for purpose in RedisPurpose::ALL {
+            redis_calls.with_label_values(&[purpose.as_str()]);
+            redis_errors.with_label_values(&[purpose.as_str()]);
+        }
+        registry.register(Box::new(redis_calls.clone()))?;
         registry.register(Box::new(limiter_decisions.clone()))?;
         registry.register(Box::new(limiter_fail_open.clone()))?;
         registry.register(Box::new(limiter_fail_closed.clone()))?;
@@ -72,7 +114,14 @@ impl Metrics {
             limiter_fail_closed,
             limiter_latency,
             redis_errors,
+            redis_calls,
         })
+    }
+
+    pub fn redis_call(&self, purpose: RedisPurpose) {
+        self.redis_calls
+            .with_label_values(&[purpose.as_str()])
+            .inc();
     }
 
     /// The text exposition format for `GET /metrics`.

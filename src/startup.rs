@@ -7,13 +7,17 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use futures_util::future::{BoxFuture, FutureExt};
 use tracing_actix_web::TracingLogger;
 
 use crate::configuration::Settings;
-use crate::identity::TokenKeys;
+use crate::identity::{AdminTokens, TokenKeys};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
+use crate::sale::item::NewItem;
+use crate::sale::redis::SaleRedis;
+use crate::sale::Sale;
 use crate::store::{postgres, RedisStore};
 use crate::web::client_ip::TrustedProxies;
 
@@ -21,6 +25,9 @@ use crate::web::client_ip::TrustedProxies;
 pub struct Application {
     port: u16,
     server: Server,
+    /// Loops that live exactly as long as the server (the catalog refresh): run beside
+    /// it and dropped with it, so a stopped application holds no connection.
+    background: BoxFuture<'static, ()>,
 }
 
 impl Application {
@@ -45,7 +52,23 @@ impl Application {
         let metrics = Arc::new(Metrics::new()?);
         let limiter = Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
             .context("invalid rate-limit policies")?;
-        let limiter = customize(limiter);
+        let limiter = Arc::new(customize(limiter));
+        let sale_redis = SaleRedis::new(
+            redis.clone(),
+            Arc::clone(&metrics),
+            Duration::from_millis(settings.redis_timeout_ms),
+        );
+        let sale = Arc::new(Sale::new(
+            pool.clone(),
+            sale_redis,
+            Arc::clone(&limiter),
+            Duration::from_millis(settings.order_commit_timeout_ms),
+        ));
+        if settings.seed_demo_item {
+            seed_demo_item(&pool, &sale).await?;
+        }
+        sale.warm_up().await.context("loading items and stock")?;
+        let background = refresh_catalog(Arc::clone(&sale), pool.clone()).boxed();
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
@@ -62,7 +85,9 @@ impl Application {
         let redis = web::Data::new(redis);
         let keys = web::Data::new(keys);
         let metrics = web::Data::from(metrics);
-        let limiter = web::Data::new(limiter);
+        let limiter = web::Data::from(limiter);
+        let sale = web::Data::from(sale);
+        let admin_tokens = web::Data::new(AdminTokens::parse(&settings.admin_token));
         let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
         let options = RouteOptions {
@@ -79,6 +104,8 @@ impl Application {
                 .app_data(metrics.clone())
                 .app_data(limiter.clone())
                 .app_data(proxies.clone())
+                .app_data(sale.clone())
+                .app_data(admin_tokens.clone())
                 .configure(|cfg| routes::configure(cfg, options))
                 .default_service(web::to(crate::web::not_found))
         })
@@ -90,6 +117,7 @@ impl Application {
         Ok(Self {
             port,
             server: server.run(),
+            background,
         })
     }
 
@@ -105,6 +133,40 @@ impl Application {
     /// Serves until a shutdown signal, then drains in-flight requests
     /// (up to `shutdown_timeout_secs`).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        tokio::select! {
+            stopped = self.server => stopped,
+            () = self.background => Ok(()),
+        }
     }
+}
+
+/// Other instances create items too: reload the catalog every second so their items
+/// become purchasable here without a restart.
+async fn refresh_catalog(sale: Arc<Sale>, pool: sqlx::PgPool) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = sale.catalog().reload(&pool).await {
+            tracing::warn!(error = %format!("{e:#}"), "catalog reload failed");
+        }
+    }
+}
+
+/// Something to sell on a fresh local install: 100 units, on sale now for a day.
+async fn seed_demo_item(pool: &sqlx::PgPool, sale: &Sale) -> anyhow::Result<()> {
+    if crate::sale::postgres::item_count(pool).await? > 0 {
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let demo = NewItem::parse(
+        "Demo flash-sale phone",
+        99_900,
+        100,
+        now,
+        now + chrono::Duration::days(1),
+    )
+    .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
+    sale.create_item(demo).await?;
+    Ok(())
 }

@@ -4,8 +4,10 @@
 //! require an authenticated user. Every failure is the same 401 `UNAUTHENTICATED`: a
 //! client learns nothing about *why* a forged token was refused.
 
+mod admin;
 mod token;
 
+pub use admin::{Admin, AdminTokens};
 pub use token::{IssuedToken, TokenKeys};
 
 use actix_web::dev::Payload;

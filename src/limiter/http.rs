@@ -31,26 +31,26 @@ use crate::web::client_ip::TrustedProxies;
 
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
 
-/// The caller's IP and optional client id. An invalid `X-Client-Id` is a 400, not a
-/// silent fallback: the caller meant to be someone.
-pub fn client_identity(req: &HttpRequest) -> Result<(ClientIp, Option<ClientId>), ApiError> {
+/// The caller's IP, as far as we believe forwarded headers (see `web::client_ip`).
+pub fn client_ip(req: &HttpRequest) -> Result<ClientIp, ApiError> {
     let proxies = req
         .app_data::<web::Data<TrustedProxies>>()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("TrustedProxies are not registered")))?;
-    let ip = proxies
+    proxies
         .client_ip(req)
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))?;
-    let client_id = match req.headers().get(CLIENT_ID_HEADER) {
-        None => None,
-        Some(value) => {
-            let raw = value.to_str().unwrap_or("\u{0}");
-            Some(
-                ClientId::parse(raw)
-                    .map_err(|e| ApiError::validation("X-Client-Id", e.to_string()))?,
-            )
-        }
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))
+}
+
+/// The caller's `X-Client-Id`, if any. An invalid one is a 400, not a silent fallback
+/// to the IP: the caller meant to be someone.
+pub fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
+    let Some(value) = req.headers().get(CLIENT_ID_HEADER) else {
+        return Ok(None);
     };
-    Ok((ip, client_id))
+    let raw = value.to_str().unwrap_or("\u{0}");
+    ClientId::parse(raw)
+        .map(Some)
+        .map_err(|e| ApiError::validation("X-Client-Id", e.to_string()))
 }
 
 /// Builds a [`Caller`] for `Limiter::check` from the request and what the handler knows.
@@ -172,7 +172,8 @@ impl RateLimit {
             Some(param) => requested_algorithm(req, param)?,
             None => None,
         };
-        let (ip, client_id) = client_identity(req)?;
+        let ip = client_ip(req)?;
+        let client_id = client_id(req)?;
         // A user rule keys on the bearer token's user when there is a valid one.
         let user = req
             .app_data::<web::Data<TokenKeys>>()

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use backend::{Decision, ScriptBackend};
 pub use clock::{Clock, ManualClock};
@@ -161,6 +161,7 @@ impl Limiter {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
 
         let started = Instant::now();
+        self.metrics.redis_call(RedisPurpose::Limiter);
         let mut conn = self.redis.conn();
         let call = self.backend.decide(
             &mut conn,

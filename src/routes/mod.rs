@@ -2,8 +2,10 @@
 //! domain, and turn its answer into a response; no business rule lives here.
 
 pub mod health;
+pub mod items;
 pub mod limited;
 pub mod metrics;
+pub mod seckill;
 pub mod session;
 
 use actix_web::web;
@@ -23,6 +25,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
         .service(resource("/health/ready").route(web::get().to(health::ready)))
         .service(resource("/metrics").route(web::get().to(metrics::metrics)))
         .service(resource("/api/me").route(web::get().to(session::me)))
+        .service(resource("/api/items").route(web::get().to(items::list)))
+        .service(resource("/api/orders/mine").route(web::get().to(seckill::my_orders)))
+        .service(resource("/seckill").route(web::post().to(seckill::purchase)))
+        .service(resource("/admin/api/items").route(web::post().to(items::create)))
         .service(
             resource("/api/limited")
                 .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy"))

@@ -13,6 +13,9 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use sqlx::{Connection, Executor, PgConnection};
 
+/// The admin token every test app accepts.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
@@ -51,6 +54,7 @@ pub fn test_settings(db: &PgPool) -> Settings {
         shutdown_timeout_secs: 1,
         database_url: SecretString::from(url.to_string()),
         database_max_connections: 10,
+        admin_token: SecretString::from(ADMIN_TOKEN),
         log_level: std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
         ..redis_test_settings()
     }
@@ -110,6 +114,87 @@ impl TestApp {
             .send()
             .await
             .expect("request sent")
+    }
+
+    /// Creates an item through the admin API; returns its id.
+    pub async fn create_item(
+        &self,
+        stock: i64,
+        starts_in: chrono::Duration,
+        lasts: chrono::Duration,
+    ) -> i64 {
+        let starts_at = chrono::Utc::now() + starts_in;
+        let response = self
+            .client
+            .post(self.url("/admin/api/items"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({
+                "name": "Test item",
+                "priceCents": 1999,
+                "stock": stock,
+                "startsAt": starts_at,
+                "endsAt": starts_at + lasts,
+            }))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 201);
+        json(response).await["id"].as_i64().expect("an id")
+    }
+
+    /// An item on sale right now for an hour.
+    pub async fn open_item(&self, stock: i64) -> i64 {
+        self.create_item(
+            stock,
+            chrono::Duration::minutes(-1),
+            chrono::Duration::hours(1),
+        )
+        .await
+    }
+
+    /// `POST /seckill` as `token`, from `ip` (sent as X-Forwarded-For: the test client
+    /// connects from 127.0.0.1, a trusted proxy).
+    pub async fn post_seckill(&self, token: &str, item_id: i64, ip: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/seckill"))
+            .bearer_auth(token)
+            .header("X-Forwarded-For", ip)
+            .json(&serde_json::json!({ "itemId": item_id }))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// A connection to this app's Redis, for reading back what the app wrote.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        let url = secrecy::ExposeSecret::expose_secret(&self.settings.redis_url).to_string();
+        redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection")
+    }
+
+    /// A key of one item's sale state, e.g. `item_key(7, "stock")`.
+    pub fn item_key(&self, item_id: i64, suffix: &str) -> String {
+        format!(
+            "{}:{{item:{item_id}}}:{suffix}",
+            self.settings.redis_key_prefix
+        )
+    }
+
+    /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.
+    pub async fn metric_sum(&self, prefix: &str) -> f64 {
+        let text = self
+            .get("/metrics")
+            .await
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .filter(|line| line.starts_with(prefix))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     pub async fn post_session(&self, user_id: i64) -> reqwest::Response {

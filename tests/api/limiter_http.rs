@@ -25,17 +25,6 @@ fn header(response: &reqwest::Response, name: &str) -> Option<String> {
         .map(|v| v.to_str().unwrap().to_string())
 }
 
-/// The value of one sample line of `/metrics`, e.g. `seckill_limiter_fail_open_total{policy="limited"}`.
-pub async fn metric(app: &TestApp, series: &str) -> f64 {
-    let text = app.get("/metrics").await.text().await.unwrap();
-    text.lines()
-        .find_map(|line| {
-            line.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or_else(|| panic!("{series} not exported"))
-}
-
 #[sqlx::test]
 async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: PgPool) {
     let app = spawn_app_with(&db, |_| {}).await;
@@ -90,7 +79,7 @@ async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: P
 
     // Another client id is another quota.
     assert_eq!(limited(&app, "", Some("bob")).await.status(), 200);
-    assert_eq!(metric(&app, r#"seckill_limiter_decisions_total{dimension="client",outcome="reject",policy="limited"}"#).await, 1.0);
+    assert_eq!(app.metric_sum(r#"seckill_limiter_decisions_total{dimension="client",outcome="reject",policy="limited"}"#).await, 1.0);
 }
 
 #[sqlx::test]
@@ -226,19 +215,14 @@ async fn without_redis_fail_open_admits_fail_closed_refuses_and_both_recover(db:
         assert_eq!(json(response).await["code"], "LIMITER_UNAVAILABLE");
     }
     assert_eq!(
-        metric(
-            &open,
-            r#"seckill_limiter_fail_open_total{policy="limited"}"#
-        )
-        .await,
+        open.metric_sum(r#"seckill_limiter_fail_open_total{policy="limited"}"#)
+            .await,
         3.0
     );
     assert_eq!(
-        metric(
-            &closed,
-            r#"seckill_limiter_fail_closed_total{policy="limited"}"#
-        )
-        .await,
+        closed
+            .metric_sum(r#"seckill_limiter_fail_closed_total{policy="limited"}"#)
+            .await,
         3.0
     );
 

@@ -9,3 +9,4 @@ mod identity;
 mod limiter_engine;
 mod limiter_http;
 mod limiter_model;
+mod sale;

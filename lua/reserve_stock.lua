@@ -1,0 +1,30 @@
+-- Reserves one unit of an item for one user, atomically.
+--
+-- The sale window is checked against the Redis clock, not the caller's: an instance
+-- whose clock runs ahead cannot open the sale early.
+--
+-- KEYS[1]  the item's stock counter (string holding an integer)
+-- KEYS[2]  the item's buyers (set of user ids)
+-- ARGV[1]  user id
+-- ARGV[2]  sale start, ms since the epoch
+-- ARGV[3]  sale end, ms since the epoch (exclusive)
+--
+-- Returns {status, remaining}:
+--    1  reserved; remaining = stock left after this unit
+--   -1  the sale has not started (Redis clock)
+--   -2  the sale has ended (Redis clock)
+--   -3  this user already bought this item
+--   -4  sold out
+--   -5  the stock counter is missing (Redis lost it): rebuild from Postgres, then retry
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now < tonumber(ARGV[2]) then return {-1, 0} end
+if now >= tonumber(ARGV[3]) then return {-2, 0} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {-3, 0} end
+local stock = redis.call('GET', KEYS[1])
+if not stock then return {-5, 0} end
+if tonumber(stock) <= 0 then return {-4, 0} end
+local left = redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+return {1, left}

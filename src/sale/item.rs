@@ -1,0 +1,198 @@
+//! Items on sale: the parsed domain types.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// An item's id: a positive integer (Postgres `BIGSERIAL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ItemId(i64);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("an item id is a positive integer")]
+pub struct InvalidItemId;
+
+impl ItemId {
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl TryFrom<i64> for ItemId {
+    type Error = InvalidItemId;
+
+    fn try_from(value: i64) -> Result<Self, InvalidItemId> {
+        if value > 0 {
+            Ok(Self(value))
+        } else {
+            Err(InvalidItemId)
+        }
+    }
+}
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// An item as stored. `remaining_stock` is Postgres's count, the final truth; the live
+/// count during a sale is Redis's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub id: ItemId,
+    pub name: String,
+    pub price_cents: i64,
+    pub total_stock: i32,
+    pub remaining_stock: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+}
+
+/// Where an item's sale stands at a given instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SalePhase {
+    NotStarted,
+    Open,
+    Ended,
+}
+
+impl Item {
+    pub fn phase(&self, now: DateTime<Utc>) -> SalePhase {
+        if now < self.starts_at {
+            SalePhase::NotStarted
+        } else if now >= self.ends_at {
+            SalePhase::Ended
+        } else {
+            SalePhase::Open
+        }
+    }
+}
+
+/// A checked request to create an item.
+#[derive(Debug, Clone)]
+pub struct NewItem {
+    pub name: String,
+    pub price_cents: i64,
+    pub stock: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+}
+
+/// Largest stock one item may have: far above any flash sale, far below `i32::MAX`.
+pub const MAX_STOCK: i32 = 10_000_000;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidItem {
+    #[error("name must be 1 to 200 characters")]
+    Name,
+    #[error("priceCents must be zero or more")]
+    Price,
+    #[error("stock must be between 1 and 10000000")]
+    Stock,
+    #[error("endsAt must be after startsAt")]
+    Window,
+}
+
+impl InvalidItem {
+    /// The request field at fault, in the client's spelling.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::Name => "name",
+            Self::Price => "priceCents",
+            Self::Stock => "stock",
+            Self::Window => "endsAt",
+        }
+    }
+}
+
+impl NewItem {
+    pub fn parse(
+        name: &str,
+        price_cents: i64,
+        stock: i64,
+        starts_at: DateTime<Utc>,
+        ends_at: DateTime<Utc>,
+    ) -> Result<Self, InvalidItem> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > 200 {
+            return Err(InvalidItem::Name);
+        }
+        if price_cents < 0 {
+            return Err(InvalidItem::Price);
+        }
+        let stock = i32::try_from(stock)
+            .ok()
+            .filter(|s| (1..=MAX_STOCK).contains(s))
+            .ok_or(InvalidItem::Stock)?;
+        if ends_at <= starts_at {
+            return Err(InvalidItem::Window);
+        }
+        Ok(Self {
+            name: name.to_string(),
+            price_cents,
+            stock,
+            starts_at,
+            ends_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn items_need_a_name_stock_and_an_end_after_the_start() {
+        let now = Utc::now();
+        let later = now + Duration::hours(1);
+        assert!(NewItem::parse("Phone", 100, 5, now, later).is_ok());
+        assert_eq!(
+            NewItem::parse(" ", 100, 5, now, later).unwrap_err(),
+            InvalidItem::Name
+        );
+        assert_eq!(
+            NewItem::parse("P", -1, 5, now, later).unwrap_err(),
+            InvalidItem::Price
+        );
+        assert_eq!(
+            NewItem::parse("P", 1, 0, now, later).unwrap_err(),
+            InvalidItem::Stock
+        );
+        assert_eq!(
+            NewItem::parse("P", 1, i64::MAX, now, later).unwrap_err(),
+            InvalidItem::Stock
+        );
+        assert_eq!(
+            NewItem::parse("P", 1, 5, later, now).unwrap_err(),
+            InvalidItem::Window
+        );
+        assert_eq!(
+            NewItem::parse("P", 1, 5, now, now).unwrap_err(),
+            InvalidItem::Window
+        );
+    }
+
+    #[test]
+    fn the_phase_follows_the_window() {
+        let start = Utc::now();
+        let item = Item {
+            id: ItemId::try_from(1).unwrap(),
+            name: "x".into(),
+            price_cents: 1,
+            total_stock: 1,
+            remaining_stock: 1,
+            starts_at: start,
+            ends_at: start + Duration::seconds(10),
+        };
+        assert_eq!(
+            item.phase(start - Duration::milliseconds(1)),
+            SalePhase::NotStarted
+        );
+        assert_eq!(item.phase(start), SalePhase::Open);
+        assert_eq!(item.phase(start + Duration::seconds(10)), SalePhase::Ended);
+    }
+}

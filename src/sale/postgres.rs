@@ -1,0 +1,220 @@
+//! The sale's Postgres side: items and orders. Postgres is the final truth: the
+//! conditional decrement and `UNIQUE (user_id, item_id)` hold whatever Redis believes.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::item::{Item, ItemId, NewItem};
+use crate::domain::UserId;
+
+/// The name of the constraint that makes a second order of one user for one item fail.
+const ONE_ORDER_PER_USER_AND_ITEM: &str = "orders_one_per_user_and_item";
+
+struct ItemRow {
+    id: i64,
+    name: String,
+    price_cents: i64,
+    total_stock: i32,
+    remaining_stock: i32,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+}
+
+impl TryFrom<ItemRow> for Item {
+    type Error = anyhow::Error;
+
+    fn try_from(row: ItemRow) -> anyhow::Result<Self> {
+        Ok(Item {
+            id: ItemId::try_from(row.id)?,
+            name: row.name,
+            price_cents: row.price_cents,
+            total_stock: row.total_stock,
+            remaining_stock: row.remaining_stock,
+            starts_at: row.starts_at,
+            ends_at: row.ends_at,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub id: Uuid,
+    pub user_id: UserId,
+    pub item_id: ItemId,
+    pub created_at: DateTime<Utc>,
+}
+
+struct OrderRow {
+    id: Uuid,
+    user_id: i64,
+    item_id: i64,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<OrderRow> for Order {
+    type Error = anyhow::Error;
+
+    fn try_from(row: OrderRow) -> anyhow::Result<Self> {
+        Ok(Order {
+            id: row.id,
+            user_id: UserId::try_from(row.user_id)?,
+            item_id: ItemId::try_from(row.item_id)?,
+            created_at: row.created_at,
+        })
+    }
+}
+
+pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> {
+    let row = sqlx::query_as!(
+        ItemRow,
+        r#"INSERT INTO items (name, price_cents, total_stock, remaining_stock, starts_at, ends_at)
+           VALUES ($1, $2, $3, $3, $4, $5)
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at"#,
+        item.name,
+        item.price_cents,
+        item.stock,
+        item.starts_at,
+        item.ends_at,
+    )
+    .fetch_one(pool)
+    .await?;
+    row.try_into()
+}
+
+pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
+    sqlx::query_as!(
+        ItemRow,
+        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at FROM items"
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(Item::try_from)
+    .collect()
+}
+
+pub async fn item_remaining(pool: &PgPool, item: ItemId) -> anyhow::Result<i32> {
+    Ok(sqlx::query_scalar!(
+        "SELECT remaining_stock FROM items WHERE id = $1",
+        item.get()
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM items"#)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+/// Users holding an order of `item`: who Redis must remember as buyers.
+pub async fn buyers(pool: &PgPool, item: ItemId) -> anyhow::Result<Vec<i64>> {
+    Ok(
+        sqlx::query_scalar!("SELECT user_id FROM orders WHERE item_id = $1", item.get())
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+pub async fn orders_of_user(pool: &PgPool, user: UserId) -> anyhow::Result<Vec<Order>> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT id, user_id, item_id, created_at FROM orders WHERE user_id = $1 ORDER BY created_at DESC",
+        user.get()
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(Order::try_from)
+    .collect()
+}
+
+pub async fn order_by_id(pool: &PgPool, id: Uuid) -> anyhow::Result<Option<Order>> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT id, user_id, item_id, created_at FROM orders WHERE id = $1",
+        id
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(Order::try_from)
+    .transpose()
+}
+
+pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Result<Option<Order>> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT id, user_id, item_id, created_at FROM orders WHERE user_id = $1 AND item_id = $2",
+        user.get(),
+        item.get()
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(Order::try_from)
+    .transpose()
+}
+
+/// Why an order commit did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// Postgres has no unit left (the conditional decrement touched no row).
+    #[error("sold out in Postgres")]
+    SoldOut,
+    /// The user already holds an order of this item.
+    #[error("the user already has an order of this item")]
+    AlreadyPurchased,
+    /// Failed before COMMIT was sent: nothing was written.
+    #[error("order commit failed: {0:#}")]
+    Failed(anyhow::Error),
+    /// COMMIT was sent and no answer came back: the order may or may not exist.
+    #[error("order commit outcome unknown: {0:#}")]
+    Unknown(anyhow::Error),
+}
+
+/// One transaction: take a unit from Postgres's stock and record the order.
+pub async fn commit_order(
+    pool: &PgPool,
+    order_id: Uuid,
+    user: UserId,
+    item: ItemId,
+) -> Result<Order, CommitError> {
+    let failed = |e: sqlx::Error| CommitError::Failed(e.into());
+    let mut tx = pool.begin().await.map_err(failed)?;
+    let decremented = sqlx::query!(
+        "UPDATE items SET remaining_stock = remaining_stock - 1 WHERE id = $1 AND remaining_stock > 0",
+        item.get()
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(failed)?;
+    if decremented.rows_affected() == 0 {
+        return Err(CommitError::SoldOut);
+    }
+    let created_at = sqlx::query_scalar!(
+        "INSERT INTO orders (id, user_id, item_id) VALUES ($1, $2, $3) RETURNING created_at",
+        order_id,
+        user.get(),
+        item.get()
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(
+        |e| match e.as_database_error().and_then(|d| d.constraint()) {
+            Some(ONE_ORDER_PER_USER_AND_ITEM) => CommitError::AlreadyPurchased,
+            _ => failed(e),
+        },
+    )?;
+    tx.commit()
+        .await
+        .map_err(|e| CommitError::Unknown(e.into()))?;
+    Ok(Order {
+        id: order_id,
+        user_id: user,
+        item_id: item,
+        created_at,
+    })
+}

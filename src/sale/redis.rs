@@ -1,0 +1,253 @@
+//! The sale's Redis side: stock counters, buyer sets, the success pipeline.
+//!
+//! All keys of one item share the hash tag `{item:<id>}`, so the scripts and the
+//! MULTI/EXEC pipeline touch one Redis Cluster slot:
+//! `<prefix>:{item:<id>}:stock`, `…:buyers`, `…:success`, `…:bought:<user>`, `…:orders`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::Script;
+use uuid::Uuid;
+
+use super::item::{Item, ItemId};
+use crate::domain::UserId;
+use crate::metrics::{Metrics, RedisPurpose};
+use crate::store::RedisStore;
+
+/// How long the per-user success marker lives.
+const MARKER_TTL_SECS: u64 = 300;
+
+pub struct ItemKeys {
+    base: String,
+}
+
+impl ItemKeys {
+    pub fn new(prefix: &str, item: ItemId) -> Self {
+        Self {
+            base: format!("{prefix}:{{item:{item}}}"),
+        }
+    }
+    pub fn stock(&self) -> String {
+        format!("{}:stock", self.base)
+    }
+    pub fn buyers(&self) -> String {
+        format!("{}:buyers", self.base)
+    }
+    pub fn success(&self) -> String {
+        format!("{}:success", self.base)
+    }
+    pub fn marker(&self, user: UserId) -> String {
+        format!("{}:bought:{user}", self.base)
+    }
+    pub fn orders(&self) -> String {
+        format!("{}:orders", self.base)
+    }
+}
+
+/// The answer of `lua/reserve_stock.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    Reserved {
+        remaining: i64,
+    },
+    NotStarted,
+    Ended,
+    AlreadyPurchased,
+    SoldOut,
+    /// The stock counter is gone (Redis lost its data): rebuild before selling.
+    Missing,
+}
+
+/// How to undo a reservation whose commit did not happen (see `lua/undo_reservation.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undo {
+    Release,
+    KeepBuyer { existing_order: Option<Uuid> },
+    SoldOut,
+}
+
+pub struct SaleRedis {
+    redis: RedisStore,
+    reserve: Script,
+    undo: Script,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+}
+
+impl SaleRedis {
+    pub fn new(redis: RedisStore, metrics: Arc<Metrics>, timeout: Duration) -> Self {
+        Self {
+            redis,
+            reserve: Script::new(include_str!("../../lua/reserve_stock.lua")),
+            undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
+            metrics,
+            timeout,
+        }
+    }
+
+    pub fn keys(&self, item: ItemId) -> ItemKeys {
+        ItemKeys::new(self.redis.prefix(), item)
+    }
+
+    /// Runs one Redis call with the sale's timeout, counting it by purpose.
+    async fn call<T>(
+        &self,
+        purpose: RedisPurpose,
+        what: &'static str,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> anyhow::Result<T> {
+        self.metrics.redis_call(purpose);
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.with_context(|| format!("redis: {what}")),
+            Err(_) => Err(anyhow::anyhow!(
+                "redis: {what}: no answer within {:?}",
+                self.timeout
+            )),
+        };
+        if result.is_err() {
+            self.metrics
+                .redis_errors
+                .with_label_values(&[purpose.as_str()])
+                .inc();
+        }
+        result
+    }
+
+    pub async fn reserve(&self, item: &Item, user: UserId) -> anyhow::Result<Reservation> {
+        let keys = self.keys(item.id);
+        let mut conn = self.redis.conn();
+        let mut invocation = self.reserve.prepare_invoke();
+        invocation
+            .key(keys.stock())
+            .key(keys.buyers())
+            .arg(user.get())
+            .arg(item.starts_at.timestamp_millis())
+            .arg(item.ends_at.timestamp_millis());
+        let (status, remaining): (i64, i64) = self
+            .call(
+                RedisPurpose::Reservation,
+                "reserve stock",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(match status {
+            1 => Reservation::Reserved { remaining },
+            -1 => Reservation::NotStarted,
+            -2 => Reservation::Ended,
+            -3 => Reservation::AlreadyPurchased,
+            -4 => Reservation::SoldOut,
+            -5 => Reservation::Missing,
+            other => anyhow::bail!("reserve_stock.lua answered {other}"),
+        })
+    }
+
+    /// The success pipeline, atomic (MULTI/EXEC): counter, per-user marker, order hash.
+    pub async fn record_success(
+        &self,
+        item: ItemId,
+        user: UserId,
+        order: Uuid,
+    ) -> anyhow::Result<()> {
+        let keys = self.keys(item);
+        let order = order.to_string();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .incr(keys.success(), 1)
+            .ignore()
+            .set_ex(keys.marker(user), &order, MARKER_TTL_SECS)
+            .ignore()
+            .hset(keys.orders(), user.get(), &order)
+            .ignore();
+        let mut conn = self.redis.conn();
+        self.call(
+            RedisPurpose::Pipeline,
+            "success pipeline",
+            pipe.query_async::<()>(&mut conn),
+        )
+        .await
+    }
+
+    pub async fn undo(
+        &self,
+        item: ItemId,
+        user: UserId,
+        order: Uuid,
+        how: Undo,
+        pipeline_ran: bool,
+    ) -> anyhow::Result<()> {
+        let keys = self.keys(item);
+        let (mode, existing) = match how {
+            Undo::Release => ("release", None),
+            Undo::KeepBuyer { existing_order } => ("keep_buyer", existing_order),
+            Undo::SoldOut => ("sold_out", None),
+        };
+        let mut invocation = self.undo.prepare_invoke();
+        invocation
+            .key(keys.stock())
+            .key(keys.buyers())
+            .key(keys.success())
+            .key(keys.marker(user))
+            .key(keys.orders())
+            .arg(user.get())
+            .arg(order.to_string())
+            .arg(mode)
+            .arg(if pipeline_ran { "1" } else { "0" })
+            .arg(existing.map(|o| o.to_string()).unwrap_or_default());
+        let mut conn = self.redis.conn();
+        self.call(
+            RedisPurpose::Other,
+            "undo reservation",
+            invocation.invoke_async::<i64>(&mut conn),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Puts an item's stock and buyers into Redis where they are missing, from
+    /// Postgres's view (`remaining`, `buyers`). A live counter is never overwritten
+    /// (`SET … NX`); adding known buyers is always right. Returns whether the stock
+    /// counter was (re)created.
+    pub async fn restore(
+        &self,
+        item: ItemId,
+        remaining: i32,
+        buyers: &[i64],
+    ) -> anyhow::Result<bool> {
+        let keys = self.keys(item);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(keys.stock())
+            .arg(remaining)
+            .arg("NX");
+        if !buyers.is_empty() {
+            pipe.sadd(keys.buyers(), buyers).ignore();
+        }
+        let mut conn = self.redis.conn();
+        let (created,): (Option<String>,) = self
+            .call(
+                RedisPurpose::Other,
+                "restore item",
+                pipe.query_async(&mut conn),
+            )
+            .await?;
+        Ok(created.is_some())
+    }
+
+    /// Live stock of several items in one round trip; `None` where the counter is missing.
+    pub async fn remaining(&self, items: &[ItemId]) -> anyhow::Result<Vec<Option<i64>>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = items.iter().map(|id| self.keys(*id).stock()).collect();
+        let mut conn = self.redis.conn();
+        self.call(
+            RedisPurpose::Other,
+            "read stock",
+            redis::cmd("MGET").arg(&keys).query_async(&mut conn),
+        )
+        .await
+    }
+}
