@@ -502,3 +502,22 @@ async fn answers_before_the_limiter_cost_no_redis_call_and_no_quota(db: PgPool) 
         );
     }
 }
+
+#[sqlx::test]
+async fn without_redis_the_sale_fails_closed(db: PgPool) {
+    let mut redis = crate::helpers::OwnRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app_with(&db, |s| s.redis_url = url.into()).await;
+    let item = app.open_item(5).await;
+    let token = app.token_for(4).await;
+
+    redis.stop();
+    let response = app.post_seckill(&token, item, "10.8.0.1").await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(json(response).await["code"], "LIMITER_UNAVAILABLE");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(orders, 0);
+}
