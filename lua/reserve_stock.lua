@@ -1,13 +1,19 @@
--- Reserves one unit of an item for one user, atomically.
+-- Reserves one unit of an item for one user, atomically, and records the reservation as
+-- pending until its order is committed (or the reconciler settles it).
 --
 -- The sale window is checked against the Redis clock, not the caller's: an instance
 -- whose clock runs ahead cannot open the sale early.
 --
 -- KEYS[1]  the item's stock counter (string holding an integer)
 -- KEYS[2]  the item's buyers (set of user ids)
+-- KEYS[3]  the item's pending reservations (sorted set: member "<user>:<order id>",
+--          score = deadline in ms on the Redis clock)
 -- ARGV[1]  user id
 -- ARGV[2]  sale start, ms since the epoch
 -- ARGV[3]  sale end, ms since the epoch (exclusive)
+-- ARGV[4]  the order id this reservation is for
+-- ARGV[5]  how long (ms) the reservation may stay pending before the reconciler
+--          looks for its order in Postgres
 --
 -- Returns {status, remaining}:
 --    1  reserved; remaining = stock left after this unit
@@ -27,4 +33,5 @@ if not stock then return {-5, 0} end
 if tonumber(stock) <= 0 then return {-4, 0} end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1] .. ':' .. ARGV[4])
 return {1, left}

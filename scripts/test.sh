@@ -7,4 +7,5 @@ eval "$(scripts/services.sh up)"
 # Tests wait on I/O far more than on CPU: more threads than the two cores finish sooner.
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 
-cargo test --locked --all-targets --no-fail-fast
+# `failpoints` compiles in the fault-injection points the crash tests use.
+cargo test --locked --all-targets --no-fail-fast --features failpoints

@@ -22,6 +22,23 @@ pub use crate::limiter::LimiterSettings;
 /// The JWT secret used when none is configured. Fine on a laptop; refused in production.
 pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";
 
+/// The admin token `make run` uses locally. Refused in production.
+pub const LOCAL_ADMIN_TOKEN: &str = "dev-admin-token";
+
+/// A setting the application refuses to start with in production.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unsafe setting for production: {setting} {reason}")]
+pub struct UnsafeSetting {
+    pub setting: &'static str,
+    pub reason: &'static str,
+}
+
+impl UnsafeSetting {
+    fn new(setting: &'static str, reason: &'static str) -> Self {
+        Self { setting, reason }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
@@ -92,6 +109,13 @@ pub struct Settings {
     pub order_commit_timeout_ms: u64,
     /// Create a demo item at start-up when there is no item at all (`make run` does).
     pub seed_demo_item: bool,
+    /// How long a reservation may stay pending before the reconciler settles it from
+    /// Postgres. Must exceed the commit timeout, or live purchases would be undone.
+    pub reservation_deadline_ms: u64,
+    /// How often (one instance at a time) the reconciler runs.
+    pub reconcile_interval_ms: u64,
+    /// How long an `Idempotency-Key` and its stored answer are kept.
+    pub idempotency_ttl_secs: u64,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -146,6 +170,9 @@ impl Default for Settings {
             redis_timeout_ms: 500,
             order_commit_timeout_ms: 5_000,
             seed_demo_item: false,
+            reservation_deadline_ms: 30_000,
+            reconcile_interval_ms: 10_000,
+            idempotency_ttl_secs: 86_400,
         }
     }
 }
@@ -178,6 +205,50 @@ impl Settings {
             .context("reading settings")?
             .try_deserialize()
             .context("settings are invalid")
+    }
+
+    /// Refuses settings that are fine on a laptop and dangerous in production. The error
+    /// names the setting and says why.
+    pub fn check_production_safety(&self) -> Result<(), UnsafeSetting> {
+        if self.environment != Environment::Production {
+            return Ok(());
+        }
+        if self.dev_login_enabled() {
+            return Err(UnsafeSetting::new(
+                "SECKILL_DEV_LOGIN",
+                "must be off in production: it hands out tokens for any user id",
+            ));
+        }
+        let secret = self.jwt_secret.expose_secret();
+        if secret == LOCAL_JWT_SECRET {
+            return Err(UnsafeSetting::new(
+                "SECKILL_JWT_SECRET",
+                "is the local default, which is public",
+            ));
+        }
+        if secret.len() < 32 {
+            return Err(UnsafeSetting::new(
+                "SECKILL_JWT_SECRET",
+                "must be at least 32 bytes long",
+            ));
+        }
+        let admin = self.admin_token.expose_secret();
+        if admin.trim().is_empty() {
+            return Err(UnsafeSetting::new(
+                "SECKILL_ADMIN_TOKEN",
+                "must be set in production",
+            ));
+        }
+        if admin.split(',').any(|entry| {
+            entry.trim() == LOCAL_ADMIN_TOKEN
+                || entry.trim().ends_with(&format!(":{LOCAL_ADMIN_TOKEN}"))
+        }) {
+            return Err(UnsafeSetting::new(
+                "SECKILL_ADMIN_TOKEN",
+                "is the local default `dev-admin-token`, which is public",
+            ));
+        }
+        Ok(())
     }
 
     pub fn dev_login_enabled(&self) -> bool {
@@ -221,6 +292,72 @@ mod tests {
         for secret in ["jwt-very-secret", "admin-very-secret", "db-very-secret"] {
             assert!(!dump.contains(secret), "{secret} leaked into {dump}");
         }
+    }
+
+    fn production() -> Settings {
+        Settings {
+            environment: Environment::Production,
+            jwt_secret: SecretString::from("a-production-secret-of-at-least-32-bytes"),
+            admin_token: SecretString::from("ops:a-long-random-admin-token"),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn production_refuses_each_unsafe_setting_and_names_it() {
+        assert_eq!(production().check_production_safety(), Ok(()));
+        let refused = |s: Settings| s.check_production_safety().unwrap_err().setting;
+        assert_eq!(
+            refused(Settings {
+                dev_login: Some(true),
+                ..production()
+            }),
+            "SECKILL_DEV_LOGIN"
+        );
+        assert_eq!(
+            refused(Settings {
+                jwt_secret: SecretString::from("short"),
+                ..production()
+            }),
+            "SECKILL_JWT_SECRET"
+        );
+        assert_eq!(
+            refused(Settings {
+                jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
+                ..production()
+            }),
+            "SECKILL_JWT_SECRET"
+        );
+        assert_eq!(
+            refused(Settings {
+                admin_token: SecretString::from(""),
+                ..production()
+            }),
+            "SECKILL_ADMIN_TOKEN"
+        );
+        assert_eq!(
+            refused(Settings {
+                admin_token: SecretString::from("dev-admin-token"),
+                ..production()
+            }),
+            "SECKILL_ADMIN_TOKEN"
+        );
+        assert_eq!(
+            refused(Settings {
+                admin_token: SecretString::from("ops:dev-admin-token"),
+                ..production()
+            }),
+            "SECKILL_ADMIN_TOKEN"
+        );
+        // The same settings are fine on a laptop.
+        assert_eq!(
+            Settings {
+                dev_login: Some(true),
+                ..Settings::default()
+            }
+            .check_production_safety(),
+            Ok(())
+        );
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub enum ApiError {
     AlreadyPurchased,
     #[error("sold out")]
     SoldOut,
+    #[error("a request with this Idempotency-Key is still in progress")]
+    IdempotencyInProgress,
+    #[error("this Idempotency-Key was used for another item")]
+    IdempotencyMismatch,
     /// The order could not be placed; the cause is logged.
     #[error("the order could not be placed, please try again")]
     OrderFailed(anyhow::Error),
@@ -79,6 +83,8 @@ impl ApiError {
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrderFailed(_) => "ORDER_FAILED",
+            Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
+            Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -106,9 +112,12 @@ impl ResponseError for ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound | Self::ItemNotFound => StatusCode::NOT_FOUND,
-            Self::SaleNotStarted | Self::SaleEnded | Self::AlreadyPurchased | Self::SoldOut => {
-                StatusCode::CONFLICT
-            }
+            Self::SaleNotStarted
+            | Self::SaleEnded
+            | Self::AlreadyPurchased
+            | Self::SoldOut
+            | Self::IdempotencyInProgress => StatusCode::CONFLICT,
+            Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,

@@ -4,7 +4,7 @@
 //! are fixed words. Never a user id, an IP or an order id.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
@@ -53,6 +53,10 @@ pub struct Metrics {
     /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
     /// Redis at all (validation, item state, the sold-out fast path).
     pub redis_calls: IntCounterVec,
+    /// Items this instance knows to be sold out (answered from memory).
+    pub sold_out_items: IntGauge,
+    /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
+    pub reconciler_repairs: IntCounterVec,
 }
 
 impl Metrics {
@@ -102,6 +106,20 @@ impl Metrics {
             redis_errors.with_label_values(&[purpose.as_str()]);
         }
         registry.register(Box::new(redis_calls.clone()))?;
+        let sold_out_items =
+            IntGauge::new("sold_out_items", "Items this instance knows to be sold out")?;
+        registry.register(Box::new(sold_out_items.clone()))?;
+        let reconciler_repairs = IntCounterVec::new(
+            Opts::new(
+                "reconciler_repairs_total",
+                "Repairs made by the reconciler, by kind",
+            ),
+            &["kind"],
+        )?;
+        for kind in ["settled", "released", "drift", "rebuilt"] {
+            reconciler_repairs.with_label_values(&[kind]);
+        }
+        registry.register(Box::new(reconciler_repairs.clone()))?;
         registry.register(Box::new(limiter_decisions.clone()))?;
         registry.register(Box::new(limiter_fail_open.clone()))?;
         registry.register(Box::new(limiter_fail_closed.clone()))?;
@@ -115,6 +133,8 @@ impl Metrics {
             limiter_latency,
             redis_errors,
             redis_calls,
+            sold_out_items,
+            reconciler_repairs,
         })
     }
 

@@ -15,9 +15,10 @@ use crate::identity::{AdminTokens, TokenKeys};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
+use crate::sale::idempotency::Idempotency;
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
-use crate::sale::Sale;
+use crate::sale::{reconciler, sold_out, Sale};
 use crate::store::{postgres, RedisStore};
 use crate::web::client_ip::TrustedProxies;
 
@@ -42,6 +43,7 @@ impl Application {
         settings: Settings,
         customize: impl FnOnce(Limiter) -> Limiter,
     ) -> anyhow::Result<Self> {
+        settings.check_production_safety()?;
         let pool = postgres::pool(&settings)?;
         postgres::migrate(&pool).await?;
         let redis = RedisStore::connect(&settings).await?;
@@ -53,22 +55,35 @@ impl Application {
         let limiter = Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
             .context("invalid rate-limit policies")?;
         let limiter = Arc::new(customize(limiter));
+        anyhow::ensure!(
+            settings.reservation_deadline_ms > settings.order_commit_timeout_ms,
+            "reservation_deadline_ms must exceed order_commit_timeout_ms, or live purchases would be undone"
+        );
+        let redis_timeout = Duration::from_millis(settings.redis_timeout_ms);
         let sale_redis = SaleRedis::new(
             redis.clone(),
             Arc::clone(&metrics),
-            Duration::from_millis(settings.redis_timeout_ms),
+            redis_timeout,
+            Duration::from_millis(settings.reservation_deadline_ms),
         );
         let sale = Arc::new(Sale::new(
             pool.clone(),
             sale_redis,
             Arc::clone(&limiter),
+            Arc::clone(&metrics),
             Duration::from_millis(settings.order_commit_timeout_ms),
         ));
+        let idempotency = Idempotency::new(
+            redis.clone(),
+            Arc::clone(&metrics),
+            Duration::from_secs(settings.idempotency_ttl_secs),
+            redis_timeout,
+        );
         if settings.seed_demo_item {
             seed_demo_item(&pool, &sale).await?;
         }
         sale.warm_up().await.context("loading items and stock")?;
-        let background = refresh_catalog(Arc::clone(&sale), pool.clone()).boxed();
+        let background = background_tasks(&settings, &sale);
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
@@ -87,6 +102,7 @@ impl Application {
         let metrics = web::Data::from(metrics);
         let limiter = web::Data::from(limiter);
         let sale = web::Data::from(sale);
+        let idempotency = web::Data::new(idempotency);
         let admin_tokens = web::Data::new(AdminTokens::parse(&settings.admin_token));
         let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
@@ -105,6 +121,7 @@ impl Application {
                 .app_data(limiter.clone())
                 .app_data(proxies.clone())
                 .app_data(sale.clone())
+                .app_data(idempotency.clone())
                 .app_data(admin_tokens.clone())
                 .configure(|cfg| routes::configure(cfg, options))
                 .default_service(web::to(crate::web::not_found))
@@ -140,15 +157,40 @@ impl Application {
     }
 }
 
-/// Other instances create items too: reload the catalog every second so their items
-/// become purchasable here without a restart.
-async fn refresh_catalog(sale: Arc<Sale>, pool: sqlx::PgPool) {
+/// The loops that run beside the server: catalog and sold-out refresh, the sold-out
+/// channel, the reconciler.
+fn background_tasks(settings: &Settings, sale: &Arc<Sale>) -> BoxFuture<'static, ()> {
+    let listener = {
+        let sale = Arc::clone(sale);
+        sold_out::listen(
+            settings.redis_url.clone(),
+            settings.redis_key_prefix.clone(),
+            move |item, sold_out| sale.note_sold_out(item, sold_out),
+        )
+    };
+    let reconciler = reconciler::run(
+        Arc::clone(sale),
+        Duration::from_millis(settings.reconcile_interval_ms),
+        uuid::Uuid::new_v4().to_string(),
+    );
+    futures_util::future::join3(refresh(Arc::clone(sale)), listener, reconciler)
+        .map(drop)
+        .boxed()
+}
+
+/// Other instances create items and sell stock too: every second, reload the catalog
+/// (their items become purchasable here) and re-read the stock counters (the safety net
+/// under the sold-out channel).
+async fn refresh(sale: Arc<Sale>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = sale.catalog().reload(&pool).await {
+        if let Err(e) = sale.reload_catalog().await {
             tracing::warn!(error = %format!("{e:#}"), "catalog reload failed");
+        }
+        if let Err(e) = sale.refresh_sold_out().await {
+            tracing::warn!(error = %format!("{e:#}"), "sold-out check failed");
         }
     }
 }

@@ -1,6 +1,8 @@
 //! `POST /seckill` and `GET /api/orders/mine`.
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::http::header::ContentType;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -10,6 +12,7 @@ use crate::error::ApiError;
 use crate::identity::Shopper;
 use crate::limiter::http::client_ip;
 use crate::limiter::Caller;
+use crate::sale::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::sale::item::ItemId;
 use crate::sale::postgres::Order;
 use crate::sale::Sale;
@@ -42,26 +45,91 @@ impl From<&Order> for OrderBody {
     }
 }
 
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
 /// The purchase. Extractors run in argument order: the token is checked (401) before
-/// the body is read (400); everything after that is the sale's.
+/// the body is read (400); then an optional `Idempotency-Key` is claimed, and the rest
+/// is the sale's.
 pub async fn purchase(
     shopper: Shopper,
     body: JsonBody<PurchaseRequest>,
     req: HttpRequest,
     sale: web::Data<Sale>,
+    idempotency: web::Data<Idempotency>,
 ) -> Result<HttpResponse, ApiError> {
+    let user = shopper.0;
     let item_id = ItemId::try_from(body.0.item_id)
         .map_err(|e| ApiError::validation("itemId", e.to_string()))?;
     let caller = Caller {
-        user: Some(shopper.0),
+        user: Some(user),
         ip: client_ip(&req)?,
         client_id: None,
         route: "/seckill".into(),
     };
-    let purchase = sale.purchase(shopper.0, item_id, &caller).await?;
+    let Some(key) = idempotency_key(&req)? else {
+        return purchase_response(&sale, &caller, item_id).await;
+    };
+
+    match idempotency
+        .claim(user, &key, item_id)
+        .await
+        .map_err(ApiError::OrderFailed)?
+    {
+        Claim::Fresh => {}
+        Claim::InProgress => return Err(ApiError::IdempotencyInProgress),
+        Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
+        Claim::Replay { status, body } => {
+            let status = StatusCode::from_u16(status).map_err(|e| ApiError::Internal(e.into()))?;
+            return Ok(HttpResponse::build(status)
+                .content_type(ContentType::json())
+                .insert_header(("Idempotent-Replayed", "true"))
+                .body(body));
+        }
+    }
+    let response = purchase_response(&sale, &caller, item_id)
+        .await
+        .unwrap_or_else(|e| e.error_response());
+    // Final answers are kept and replayed; anything worth retrying frees the key.
+    let status = response.status();
+    if !matches!(status.as_u16(), 200 | 404 | 409) {
+        if let Err(e) = idempotency.release(user, &key).await {
+            tracing::warn!(error = %format!("{e:#}"), "could not release an idempotency key");
+        }
+        return Ok(response);
+    }
+    let (head, body) = response.into_parts();
+    let bytes = actix_web::body::to_bytes(body)
+        .await
+        .map_err(|_| ApiError::Internal(anyhow::anyhow!("unreadable response body")))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if let Err(e) = idempotency
+        .complete(user, &key, item_id, status.as_u16(), &text)
+        .await
+    {
+        tracing::warn!(error = %format!("{e:#}"), "could not store an idempotent answer");
+    }
+    Ok(head.set_body(bytes).map_into_boxed_body())
+}
+
+async fn purchase_response(
+    sale: &Sale,
+    caller: &Caller<'_>,
+    item_id: ItemId,
+) -> Result<HttpResponse, ApiError> {
+    let user = caller.user.ok_or(ApiError::Unauthenticated)?;
+    let purchase = sale.purchase(user, item_id, caller).await?;
     let mut response = HttpResponse::Ok().json(OrderBody::from(&purchase.order));
     purchase.admission.write_headers(response.headers_mut());
     Ok(response)
+}
+
+fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = req.headers().get(IDEMPOTENCY_KEY_HEADER) else {
+        return Ok(None);
+    };
+    IdempotencyKey::parse(value.to_str().unwrap_or(""))
+        .map(Some)
+        .map_err(|e| ApiError::validation("Idempotency-Key", e.to_string()))
 }
 
 /// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres.

@@ -1,22 +1,29 @@
-//! The flash sale: items, the purchase flow, orders.
+//! The flash sale: items, the purchase flow, orders, and keeping Redis honest.
 //!
 //! A purchase, in this order (cheapest refusals first):
-//! 1. item state from the in-process [`catalog::Catalog`]: unknown, not started, ended
-//!    (no Redis call, no quota);
+//! 1. item state from the in-process [`catalog::Catalog`]: unknown, not started, ended,
+//!    and the [`sold_out::SoldOutBoard`] (no Redis call, no quota);
 //! 2. the `seckill` limiter policy: `api`, `user`, `ip` in one atomic script call
 //!    (fails closed: without Redis there is no stock to sell);
 //! 3. the stock reservation script (`lua/reserve_stock.lua`): sale window on the Redis
-//!    clock, one order per user, stock left; decrement and mark the buyer;
+//!    clock, one order per user, stock left; decrement, mark the buyer, and record the
+//!    reservation as pending with a deadline;
 //! 4. the success pipeline (MULTI/EXEC): counter, per-user marker, order hash;
-//! 5. the Postgres commit: conditional decrement + order insert, one transaction.
+//! 5. the Postgres commit: conditional decrement + order insert, one transaction;
+//! 6. the pending record is cleared.
 //!
 //! When step 5 does not succeed, Redis is repaired to agree with Postgres
-//! (`lua/undo_reservation.lua`); Postgres is the final guard against overselling.
+//! (`lua/undo_reservation.lua`). When the process dies between 3 and 6, the
+//! [`reconciler`] finds the overdue pending record and settles it from Postgres.
+//! Postgres is the final guard against overselling throughout.
 
 pub mod catalog;
+pub mod idempotency;
 pub mod item;
 pub mod postgres;
+pub mod reconciler;
 pub mod redis;
+pub mod sold_out;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,10 +35,12 @@ use uuid::Uuid;
 use crate::domain::UserId;
 use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Limiter, Rejection};
+use crate::metrics::{Metrics, RedisPurpose};
 use catalog::Catalog;
 use item::{Item, ItemId, NewItem, SalePhase};
 use postgres::{CommitError, Order};
-use redis::{Reservation, SaleRedis, Undo};
+use redis::{PendingReservation, Reservation, SaleRedis, Undo};
+use sold_out::SoldOutBoard;
 
 /// Why a purchase did not produce an order.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +72,9 @@ pub struct Sale {
     pool: PgPool,
     redis: SaleRedis,
     catalog: Catalog,
+    board: SoldOutBoard,
     limiter: Arc<Limiter>,
+    metrics: Arc<Metrics>,
     commit_timeout: Duration,
 }
 
@@ -72,19 +83,26 @@ impl Sale {
         pool: PgPool,
         redis: SaleRedis,
         limiter: Arc<Limiter>,
+        metrics: Arc<Metrics>,
         commit_timeout: Duration,
     ) -> Self {
         Self {
             pool,
             redis,
             catalog: Catalog::default(),
+            board: SoldOutBoard::default(),
             limiter,
+            metrics,
             commit_timeout,
         }
     }
 
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    pub async fn reload_catalog(&self) -> anyhow::Result<()> {
+        self.catalog.reload(&self.pool).await
     }
 
     /// Loads the catalog and puts every unended item's stock into Redis where it is
@@ -94,15 +112,16 @@ impl Sale {
         for item in self.catalog.unended(Utc::now()) {
             self.restore(&item).await?;
         }
-        Ok(())
+        self.refresh_sold_out().await
     }
 
-    /// Rebuilds an item's Redis state from Postgres where it is missing.
+    /// Rebuilds an item's Redis state from Postgres where it is missing (Redis lost its
+    /// data): stock = Postgres's remaining count, buyers = users holding an order.
     async fn restore(&self, item: &Item) -> anyhow::Result<()> {
         let current = postgres::item_remaining(&self.pool, item.id).await?;
         let buyers = postgres::buyers(&self.pool, item.id).await?;
         if self.redis.restore(item.id, current, &buyers).await? {
-            tracing::info!(item.id = %item.id, remaining = current, buyers = buyers.len(), "stock loaded into redis");
+            tracing::info!(item.id = %item.id, remaining = current, buyers = buyers.len(), "item state loaded into redis");
         }
         Ok(())
     }
@@ -152,28 +171,42 @@ impl Sale {
             SalePhase::Ended => return Err(SaleError::Ended),
             SalePhase::Open => {}
         }
+        if self.board.is_sold_out(item.id) {
+            return Err(SaleError::SoldOut);
+        }
         let admission = self.limiter.check(SECKILL_POLICY, None, caller).await?;
 
-        let mut reservation = self
+        let reservation = PendingReservation {
+            user,
+            order: Uuid::new_v4(),
+        };
+        let mut reserved = self
             .redis
-            .reserve(&item, user)
+            .reserve(&item, user, reservation.order)
             .await
             .map_err(SaleError::OrderFailed)?;
-        if reservation == Reservation::Missing {
+        if reserved == Reservation::Missing {
             tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
             self.restore(&item).await.map_err(SaleError::OrderFailed)?;
-            reservation = self
+            reserved = self
                 .redis
-                .reserve(&item, user)
+                .reserve(&item, user, reservation.order)
                 .await
                 .map_err(SaleError::OrderFailed)?;
         }
-        match reservation {
-            Reservation::Reserved { .. } => {}
+        match reserved {
+            Reservation::Reserved { remaining } => {
+                if remaining == 0 {
+                    self.announce(item.id, true).await;
+                }
+            }
             Reservation::NotStarted => return Err(SaleError::NotStarted),
             Reservation::Ended => return Err(SaleError::Ended),
             Reservation::AlreadyPurchased => return Err(SaleError::AlreadyPurchased),
-            Reservation::SoldOut => return Err(SaleError::SoldOut),
+            Reservation::SoldOut => {
+                self.announce(item.id, true).await;
+                return Err(SaleError::SoldOut);
+            }
             Reservation::Missing => {
                 return Err(SaleError::OrderFailed(anyhow::anyhow!(
                     "stock still missing after a rebuild"
@@ -181,18 +214,42 @@ impl Sale {
             }
         }
 
-        let order_id = Uuid::new_v4();
-        if let Err(e) = self.redis.record_success(item.id, user, order_id).await {
-            self.repair(&item, user, order_id, Undo::Release, false)
-                .await;
+        if let Err(e) = self
+            .redis
+            .record_success(item.id, user, reservation.order)
+            .await
+        {
+            self.repair(&item, reservation, Undo::Release).await;
             return Err(SaleError::OrderFailed(e));
         }
-        let order = self.commit(&item, user, order_id).await?;
+        if crash_point("sale::before_commit", user) {
+            return Err(SaleError::OrderFailed(anyhow::anyhow!(
+                "injected crash before the commit"
+            )));
+        }
+        let order = self.commit(&item, reservation).await?;
+        if crash_point("sale::after_commit", user) {
+            return Err(SaleError::OrderFailed(anyhow::anyhow!(
+                "injected crash after the commit"
+            )));
+        }
+        if let Err(e) = self.redis.settle(item.id, reservation).await {
+            // The order stands; the reconciler clears the pending record later.
+            tracing::warn!(item.id = %item.id, error = %format!("{e:#}"), "could not clear a pending reservation");
+        }
         Ok(Purchase { order, admission })
     }
 
     /// Step 5 and, when it does not succeed, the repair of Redis.
-    async fn commit(&self, item: &Item, user: UserId, order_id: Uuid) -> Result<Order, SaleError> {
+    async fn commit(
+        &self,
+        item: &Item,
+        reservation: PendingReservation,
+    ) -> Result<Order, SaleError> {
+        let PendingReservation {
+            user,
+            order: order_id,
+        } = reservation;
         let commit = postgres::commit_order(&self.pool, order_id, user, item.id);
         let outcome = match tokio::time::timeout(self.commit_timeout, commit).await {
             Ok(outcome) => outcome,
@@ -204,7 +261,7 @@ impl Sale {
         match outcome {
             Ok(order) => Ok(order),
             Err(CommitError::SoldOut) => {
-                self.repair(item, user, order_id, Undo::SoldOut, true).await;
+                self.repair(item, reservation, Undo::SoldOut).await;
                 Err(SaleError::SoldOut)
             }
             Err(CommitError::AlreadyPurchased) => {
@@ -213,29 +270,23 @@ impl Sale {
                     .ok()
                     .flatten()
                     .map(|o| o.id);
-                self.repair(
-                    item,
-                    user,
-                    order_id,
-                    Undo::KeepBuyer { existing_order },
-                    true,
-                )
-                .await;
+                self.repair(item, reservation, Undo::KeepBuyer { existing_order })
+                    .await;
                 Err(SaleError::AlreadyPurchased)
             }
             Err(CommitError::Failed(e)) => {
-                self.repair(item, user, order_id, Undo::Release, true).await;
+                self.repair(item, reservation, Undo::Release).await;
                 Err(SaleError::OrderFailed(e))
             }
             Err(CommitError::Unknown(e)) => match postgres::order_by_id(&self.pool, order_id).await
             {
                 Ok(Some(order)) => Ok(order),
                 Ok(None) => {
-                    self.repair(item, user, order_id, Undo::Release, true).await;
+                    self.repair(item, reservation, Undo::Release).await;
                     Err(SaleError::OrderFailed(e))
                 }
-                // Cannot tell: leave Redis as it is (the reservation stands) rather than
-                // risk releasing a unit that was sold. Postgres still guards the stock.
+                // Cannot tell: the reservation stays pending and the reconciler decides
+                // once Postgres answers again. Postgres still guards the stock.
                 Err(lookup) => Err(SaleError::OrderFailed(
                     e.context(format!("order lookup failed too: {lookup:#}")),
                 )),
@@ -243,20 +294,66 @@ impl Sale {
         }
     }
 
-    async fn repair(
-        &self,
-        item: &Item,
-        user: UserId,
-        order_id: Uuid,
-        how: Undo,
-        pipeline_ran: bool,
-    ) {
-        if let Err(e) = self
-            .redis
-            .undo(item.id, user, order_id, how, pipeline_ran)
-            .await
-        {
-            tracing::error!(item.id = %item.id, user.id = %user, error = %format!("{e:#}"), "could not repair redis after a failed order");
+    /// Undoes a reservation and tells every instance when stock came back.
+    async fn repair(&self, item: &Item, reservation: PendingReservation, how: Undo) {
+        match self.redis.undo(item.id, reservation, how).await {
+            Ok(true) => self.announce(item.id, how == Undo::SoldOut).await,
+            Ok(false) => {} // already settled elsewhere
+            Err(e) => tracing::error!(
+                item.id = %item.id, user.id = %reservation.user, error = %format!("{e:#}"),
+                "could not repair redis after a failed order; the reconciler will"
+            ),
         }
     }
+
+    /// Records a sold-out change here and publishes it to the other instances.
+    async fn announce(&self, item: ItemId, sold_out: bool) {
+        self.note_sold_out(item, sold_out);
+        let channel = sold_out::channel(self.redis.store().prefix());
+        let mut publish = ::redis::cmd("PUBLISH");
+        publish.arg(channel).arg(sold_out::message(item, sold_out));
+        self.metrics.redis_call(RedisPurpose::Other);
+        let mut conn = self.redis.store().conn();
+        if let Err(e) = publish.query_async::<i64>(&mut conn).await {
+            tracing::warn!(item.id = %item, error = %e, "could not publish a sold-out change");
+        }
+    }
+
+    /// Applies a sold-out change learned from anywhere (this instance, pub/sub, the
+    /// periodic check).
+    pub fn note_sold_out(&self, item: ItemId, sold_out: bool) {
+        if self.board.set(item, sold_out) {
+            tracing::info!(item.id = %item, sold_out, "sold-out state changed");
+            self.metrics.sold_out_items.set(self.board.len() as i64);
+        }
+    }
+
+    /// The safety net under pub/sub: one MGET of every unended item's stock.
+    pub async fn refresh_sold_out(&self) -> anyhow::Result<()> {
+        let items = self.catalog.unended(Utc::now());
+        let ids: Vec<_> = items.iter().map(|i| i.id).collect();
+        for (id, stock) in ids.iter().zip(self.redis.remaining(&ids).await?) {
+            if let Some(stock) = stock {
+                self.note_sold_out(*id, stock <= 0);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A fault-injection point: with the `failpoints` feature a test configures `point` as
+/// `return(<user id>)`, and that user's purchase stops here as if the process had died
+/// (no repair, no cleanup). Without the feature this is a constant `false`.
+#[cfg(feature = "failpoints")]
+fn crash_point(point: &str, user: UserId) -> bool {
+    fail::eval(point, |target| {
+        target.as_deref() == Some(user.to_string().as_str())
+    })
+    .unwrap_or(false)
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn crash_point(_point: &str, _user: UserId) -> bool {
+    false
 }

@@ -103,6 +103,23 @@ pub async fn item_remaining(pool: &PgPool, item: ItemId) -> anyhow::Result<i32> 
     .await?)
 }
 
+/// Orders of `item`, and how many of `among` are among them.
+pub async fn order_counts(
+    pool: &PgPool,
+    item: ItemId,
+    among: &[Uuid],
+) -> anyhow::Result<(i64, i64)> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "orders!", count(*) FILTER (WHERE id = ANY($2)) AS "among!"
+           FROM orders WHERE item_id = $1"#,
+        item.get(),
+        among
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.orders, row.among))
+}
+
 pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(
         sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM items"#)

@@ -44,6 +44,30 @@ impl ItemKeys {
     pub fn orders(&self) -> String {
         format!("{}:orders", self.base)
     }
+    pub fn pending(&self) -> String {
+        format!("{}:pending", self.base)
+    }
+}
+
+/// A reservation waiting for its order commit, as recorded in the pending set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingReservation {
+    pub user: UserId,
+    pub order: Uuid,
+}
+
+impl PendingReservation {
+    fn member(&self) -> String {
+        format!("{}:{}", self.user, self.order)
+    }
+
+    fn parse(member: &str) -> Option<Self> {
+        let (user, order) = member.split_once(':')?;
+        Some(Self {
+            user: user.parse().ok()?,
+            order: order.parse().ok()?,
+        })
+    }
 }
 
 /// The answer of `lua/reserve_stock.lua`.
@@ -72,19 +96,33 @@ pub struct SaleRedis {
     redis: RedisStore,
     reserve: Script,
     undo: Script,
+    set_stock_if: Script,
     metrics: Arc<Metrics>,
     timeout: Duration,
+    /// How long a reservation may stay pending before the reconciler looks at it.
+    pending_ms: u64,
 }
 
 impl SaleRedis {
-    pub fn new(redis: RedisStore, metrics: Arc<Metrics>, timeout: Duration) -> Self {
+    pub fn new(
+        redis: RedisStore,
+        metrics: Arc<Metrics>,
+        timeout: Duration,
+        pending: Duration,
+    ) -> Self {
         Self {
             redis,
             reserve: Script::new(include_str!("../../lua/reserve_stock.lua")),
             undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
+            set_stock_if: Script::new(include_str!("../../lua/set_stock_if.lua")),
             metrics,
             timeout,
+            pending_ms: pending.as_millis() as u64,
         }
+    }
+
+    pub fn store(&self) -> &RedisStore {
+        &self.redis
     }
 
     pub fn keys(&self, item: ItemId) -> ItemKeys {
@@ -115,16 +153,24 @@ impl SaleRedis {
         result
     }
 
-    pub async fn reserve(&self, item: &Item, user: UserId) -> anyhow::Result<Reservation> {
+    pub async fn reserve(
+        &self,
+        item: &Item,
+        user: UserId,
+        order: Uuid,
+    ) -> anyhow::Result<Reservation> {
         let keys = self.keys(item.id);
         let mut conn = self.redis.conn();
         let mut invocation = self.reserve.prepare_invoke();
         invocation
             .key(keys.stock())
             .key(keys.buyers())
+            .key(keys.pending())
             .arg(user.get())
             .arg(item.starts_at.timestamp_millis())
-            .arg(item.ends_at.timestamp_millis());
+            .arg(item.ends_at.timestamp_millis())
+            .arg(order.to_string())
+            .arg(self.pending_ms);
         let (status, remaining): (i64, i64) = self
             .call(
                 RedisPurpose::Reservation,
@@ -169,14 +215,14 @@ impl SaleRedis {
         .await
     }
 
+    /// Undoes a reservation that will have no order (see `lua/undo_reservation.lua`).
+    /// Returns false when it was no longer pending: someone else settled it first.
     pub async fn undo(
         &self,
         item: ItemId,
-        user: UserId,
-        order: Uuid,
+        reservation: PendingReservation,
         how: Undo,
-        pipeline_ran: bool,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
         let keys = self.keys(item);
         let (mode, existing) = match how {
             Undo::Release => ("release", None),
@@ -188,21 +234,120 @@ impl SaleRedis {
             .key(keys.stock())
             .key(keys.buyers())
             .key(keys.success())
-            .key(keys.marker(user))
+            .key(keys.marker(reservation.user))
             .key(keys.orders())
-            .arg(user.get())
-            .arg(order.to_string())
+            .key(keys.pending())
+            .arg(reservation.user.get())
+            .arg(reservation.order.to_string())
             .arg(mode)
-            .arg(if pipeline_ran { "1" } else { "0" })
             .arg(existing.map(|o| o.to_string()).unwrap_or_default());
         let mut conn = self.redis.conn();
+        let undone: i64 = self
+            .call(
+                RedisPurpose::Other,
+                "undo reservation",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(undone == 1)
+    }
+
+    /// The order is committed: the reservation is no longer pending.
+    pub async fn settle(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+    ) -> anyhow::Result<()> {
+        let mut conn = self.redis.conn();
+        let zrem = redis::cmd("ZREM")
+            .arg(self.keys(item).pending())
+            .arg(reservation.member())
+            .to_owned();
         self.call(
-            RedisPurpose::Other,
-            "undo reservation",
-            invocation.invoke_async::<i64>(&mut conn),
+            RedisPurpose::Reservation,
+            "settle reservation",
+            zrem.query_async::<i64>(&mut conn),
         )
         .await
         .map(drop)
+    }
+
+    /// Reservations of `item` pending past their deadline (on the Redis clock).
+    pub async fn overdue(&self, item: ItemId) -> anyhow::Result<Vec<PendingReservation>> {
+        let mut conn = self.redis.conn();
+        let (secs, micros): (u64, u64) = self
+            .call(
+                RedisPurpose::Other,
+                "time",
+                redis::cmd("TIME").query_async(&mut conn),
+            )
+            .await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let members: Vec<String> = self
+            .call(
+                RedisPurpose::Other,
+                "overdue reservations",
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(self.keys(item).pending())
+                    .arg("-inf")
+                    .arg(now_ms)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(members
+            .iter()
+            .filter_map(|m| PendingReservation::parse(m))
+            .collect())
+    }
+
+    /// Stock counter and pending reservations, read atomically.
+    pub async fn stock_and_pending(
+        &self,
+        item: ItemId,
+    ) -> anyhow::Result<(Option<i64>, Vec<PendingReservation>)> {
+        let keys = self.keys(item);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .get(keys.stock())
+            .zrange(keys.pending(), 0, -1);
+        let mut conn = self.redis.conn();
+        let (stock, members): (Option<i64>, Vec<String>) = self
+            .call(
+                RedisPurpose::Other,
+                "stock snapshot",
+                pipe.query_async(&mut conn),
+            )
+            .await?;
+        Ok((
+            stock,
+            members
+                .iter()
+                .filter_map(|m| PendingReservation::parse(m))
+                .collect(),
+        ))
+    }
+
+    /// Sets the stock counter to `new` only if it still holds `expected`.
+    pub async fn set_stock_if(
+        &self,
+        item: ItemId,
+        expected: i64,
+        new: i64,
+    ) -> anyhow::Result<bool> {
+        let mut invocation = self.set_stock_if.prepare_invoke();
+        invocation
+            .key(self.keys(item).stock())
+            .arg(expected)
+            .arg(new);
+        let mut conn = self.redis.conn();
+        let set: i64 = self
+            .call(
+                RedisPurpose::Other,
+                "repair stock",
+                invocation.invoke_async(&mut conn),
+            )
+            .await?;
+        Ok(set == 1)
     }
 
     /// Puts an item's stock and buyers into Redis where they are missing, from

@@ -1,0 +1,131 @@
+//! Makes Redis agree with Postgres after crashes and losses.
+//!
+//! Every `reconcile_interval` one instance (whoever takes the Redis lock
+//! `<prefix>:reconciler:lock`, which expires with the interval) goes through the items
+//! whose sale is open or ended less than an hour ago:
+//! - each reservation pending past its deadline is looked up in Postgres: its order
+//!   exists → the record is cleared (`settled`); it does not → the reservation is undone,
+//!   stock back, buyer mark and pipeline writes removed (`released`);
+//! - for each unended item, Redis stock + pending reservations not yet committed +
+//!   Postgres orders must equal the total stock. A difference is logged, counted
+//!   (`drift`) and repaired with a compare-and-set, so a purchase racing the check wins
+//!   and the repair waits for the next round;
+//! - a missing stock counter (Redis restarted without data) is rebuilt from Postgres
+//!   (`rebuilt`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::item::Item;
+use super::postgres;
+use super::redis::Undo;
+use super::Sale;
+use crate::metrics::RedisPurpose;
+
+/// How long after its end an item is still reconciled (late commits, crashed requests).
+const GRACE: chrono::Duration = chrono::Duration::hours(1);
+
+/// Runs at start-up and then every `interval`, forever.
+pub async fn run(sale: Arc<Sale>, interval: Duration, instance: String) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sale.lead_reconciliation(interval, &instance).await {
+            Ok(true) => {
+                if let Err(e) = sale.reconcile().await {
+                    tracing::warn!(error = %format!("{e:#}"), "reconciliation failed");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "reconciler lock unavailable"),
+        }
+    }
+}
+
+impl Sale {
+    /// Takes the reconciler lock for one interval; false when another instance holds it.
+    async fn lead_reconciliation(
+        &self,
+        interval: Duration,
+        instance: &str,
+    ) -> anyhow::Result<bool> {
+        let store = self.redis.store();
+        let mut lock = ::redis::cmd("SET");
+        lock.arg(format!("{}:reconciler:lock", store.prefix()))
+            .arg(instance)
+            .arg("NX")
+            .arg("PX")
+            .arg(interval.as_millis().max(1) as u64);
+        self.metrics.redis_call(RedisPurpose::Other);
+        let mut conn = store.conn();
+        let taken: Option<String> = lock.query_async(&mut conn).await?;
+        Ok(taken.is_some())
+    }
+
+    /// One round over every recent item.
+    pub async fn reconcile(&self) -> anyhow::Result<()> {
+        self.catalog.reload(&self.pool).await?;
+        let now = Utc::now();
+        for item in self.catalog.unended(now - GRACE) {
+            self.settle_overdue(&item).await?;
+            if item.ends_at > now {
+                self.check_drift(&item).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn settle_overdue(&self, item: &Item) -> anyhow::Result<()> {
+        for reservation in self.redis.overdue(item.id).await? {
+            if postgres::order_by_id(&self.pool, reservation.order)
+                .await?
+                .is_some()
+            {
+                self.redis.settle(item.id, reservation).await?;
+                self.metrics
+                    .reconciler_repairs
+                    .with_label_values(&["settled"])
+                    .inc();
+                tracing::info!(item.id = %item.id, user.id = %reservation.user, "pending reservation had its order: settled");
+            } else if self.redis.undo(item.id, reservation, Undo::Release).await? {
+                self.metrics
+                    .reconciler_repairs
+                    .with_label_values(&["released"])
+                    .inc();
+                tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
+                self.announce(item.id, false).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
+        let (stock, pending) = self.redis.stock_and_pending(item.id).await?;
+        let Some(stock) = stock else {
+            self.restore(item).await?;
+            self.metrics
+                .reconciler_repairs
+                .with_label_values(&["rebuilt"])
+                .inc();
+            tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
+            return Ok(());
+        };
+        let pending_orders: Vec<_> = pending.iter().map(|r| r.order).collect();
+        let (orders, committed_pending) =
+            postgres::order_counts(&self.pool, item.id, &pending_orders).await?;
+        let uncommitted = pending.len() as i64 - committed_pending;
+        let expected = i64::from(item.total_stock) - orders - uncommitted;
+        if stock != expected && self.redis.set_stock_if(item.id, stock, expected).await? {
+            self.metrics
+                .reconciler_repairs
+                .with_label_values(&["drift"])
+                .inc();
+            tracing::warn!(item.id = %item.id, redis = stock, expected, orders, uncommitted, "stock drift repaired");
+            self.announce(item.id, expected <= 0).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! The sold-out fast path.
+//!
+//! Most of a flash sale's traffic arrives after the stock is gone. Every instance keeps
+//! the set of sold-out items in memory and answers 409 `SOLD_OUT` from it, before the
+//! limiter and without any Redis call. Instances learn of a change through Redis
+//! pub/sub (channel `<prefix>:sold-out`, payload `<item id>:0` for sold out and
+//! `<item id>:1` for back in stock) and, as a safety net against a lost message, from
+//! a periodic read of the stock counters.
+
+use std::collections::HashSet;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use secrecy::ExposeSecret;
+
+use super::item::ItemId;
+
+#[derive(Default)]
+pub struct SoldOutBoard {
+    items: RwLock<HashSet<ItemId>>,
+}
+
+impl SoldOutBoard {
+    pub fn is_sold_out(&self, item: ItemId) -> bool {
+        // A poisoned lock only means a writer panicked mid-insert; the set is still usable.
+        self.items
+            .read()
+            .map(|s| s.contains(&item))
+            .unwrap_or_else(|p| p.into_inner().contains(&item))
+    }
+
+    /// Records what is known; returns whether that changed anything here.
+    pub fn set(&self, item: ItemId, sold_out: bool) -> bool {
+        let mut items = self.items.write().unwrap_or_else(|p| p.into_inner());
+        if sold_out {
+            items.insert(item)
+        } else {
+            items.remove(&item)
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.read().map(|s| s.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub fn channel(prefix: &str) -> String {
+    format!("{prefix}:sold-out")
+}
+
+pub fn message(item: ItemId, sold_out: bool) -> String {
+    format!("{item}:{}", if sold_out { 0 } else { 1 })
+}
+
+fn parse(payload: &str) -> Option<(ItemId, bool)> {
+    let (item, flag) = payload.split_once(':')?;
+    let item = ItemId::try_from(item.parse::<i64>().ok()?).ok()?;
+    match flag {
+        "0" => Some((item, true)),
+        "1" => Some((item, false)),
+        _ => None,
+    }
+}
+
+/// Follows the channel forever, reconnecting after a second when Redis goes away.
+pub async fn listen(
+    redis_url: secrecy::SecretString,
+    prefix: String,
+    apply: impl Fn(ItemId, bool),
+) {
+    let channel = channel(&prefix);
+    loop {
+        if let Err(e) = follow(redis_url.expose_secret(), &channel, &apply).await {
+            tracing::warn!(error = %format!("{e:#}"), "sold-out channel lost, resubscribing");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn follow(url: &str, channel: &str, apply: &impl Fn(ItemId, bool)) -> anyhow::Result<()> {
+    let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    let mut messages = pubsub.on_message();
+    while let Some(msg) = messages.next().await {
+        let payload: String = msg.get_payload()?;
+        match parse(&payload) {
+            Some((item, sold_out)) => apply(item, sold_out),
+            None => tracing::warn!(payload, "ignoring a malformed sold-out message"),
+        }
+    }
+    anyhow::bail!("subscription ended")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_ignored() {
+        let item = ItemId::try_from(42).unwrap();
+        assert_eq!(parse(&message(item, true)), Some((item, true)));
+        assert_eq!(parse(&message(item, false)), Some((item, false)));
+        for bad in ["", "42", "x:0", "42:2", "0:1", "-1:0"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_board_remembers_and_forgets() {
+        let board = SoldOutBoard::default();
+        let item = ItemId::try_from(1).unwrap();
+        assert!(!board.is_sold_out(item));
+        assert!(board.set(item, true));
+        assert!(!board.set(item, true), "no change the second time");
+        assert!(board.is_sold_out(item));
+        assert!(board.set(item, false));
+        assert!(!board.is_sold_out(item));
+    }
+}
