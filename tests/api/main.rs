@@ -2,7 +2,9 @@
 //! application on a random port against the real Redis and Postgres that
 //! `scripts/services.sh` runs, with its own database and its own Redis key prefix.
 
+mod chaos;
 mod errors;
+mod hardening;
 mod health;
 mod helpers;
 mod identity;

@@ -1,0 +1,342 @@
+//! The sale under retries, stampedes, crashes and a Redis that lost its data.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::helpers::{
+    eventually, json, spawn_app_from, spawn_app_with, test_settings, OwnRedis, TestApp,
+};
+
+async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {
+    app.client
+        .post(app.url("/seckill"))
+        .bearer_auth(token)
+        .header("X-Forwarded-For", "10.20.0.1")
+        .header("Idempotency-Key", key)
+        .json(&serde_json::json!({ "itemId": item }))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn redis_int(app: &TestApp, cmd: &str, key: &str) -> Option<i64> {
+    let mut conn = app.redis().await;
+    redis::cmd(cmd)
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+async fn orders_of_item(db: &PgPool, item: i64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
+        .bind(item)
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+/// A quick reconciler: deadlines and periods short enough for a test to watch.
+fn fast_reconciler(s: &mut seckill::configuration::Settings) {
+    s.order_commit_timeout_ms = 300;
+    s.reservation_deadline_ms = 400;
+    s.reconcile_interval_ms = 200;
+}
+
+#[sqlx::test]
+async fn twenty_concurrent_requests_with_one_key_make_one_order_and_one_charge(db: PgPool) {
+    let app = spawn_app_with(&db, |_| {}).await;
+    let item = app.open_item(10).await;
+    let token = app.token_for(31).await;
+    let responses = futures_util::future::join_all(
+        (0..20).map(|_| purchase_with_key(&app, &token, item, "buy-once")),
+    )
+    .await;
+    let mut answers = Vec::new();
+    for response in responses {
+        answers.push((response.status().as_u16(), response.text().await.unwrap()));
+    }
+    let successes: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status == 200)
+        .collect();
+    assert!(!successes.is_empty(), "{answers:?}");
+    assert!(
+        successes.iter().all(|(_, body)| body == &successes[0].1),
+        "every 200 is the stored answer"
+    );
+    for (status, body) in &answers {
+        if *status != 200 {
+            assert_eq!(*status, 409, "{body}");
+            assert!(body.contains("IDEMPOTENCY_IN_PROGRESS"), "{body}");
+        }
+    }
+    assert_eq!(orders_of_item(&db, item).await, 1);
+    let charges = app
+        .metric_sum(
+            r#"seckill_limiter_decisions_total{dimension="user",outcome="pass",policy="seckill"}"#,
+        )
+        .await;
+    assert_eq!(charges, 1.0, "one limiter charge");
+
+    let replay = purchase_with_key(&app, &token, item, "buy-once").await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(
+        replay.text().await.unwrap(),
+        successes[0].1,
+        "the replay is identical"
+    );
+
+    let other_item = app.open_item(10).await;
+    let mismatch = purchase_with_key(&app, &token, other_item, "buy-once").await;
+    assert_eq!(mismatch.status(), 422);
+    assert_eq!(json(mismatch).await["code"], "IDEMPOTENCY_MISMATCH");
+    let invalid = purchase_with_key(&app, &token, item, "not a key!").await;
+    assert_eq!(invalid.status(), 400);
+    assert_eq!(json(invalid).await["field"], "Idempotency-Key");
+}
+
+#[sqlx::test]
+async fn refusals_worth_retrying_free_the_key(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("seckill").unwrap().rules[1].threshold = 1;
+    })
+    .await;
+    let (first, second) = (app.open_item(10).await, app.open_item(10).await);
+    let token = app.token_for(32).await;
+    assert_eq!(
+        purchase_with_key(&app, &token, first, "k1").await.status(),
+        200
+    );
+    // 429 is not stored: the same key may be retried later and is not "in progress".
+    assert_eq!(
+        purchase_with_key(&app, &token, second, "k2").await.status(),
+        429
+    );
+    let again = purchase_with_key(&app, &token, second, "k2").await;
+    assert_eq!(
+        again.status(),
+        429,
+        "retried for real, not replayed or in progress"
+    );
+}
+
+#[sqlx::test]
+async fn after_sell_out_both_instances_answer_from_memory_without_redis(db: PgPool) {
+    let first = spawn_app_with(&db, |_| {}).await;
+    let second = spawn_app_from(first.settings.clone()).await;
+    let item = first.open_item(2).await;
+    for user in [41, 42] {
+        let token = first.token_for(user).await;
+        assert_eq!(
+            first
+                .post_seckill(&token, item, &format!("10.21.0.{user}"))
+                .await
+                .status(),
+            200
+        );
+    }
+    for app in [&first, &second] {
+        eventually(
+            "the instance knows the item and that it is sold out",
+            Duration::from_secs(10),
+            || async {
+                let listed = json(app.get("/api/items").await).await["items"]
+                    .as_array()?
+                    .len()
+                    == 1;
+                (listed && app.metric_sum("seckill_sold_out_items").await == 1.0).then_some(())
+            },
+        )
+        .await;
+    }
+    let mut before = Vec::new();
+    for app in [&first, &second] {
+        before.push((
+            app.metric_sum(r#"seckill_redis_calls_total{purpose="limiter"}"#)
+                .await,
+            app.metric_sum(r#"seckill_redis_calls_total{purpose="reservation"}"#)
+                .await,
+        ));
+    }
+    let token = first.token_for(43).await;
+    let requests = (0..1000).map(|i| {
+        let app = if i % 2 == 0 { &first } else { &second };
+        app.post_seckill(&token, item, "10.21.1.1")
+    });
+    let mut codes: HashMap<String, usize> = HashMap::new();
+    for response in futures_util::future::join_all(requests).await {
+        let status = response.status().as_u16();
+        let code = json(response).await["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        *codes.entry(format!("{status} {code}")).or_default() += 1;
+    }
+    assert_eq!(codes, HashMap::from([("409 SOLD_OUT".to_string(), 1000)]));
+    for (app, before) in [&first, &second].into_iter().zip(before) {
+        let after = (
+            app.metric_sum(r#"seckill_redis_calls_total{purpose="limiter"}"#)
+                .await,
+            app.metric_sum(r#"seckill_redis_calls_total{purpose="reservation"}"#)
+                .await,
+        );
+        assert_eq!(after, before, "no limiter and no reservation call");
+    }
+}
+
+#[sqlx::test]
+async fn a_crash_between_reservation_and_commit_is_undone_by_the_reconciler(db: PgPool) {
+    let app = spawn_app_with(&db, fast_reconciler).await;
+    let second = spawn_app_from(app.settings.clone()).await;
+    let item = app.open_item(1).await;
+    let user = 880_001;
+    let token = app.token_for(user).await;
+
+    fail::cfg("sale::before_commit", &format!("return({user})")).unwrap();
+    let crashed = app.post_seckill(&token, item, "10.22.0.1").await;
+    fail::remove("sale::before_commit");
+    assert_eq!(crashed.status(), 503);
+    assert_eq!(
+        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        Some(0),
+        "the unit is reserved"
+    );
+    for instance in [&app, &second] {
+        eventually(
+            "the last unit reserved: sold out everywhere",
+            Duration::from_secs(10),
+            || async { (instance.metric_sum("seckill_sold_out_items").await == 1.0).then_some(()) },
+        )
+        .await;
+    }
+
+    let (_, took) = eventually(
+        "the reconciler gives the unit back",
+        Duration::from_secs(10),
+        || async {
+            (redis_int(&app, "GET", &app.item_key(item, "stock")).await == Some(1)).then_some(())
+        },
+    )
+    .await;
+    println!("abandoned reservation released after {took:?}");
+    assert_eq!(
+        redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await,
+        Some(0)
+    );
+    assert_eq!(
+        redis_int(&app, "GET", &app.item_key(item, "success")).await,
+        Some(0)
+    );
+    for instance in [&app, &second] {
+        eventually(
+            "stock is back: the sold-out flag is lifted everywhere",
+            Duration::from_secs(10),
+            || async { (instance.metric_sum("seckill_sold_out_items").await == 0.0).then_some(()) },
+        )
+        .await;
+    }
+    assert_eq!(
+        app.post_seckill(&token, item, "10.22.0.1").await.status(),
+        200,
+        "the user can buy again"
+    );
+    assert_eq!(orders_of_item(&db, item).await, 1);
+}
+
+#[sqlx::test]
+async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
+    let app = spawn_app_with(&db, fast_reconciler).await;
+    let item = app.open_item(5).await;
+    let user = 880_002;
+    let token = app.token_for(user).await;
+
+    fail::cfg("sale::after_commit", &format!("return({user})")).unwrap();
+    let crashed = app.post_seckill(&token, item, "10.23.0.1").await;
+    fail::remove("sale::after_commit");
+    assert_eq!(crashed.status(), 503, "the client never heard of its order");
+    assert_eq!(orders_of_item(&db, item).await, 1, "but the order stands");
+
+    eventually(
+        "the reconciler settles the pending reservation",
+        Duration::from_secs(10),
+        || async {
+            (redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await == Some(0))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        Some(4)
+    );
+    assert_eq!(
+        redis_int(&app, "GET", &app.item_key(item, "success")).await,
+        Some(1)
+    );
+    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
+        .bind(item)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(remaining, 4);
+    let again = app.post_seckill(&token, item, "10.23.0.1").await;
+    assert_eq!(json(again).await["code"], "ALREADY_PURCHASED");
+}
+
+#[sqlx::test]
+async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPool) {
+    let redis = OwnRedis::start().await;
+    let mut settings = test_settings(&db);
+    settings.redis_url = redis.url().into();
+    let app = spawn_app_from(settings).await;
+    let item = app.open_item(3).await;
+    let mut tokens = Vec::new();
+    for user in 51..=55 {
+        tokens.push((user, app.token_for(user).await));
+    }
+    for (user, token) in &tokens[..2] {
+        assert_eq!(
+            app.post_seckill(token, item, &format!("10.24.0.{user}"))
+                .await
+                .status(),
+            200
+        );
+    }
+
+    let mut conn = app.redis().await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+
+    // Earlier buyers are remembered from Postgres; the one unit left sells once.
+    let (user, token) = &tokens[0];
+    let again = app
+        .post_seckill(token, item, &format!("10.24.0.{user}"))
+        .await;
+    assert_eq!(json(again).await["code"], "ALREADY_PURCHASED");
+    let mut statuses = Vec::new();
+    for (user, token) in &tokens[2..] {
+        statuses.push(
+            app.post_seckill(token, item, &format!("10.24.0.{user}"))
+                .await
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 409, 409]);
+    assert_eq!(
+        orders_of_item(&db, item).await,
+        3,
+        "never more orders than stock"
+    );
+    let per_user: i64 = sqlx::query_scalar("SELECT count(*) FROM (SELECT user_id FROM orders GROUP BY user_id, item_id HAVING count(*) > 1) d")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(per_user, 0, "nobody holds two orders of one item");
+    assert_eq!(
+        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        Some(0)
+    );
+}
