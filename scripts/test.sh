@@ -8,4 +8,4 @@ eval "$(scripts/services.sh up)"
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 
 # `failpoints` compiles in the fault-injection points the crash tests use.
-cargo test --locked --all-targets --no-fail-fast --features failpoints
+cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints

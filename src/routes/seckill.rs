@@ -111,15 +111,27 @@ pub async fn purchase(
     Ok(head.set_body(bytes).map_into_boxed_body())
 }
 
+/// The purchase's answer, success or refusal, with the limiter's headers whenever the
+/// limiter admitted the request.
 async fn purchase_response(
     sale: &Sale,
     caller: &Caller<'_>,
     item_id: ItemId,
 ) -> Result<HttpResponse, ApiError> {
     let user = caller.user.ok_or(ApiError::Unauthenticated)?;
-    let purchase = sale.purchase(user, item_id, caller).await?;
-    let mut response = HttpResponse::Ok().json(OrderBody::from(&purchase.order));
-    purchase.admission.write_headers(response.headers_mut());
+    let (mut response, admission) = match sale.purchase(user, item_id, caller).await {
+        Ok(purchase) => (
+            HttpResponse::Ok().json(OrderBody::from(&purchase.order)),
+            Some(purchase.admission),
+        ),
+        Err(failure) => (
+            ApiError::from(failure.error).error_response(),
+            failure.admission,
+        ),
+    };
+    if let Some(admission) = admission {
+        admission.write_headers(response.headers_mut());
+    }
     Ok(response)
 }
 

@@ -68,6 +68,31 @@ pub struct Purchase {
     pub admission: Admission,
 }
 
+/// A purchase that made no order. Refusals after the limiter keep its admission, so the
+/// answer still carries the quota headers: a client (and the load generator's checker)
+/// can tell "the limiter let me through, the stock did not" from "refused before the
+/// limiter".
+#[derive(Debug)]
+pub struct PurchaseFailure {
+    pub error: SaleError,
+    pub admission: Option<Admission>,
+}
+
+impl From<SaleError> for PurchaseFailure {
+    fn from(error: SaleError) -> Self {
+        Self {
+            error,
+            admission: None,
+        }
+    }
+}
+
+impl From<Rejection> for PurchaseFailure {
+    fn from(rejection: Rejection) -> Self {
+        SaleError::from(rejection).into()
+    }
+}
+
 pub struct Sale {
     pool: PgPool,
     redis: SaleRedis,
@@ -164,33 +189,43 @@ impl Sale {
         user: UserId,
         item_id: ItemId,
         caller: &Caller<'_>,
-    ) -> Result<Purchase, SaleError> {
+    ) -> Result<Purchase, PurchaseFailure> {
         let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
         match item.phase(Utc::now()) {
-            SalePhase::NotStarted => return Err(SaleError::NotStarted),
-            SalePhase::Ended => return Err(SaleError::Ended),
+            SalePhase::NotStarted => return Err(SaleError::NotStarted.into()),
+            SalePhase::Ended => return Err(SaleError::Ended.into()),
             SalePhase::Open => {}
         }
         if self.board.is_sold_out(item.id) {
-            return Err(SaleError::SoldOut);
+            return Err(SaleError::SoldOut.into());
         }
         let admission = self.limiter.check(SECKILL_POLICY, None, caller).await?;
+        match self.reserve_and_order(&item, user).await {
+            Ok(order) => Ok(Purchase { order, admission }),
+            Err(error) => Err(PurchaseFailure {
+                error,
+                admission: Some(admission),
+            }),
+        }
+    }
 
+    /// Steps 3 to 6, once the limiter has admitted the request.
+    async fn reserve_and_order(&self, item: &Item, user: UserId) -> Result<Order, SaleError> {
         let reservation = PendingReservation {
             user,
             order: Uuid::new_v4(),
         };
         let mut reserved = self
             .redis
-            .reserve(&item, user, reservation.order)
+            .reserve(item, user, reservation.order)
             .await
             .map_err(SaleError::OrderFailed)?;
         if reserved == Reservation::Missing {
             tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
-            self.restore(&item).await.map_err(SaleError::OrderFailed)?;
+            self.restore(item).await.map_err(SaleError::OrderFailed)?;
             reserved = self
                 .redis
-                .reserve(&item, user, reservation.order)
+                .reserve(item, user, reservation.order)
                 .await
                 .map_err(SaleError::OrderFailed)?;
         }
@@ -219,7 +254,7 @@ impl Sale {
             .record_success(item.id, user, reservation.order)
             .await
         {
-            self.repair(&item, reservation, Undo::Release).await;
+            self.repair(item, reservation, Undo::Release).await;
             return Err(SaleError::OrderFailed(e));
         }
         if crash_point("sale::before_commit", user) {
@@ -227,7 +262,7 @@ impl Sale {
                 "injected crash before the commit"
             )));
         }
-        let order = self.commit(&item, reservation).await?;
+        let order = self.commit(item, reservation).await?;
         if crash_point("sale::after_commit", user) {
             return Err(SaleError::OrderFailed(anyhow::anyhow!(
                 "injected crash after the commit"
@@ -237,7 +272,7 @@ impl Sale {
             // The order stands; the reconciler clears the pending record later.
             tracing::warn!(item.id = %item.id, error = %format!("{e:#}"), "could not clear a pending reservation");
         }
-        Ok(Purchase { order, admission })
+        Ok(order)
     }
 
     /// Step 5 and, when it does not succeed, the repair of Redis.

@@ -11,4 +11,5 @@ mod identity;
 mod limiter_engine;
 mod limiter_http;
 mod limiter_model;
+mod loadgen;
 mod sale;

@@ -1,0 +1,736 @@
+//! loadgen: drives `POST /seckill` at one or more seckill instances and then proves,
+//! from its own ledger and from the stores, that the limits and the stock held.
+//!
+//! Every request's send and receive instants are kept. A limiter breach is reported
+//! only when it is certain: `limit + 1` admissions of one key whose first send and last
+//! receive lie less than one window apart were necessarily decided inside one window.
+//! "Admitted by the limiter" means an answer that is not a 429 and carries
+//! `X-RateLimit-Remaining`; answers given before the limiter (bad input, unknown item,
+//! the sold-out fast path) carry no such header and do not count.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use serde::Serialize;
+
+/// One limit the checker expects the service to enforce.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub count: u64,
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub user: Limit,
+    pub ip: Limit,
+    pub api: Limit,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            user: Limit {
+                count: 3,
+                window: Duration::from_secs(60),
+            },
+            ip: Limit {
+                count: 5,
+                window: Duration::from_secs(60),
+            },
+            api: Limit {
+                count: 1000,
+                window: Duration::from_secs(1),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Load {
+    /// Open model: this many requests per second, whatever the answers take.
+    Rate(f64),
+    /// Closed model: this many requests in flight at all times.
+    Concurrency(usize),
+}
+
+#[derive(Debug, Clone)]
+pub enum ItemChoice {
+    Existing(i64),
+    /// Create a fresh item with this stock through the admin API.
+    Create {
+        stock: i64,
+        admin_token: String,
+    },
+}
+
+/// Where to look after the run: Postgres and Redis of the instances under test.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    pub database_url: String,
+    pub redis_url: String,
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Base URLs, e.g. `http://127.0.0.1:8080`; requests go round-robin.
+    pub targets: Vec<String>,
+    pub item: ItemChoice,
+    pub users: u32,
+    /// User ids are `first_user .. first_user + users`.
+    pub first_user: i64,
+    /// Distinct client addresses (sent as `X-Forwarded-For`); user `i` uses address
+    /// `i % ips`.
+    pub ips: u32,
+    pub load: Load,
+    pub duration: Duration,
+    pub max_requests: Option<u64>,
+    pub limits: Limits,
+    pub stores: Option<Stores>,
+    pub progress: bool,
+}
+
+/// What happened to one request.
+#[derive(Debug, Clone)]
+struct Record {
+    user: i64,
+    ip: u32,
+    sent: Duration,
+    received: Duration,
+    /// 0 when no answer came back (connection error, timeout): the outcome is unknown.
+    status: u16,
+    code: Option<String>,
+    dimension: Option<String>,
+    admitted: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub item_id: i64,
+    pub requests: u64,
+    pub seconds: f64,
+    pub requests_per_sec: f64,
+    pub latency: Latency,
+    pub by_status: BTreeMap<String, u64>,
+    pub by_dimension: BTreeMap<String, u64>,
+    pub by_code: BTreeMap<String, u64>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+
+    pub fn failed_checks(&self) -> Vec<&str> {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    pub fn count(&self, status: u16) -> u64 {
+        self.by_status
+            .get(&status.to_string())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn print(&self) {
+        println!(
+            "item {}: {} requests in {:.1} s = {:.0} req/s",
+            self.item_id, self.requests, self.seconds, self.requests_per_sec
+        );
+        println!(
+            "latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+            self.latency.p50_ms, self.latency.p90_ms, self.latency.p99_ms, self.latency.max_ms
+        );
+        println!("by status:    {}", line(&self.by_status));
+        println!("by dimension: {}", line(&self.by_dimension));
+        println!("by code:      {}", line(&self.by_code));
+        for check in &self.checks {
+            println!(
+                "[{}] {}: {}",
+                if check.passed { "ok" } else { "FAILED" },
+                check.name,
+                check.detail
+            );
+        }
+    }
+}
+
+fn line(map: &BTreeMap<String, u64>) -> String {
+    if map.is_empty() {
+        return "-".into();
+    }
+    map.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+fn ip_of(index: u32) -> String {
+    format!(
+        "10.{}.{}.{}",
+        100 + (index >> 16) % 100,
+        (index >> 8) & 0xff,
+        index & 0xff
+    )
+}
+
+pub async fn run(config: Config) -> anyhow::Result<Report> {
+    anyhow::ensure!(!config.targets.is_empty(), "at least one target");
+    anyhow::ensure!(
+        config.users > 0 && config.ips > 0,
+        "users and ips must be positive"
+    );
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(4096)
+        .tcp_nodelay(true)
+        .build()?;
+    let item_id = match &config.item {
+        ItemChoice::Existing(id) => *id,
+        ItemChoice::Create { stock, admin_token } => {
+            create_item(&client, &config.targets[0], *stock, admin_token).await?
+        }
+    };
+    wait_until_listed(&client, &config.targets, item_id).await?;
+    let tokens = Arc::new(tokens(&client, &config).await?);
+    let orders_before = match &config.stores {
+        Some(stores) => Some(order_count(stores, item_id).await?),
+        None => None,
+    };
+
+    let ledger = Arc::new(Mutex::new(Vec::<Record>::new()));
+    let sequence = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + config.duration;
+    let shared = Arc::new(Shared {
+        client,
+        config: config.clone(),
+        tokens,
+        item_id,
+        start,
+        ledger: Arc::clone(&ledger),
+    });
+
+    let progress = config.progress.then(|| {
+        let (ledger, done) = (Arc::clone(&ledger), Arc::clone(&done));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let records = ledger.lock().map(|l| summary_line(&l)).unwrap_or_default();
+                eprint!(
+                    "\r[{:>4.0}s] done {:>8}  {records}   ",
+                    start.elapsed().as_secs_f64(),
+                    done.load(Ordering::Relaxed)
+                );
+            }
+        })
+    });
+
+    let max = config.max_requests.unwrap_or(u64::MAX);
+    match config.load {
+        Load::Concurrency(workers) => {
+            let tasks: Vec<_> = (0..workers.max(1))
+                .map(|_| {
+                    let (shared, sequence, done) = (
+                        Arc::clone(&shared),
+                        Arc::clone(&sequence),
+                        Arc::clone(&done),
+                    );
+                    tokio::spawn(async move {
+                        loop {
+                            let n = sequence.fetch_add(1, Ordering::Relaxed);
+                            if n >= max || Instant::now() >= deadline {
+                                break;
+                            }
+                            shared.fire(n).await;
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await?;
+            }
+        }
+        Load::Rate(per_sec) => {
+            anyhow::ensure!(per_sec > 0.0, "rate must be positive");
+            let interval = Duration::from_secs_f64(1.0 / per_sec);
+            let mut in_flight = futures_util::stream::FuturesUnordered::new();
+            let mut next = Instant::now();
+            let mut n = 0;
+            while n < max && Instant::now() < deadline {
+                // Catch up on every send that is due, then wait for the next one while
+                // collecting answers: the send schedule never waits for answers.
+                while next <= Instant::now() && n < max {
+                    let shared = Arc::clone(&shared);
+                    in_flight.push(tokio::spawn(async move { shared.fire(n).await }));
+                    n += 1;
+                    next += interval;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    Some(_) = in_flight.next() => { done.fetch_add(1, Ordering::Relaxed); }
+                }
+            }
+            while in_flight.next().await.is_some() {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(progress) = progress {
+        progress.abort();
+        eprintln!();
+    }
+
+    let records = std::mem::take(
+        &mut *ledger
+            .lock()
+            .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
+    );
+    let mut report = summarize(item_id, &records, seconds);
+    report.checks.extend(limit_checks(&records, &config.limits));
+    if let (Some(stores), Some(before)) = (&config.stores, orders_before) {
+        report
+            .checks
+            .extend(store_checks(stores, item_id, before, &report).await?);
+    }
+    Ok(report)
+}
+
+struct Shared {
+    client: reqwest::Client,
+    config: Config,
+    tokens: Arc<HashMap<i64, String>>,
+    item_id: i64,
+    start: Instant,
+    ledger: Arc<Mutex<Vec<Record>>>,
+}
+
+impl Shared {
+    async fn fire(&self, n: u64) {
+        let index = (n % u64::from(self.config.users)) as u32;
+        let user = self.config.first_user + i64::from(index);
+        let ip = index % self.config.ips;
+        let target = &self.config.targets[(n % self.config.targets.len() as u64) as usize];
+        let token = self
+            .tokens
+            .get(&user)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let sent = self.start.elapsed();
+        let response = self
+            .client
+            .post(format!("{target}/seckill"))
+            .bearer_auth(token)
+            .header("X-Forwarded-For", ip_of(ip))
+            .json(&serde_json::json!({ "itemId": self.item_id }))
+            .send()
+            .await;
+        let mut record = Record {
+            user,
+            ip,
+            sent,
+            received: sent,
+            status: 0,
+            code: None,
+            dimension: None,
+            admitted: false,
+        };
+        if let Ok(response) = response {
+            record.status = response.status().as_u16();
+            record.admitted =
+                record.status != 429 && response.headers().contains_key("x-ratelimit-remaining");
+            if let Ok(body) = response.json::<serde_json::Value>().await {
+                record.code = body["code"].as_str().map(str::to_string);
+                record.dimension = body["dimension"].as_str().map(str::to_string);
+            } else {
+                record.status = 0; // the body never arrived whole
+            }
+        }
+        record.received = self.start.elapsed();
+        if let Ok(mut ledger) = self.ledger.lock() {
+            ledger.push(record);
+        }
+    }
+}
+
+fn summary_line(records: &[Record]) -> String {
+    let mut counts: BTreeMap<u16, u64> = BTreeMap::new();
+    for r in records {
+        *counts.entry(r.status).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(s, c)| format!("{s}:{c}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn create_item(
+    client: &reqwest::Client,
+    target: &str,
+    stock: i64,
+    admin_token: &str,
+) -> anyhow::Result<i64> {
+    let now = chrono::Utc::now();
+    let response = client
+        .post(format!("{target}/admin/api/items"))
+        .bearer_auth(admin_token)
+        .json(&serde_json::json!({
+            "name": "loadgen item",
+            "priceCents": 100,
+            "stock": stock,
+            "startsAt": now - chrono::Duration::minutes(1),
+            "endsAt": now + chrono::Duration::hours(1),
+        }))
+        .send()
+        .await
+        .context("creating the item")?;
+    anyhow::ensure!(
+        response.status() == 201,
+        "creating the item: {}",
+        response.status()
+    );
+    let body: serde_json::Value = response.json().await?;
+    body["id"].as_i64().context("item id in the answer")
+}
+
+/// Instances reload their item catalog every second: wait until each one lists the item.
+async fn wait_until_listed(
+    client: &reqwest::Client,
+    targets: &[String],
+    item: i64,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for target in targets {
+        loop {
+            let listed = async {
+                let body: serde_json::Value = client
+                    .get(format!("{target}/api/items"))
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                Some(
+                    body["items"]
+                        .as_array()?
+                        .iter()
+                        .any(|i| i["id"].as_i64() == Some(item)),
+                )
+            };
+            if listed.await == Some(true) {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{target} does not list item {item}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn tokens(client: &reqwest::Client, config: &Config) -> anyhow::Result<HashMap<i64, String>> {
+    let target = &config.targets[0];
+    let users = (0..config.users).map(|i| config.first_user + i64::from(i));
+    let fetched: Vec<anyhow::Result<(i64, String)>> = futures_util::stream::iter(users)
+        .map(|user| async move {
+            let response = client
+                .post(format!("{target}/api/session"))
+                .json(&serde_json::json!({ "userId": user }))
+                .send()
+                .await
+                .context("dev login")?;
+            anyhow::ensure!(
+                response.status() == 200,
+                "dev login for user {user}: {}",
+                response.status()
+            );
+            let body: serde_json::Value = response.json().await?;
+            Ok((user, body["token"].as_str().context("token")?.to_string()))
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    fetched.into_iter().collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Report {
+    let mut latencies: Vec<f64> = records
+        .iter()
+        .map(|r| (r.received - r.sent).as_secs_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let mut by_status = BTreeMap::new();
+    let mut by_dimension = BTreeMap::new();
+    let mut by_code = BTreeMap::new();
+    for r in records {
+        let status = if r.status == 0 {
+            "error".to_string()
+        } else {
+            r.status.to_string()
+        };
+        *by_status.entry(status).or_default() += 1;
+        if let Some(d) = &r.dimension {
+            *by_dimension.entry(d.clone()).or_default() += 1;
+        }
+        if let Some(c) = &r.code {
+            *by_code.entry(c.clone()).or_default() += 1;
+        }
+    }
+    Report {
+        item_id,
+        requests: records.len() as u64,
+        seconds,
+        requests_per_sec: records.len() as f64 / seconds.max(f64::EPSILON),
+        latency: Latency {
+            p50_ms: percentile(&latencies, 50.0),
+            p90_ms: percentile(&latencies, 90.0),
+            p99_ms: percentile(&latencies, 99.0),
+            max_ms: latencies.last().copied().unwrap_or(0.0),
+        },
+        by_status,
+        by_dimension,
+        by_code,
+        checks: Vec::new(),
+    }
+}
+
+/// The first certain breach of `limit` among admissions grouped by `key`, if any.
+fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
+    records: &[Record],
+    limit: Limit,
+    key: impl Fn(&Record) -> K,
+) -> Option<String> {
+    let mut groups: HashMap<K, Vec<(Duration, Duration)>> = HashMap::new();
+    for r in records.iter().filter(|r| r.admitted) {
+        groups.entry(key(r)).or_default().push((r.sent, r.received));
+    }
+    let k = limit.count as usize + 1;
+    for (key, mut admissions) in groups {
+        if admissions.len() < k {
+            continue;
+        }
+        admissions.sort();
+        // Sliding maximum of receive instants over k consecutive admissions (by send).
+        let mut window: VecDeque<usize> = VecDeque::new();
+        for j in 0..admissions.len() {
+            while window
+                .back()
+                .is_some_and(|&b| admissions[b].1 <= admissions[j].1)
+            {
+                window.pop_back();
+            }
+            window.push_back(j);
+            if j + 1 < k {
+                continue;
+            }
+            let i = j + 1 - k;
+            while window.front().is_some_and(|&f| f < i) {
+                window.pop_front();
+            }
+            let last_received = admissions[window[0]].1;
+            let span = last_received.saturating_sub(admissions[i].0);
+            if span < limit.window {
+                return Some(format!(
+                    "{key}: {k} admissions between {:.3} s and {:.3} s, {:.3} s apart (limit {} per {:?})",
+                    admissions[i].0.as_secs_f64(),
+                    last_received.as_secs_f64(),
+                    span.as_secs_f64(),
+                    limit.count,
+                    limit.window
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn limit_checks(records: &[Record], limits: &Limits) -> Vec<Check> {
+    let check = |name: &str, breach: Option<String>, limit: Limit| Check {
+        name: name.to_string(),
+        passed: breach.is_none(),
+        detail: breach.unwrap_or_else(|| {
+            format!(
+                "no key admitted more than {} per {:?}",
+                limit.count, limit.window
+            )
+        }),
+    };
+    vec![
+        check(
+            "user limit",
+            certain_breach(records, limits.user, |r| format!("user {}", r.user)),
+            limits.user,
+        ),
+        check(
+            "ip limit",
+            certain_breach(records, limits.ip, |r| format!("ip {}", ip_of(r.ip))),
+            limits.ip,
+        ),
+        check(
+            "api limit",
+            certain_breach(records, limits.api, |_| "all purchases".to_string()),
+            limits.api,
+        ),
+    ]
+}
+
+async fn order_count(stores: &Stores, item: i64) -> anyhow::Result<i64> {
+    let pool = sqlx::PgPool::connect(&stores.database_url)
+        .await
+        .context("connecting to Postgres")?;
+    let count = sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
+        .bind(item)
+        .fetch_one(&pool)
+        .await?;
+    pool.close().await;
+    Ok(count)
+}
+
+async fn store_checks(
+    stores: &Stores,
+    item: i64,
+    orders_before: i64,
+    report: &Report,
+) -> anyhow::Result<Vec<Check>> {
+    let pool = sqlx::PgPool::connect(&stores.database_url)
+        .await
+        .context("connecting to Postgres")?;
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
+        .bind(item)
+        .fetch_one(&pool)
+        .await?;
+    let doubles: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT user_id FROM orders WHERE item_id = $1 GROUP BY user_id HAVING count(*) > 1) d",
+    )
+    .bind(item)
+    .fetch_one(&pool)
+    .await?;
+    let (total, remaining): (i32, i32) =
+        sqlx::query_as("SELECT total_stock, remaining_stock FROM items WHERE id = $1")
+            .bind(item)
+            .fetch_one(&pool)
+            .await?;
+    pool.close().await;
+
+    let mut redis = redis::Client::open(stores.redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let base = format!("{}:{{item:{item}}}", stores.redis_prefix);
+    let stock: Option<i64> = redis::cmd("GET")
+        .arg(format!("{base}:stock"))
+        .query_async(&mut redis)
+        .await?;
+    let pending: i64 = redis::cmd("ZCARD")
+        .arg(format!("{base}:pending"))
+        .query_async(&mut redis)
+        .await?;
+
+    let new_orders = orders - orders_before;
+    let ok = report.count(200) as i64;
+    let unknown = report.by_status.get("error").copied().unwrap_or(0) as i64;
+    let stock = stock.unwrap_or(-1);
+    Ok(vec![
+        Check {
+            name: "orders match 200 answers".into(),
+            passed: (ok..=ok + unknown).contains(&new_orders),
+            detail: format!("{new_orders} new orders in Postgres, {ok} answers 200, {unknown} outcomes unknown"),
+        },
+        Check {
+            name: "one order per user".into(),
+            passed: doubles == 0,
+            detail: format!("{doubles} users with two or more orders of item {item}"),
+        },
+        Check {
+            name: "stock consistent".into(),
+            passed: stock + pending + orders == i64::from(total) && stock == i64::from(remaining) && stock >= 0,
+            detail: format!(
+                "redis stock {stock} + pending {pending} + orders {orders} vs total {total}; postgres remaining {remaining}"
+            ),
+        },
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(user: i64, sent_ms: u64, received_ms: u64) -> Record {
+        Record {
+            user,
+            ip: 0,
+            sent: Duration::from_millis(sent_ms),
+            received: Duration::from_millis(received_ms),
+            status: 200,
+            code: None,
+            dimension: None,
+            admitted: true,
+        }
+    }
+
+    #[test]
+    fn a_breach_is_reported_only_when_certain() {
+        let limit = Limit {
+            count: 3,
+            window: Duration::from_secs(60),
+        };
+        let by_user = |r: &Record| r.user;
+        // Four admissions within 1 s: certain.
+        let records: Vec<_> = (0..4).map(|i| admitted(1, i * 100, i * 100 + 50)).collect();
+        assert!(certain_breach(&records, limit, by_user).is_some());
+        // Four admissions whose first send and last receive are 60 s apart: not certain.
+        let records = vec![
+            admitted(1, 0, 10),
+            admitted(1, 20, 30),
+            admitted(1, 40, 50),
+            admitted(1, 60_000, 60_010),
+        ];
+        assert!(certain_breach(&records, limit, by_user).is_none());
+        // Three admissions are within the limit, and other users do not add up.
+        let records: Vec<_> = (0..6)
+            .map(|i| admitted(i % 2, i as u64, i as u64 + 1))
+            .collect();
+        assert!(certain_breach(&records, limit, by_user).is_none());
+    }
+}

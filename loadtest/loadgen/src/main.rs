@@ -1,0 +1,147 @@
+//! `loadgen`: drive a seckill sale and check that the limits and the stock held.
+//! Exits 1 when a check fails, 2 when the run itself could not be made.
+
+use std::time::Duration;
+
+use clap::Parser;
+use loadgen::{Config, ItemChoice, Limit, Limits, Load, Stores};
+
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Base URL of an instance; repeat for several (round-robin). Loopback only.
+    #[arg(long = "target", default_value = "http://127.0.0.1:8080")]
+    targets: Vec<String>,
+    /// Buy this existing item...
+    #[arg(long)]
+    item: Option<i64>,
+    /// ...or create one with this stock through the admin API.
+    #[arg(long, default_value_t = 100)]
+    stock: i64,
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", default_value = "dev-admin-token")]
+    admin_token: String,
+    /// Distinct users (dev-login tokens are fetched for each).
+    #[arg(long, default_value_t = 1000)]
+    users: u32,
+    /// First user id.
+    #[arg(long, default_value_t = 1)]
+    first_user: i64,
+    /// Distinct client IPs, sent as X-Forwarded-For.
+    #[arg(long, default_value_t = 1000)]
+    ips: u32,
+    /// Open model: requests per second...
+    #[arg(long, conflicts_with = "concurrency")]
+    rate: Option<f64>,
+    /// ...or closed model: requests in flight.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Stop after this many requests.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// The limits the checker expects: count per window (seconds).
+    #[arg(long, default_value_t = 3)]
+    user_limit: u64,
+    #[arg(long, default_value_t = 60.0)]
+    user_window: f64,
+    #[arg(long, default_value_t = 5)]
+    ip_limit: u64,
+    #[arg(long, default_value_t = 60.0)]
+    ip_window: f64,
+    #[arg(long, default_value_t = 1000)]
+    api_limit: u64,
+    #[arg(long, default_value_t = 1.0)]
+    api_window: f64,
+    /// Check Postgres and Redis after the run (needs all three).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: Option<String>,
+    #[arg(long, env = "SECKILL_REDIS_KEY_PREFIX", default_value = "seckill")]
+    redis_prefix: String,
+    /// Skip the store checks even when the URLs are set.
+    #[arg(long)]
+    no_store_checks: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn limit(count: u64, seconds: f64) -> Limit {
+    Limit {
+        count,
+        window: Duration::from_secs_f64(seconds),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let stores = match (&args.database_url, &args.redis_url, args.no_store_checks) {
+        (Some(database_url), Some(redis_url), false) => Some(Stores {
+            database_url: database_url.clone(),
+            redis_url: redis_url.clone(),
+            redis_prefix: args.redis_prefix.clone(),
+        }),
+        _ => None,
+    };
+    let config = Config {
+        targets: args
+            .targets
+            .iter()
+            .map(|t| t.trim_end_matches('/').to_string())
+            .collect(),
+        item: match args.item {
+            Some(id) => ItemChoice::Existing(id),
+            None => ItemChoice::Create {
+                stock: args.stock,
+                admin_token: args.admin_token.clone(),
+            },
+        },
+        users: args.users,
+        first_user: args.first_user,
+        ips: args.ips,
+        load: match args.rate {
+            Some(rate) => Load::Rate(rate),
+            None => Load::Concurrency(args.concurrency),
+        },
+        duration: Duration::from_secs_f64(args.duration),
+        max_requests: args.requests,
+        limits: Limits {
+            user: limit(args.user_limit, args.user_window),
+            ip: limit(args.ip_limit, args.ip_window),
+            api: limit(args.api_limit, args.api_window),
+        },
+        stores,
+        progress: !args.quiet,
+    };
+    let report = match loadgen::run(config).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("loadgen: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    report.print();
+    if let Some(path) = &args.json {
+        let written = serde_json::to_string_pretty(&report)
+            .map_err(anyhow::Error::from)
+            .and_then(|json| Ok(std::fs::write(path, json)?));
+        if let Err(e) = written {
+            eprintln!("loadgen: writing {}: {e:#}", path.display());
+            std::process::exit(2);
+        }
+    }
+    if !report.passed() {
+        eprintln!(
+            "loadgen: checks failed: {}",
+            report.failed_checks().join(", ")
+        );
+        std::process::exit(1);
+    }
+}

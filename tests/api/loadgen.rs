@@ -1,0 +1,60 @@
+//! The load generator's checks can fail: against an app whose user limit was raised it
+//! names the broken rule; against the real configuration every check passes.
+
+use std::time::Duration;
+
+use loadgen::{Config, ItemChoice, Limits, Load, Stores};
+use secrecy::ExposeSecret;
+use sqlx::PgPool;
+
+use crate::helpers::{spawn_app_with, TestApp, ADMIN_TOKEN};
+
+fn config(app: &TestApp) -> Config {
+    Config {
+        targets: vec![app.address.clone()],
+        item: ItemChoice::Create {
+            stock: 100,
+            admin_token: ADMIN_TOKEN.into(),
+        },
+        users: 30,
+        first_user: 1,
+        ips: 30,
+        load: Load::Concurrency(16),
+        duration: Duration::from_secs(30),
+        // Four attempts per user: one more than the user limit.
+        max_requests: Some(120),
+        limits: Limits::default(),
+        stores: Some(Stores {
+            database_url: app.settings.database_url.expose_secret().to_string(),
+            redis_url: app.settings.redis_url.expose_secret().to_string(),
+            redis_prefix: app.settings.redis_key_prefix.clone(),
+        }),
+        progress: false,
+    }
+}
+
+#[sqlx::test]
+async fn against_the_real_limits_every_check_passes(db: PgPool) {
+    let app = spawn_app_with(&db, |_| {}).await;
+    let report = loadgen::run(config(&app)).await.expect("the run completes");
+    assert!(report.passed(), "failed: {:?}", report.failed_checks());
+    assert_eq!(report.requests, 120);
+    assert_eq!(report.count(200), 30, "one order per user");
+    assert_eq!(report.by_code.get("ALREADY_PURCHASED").copied(), Some(60));
+    assert_eq!(
+        report.by_dimension.get("user").copied(),
+        Some(30),
+        "each user's fourth attempt"
+    );
+}
+
+#[sqlx::test]
+async fn a_raised_user_limit_is_caught_and_named(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("seckill").unwrap().rules[1].threshold = 10;
+    })
+    .await;
+    let report = loadgen::run(config(&app)).await.expect("the run completes");
+    assert!(!report.passed());
+    assert_eq!(report.failed_checks(), vec!["user limit"]);
+}
