@@ -1,5 +1,5 @@
 # The two commands (see README): `make run` serves on 127.0.0.1:8080, `make test` runs every test.
-.PHONY: run test services services-down services-status
+.PHONY: run test bench services services-down services-status
 
 run:
 	scripts/run.sh
@@ -12,6 +12,9 @@ services:
 
 services-down:
 	scripts/services.sh down
+
+bench:
+	scripts/bench.sh
 
 services-status:
 	scripts/services.sh status

@@ -153,6 +153,13 @@ impl Limiter {
             .policy(policy_name)
             .ok_or_else(|| Rejection::Misconfigured(format!("unknown policy {policy_name:?}")))?;
         let algorithm = algorithm.unwrap_or(policy.algorithm);
+        if !policy.enabled {
+            return Ok(Admission {
+                policy,
+                algorithm,
+                decision: None,
+            });
+        }
         let keys = policy
             .rules
             .iter()

@@ -110,7 +110,15 @@ pub struct PolicyConfig {
     pub algorithm: Algorithm,
     #[serde(default)]
     pub fail_mode: FailMode,
+    /// A disabled policy admits everything without asking Redis (an operator's switch,
+    /// and the "no limiting" baseline of the benchmark).
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
     pub rules: Vec<RuleConfig>,
+}
+
+fn enabled_by_default() -> bool {
+    true
 }
 
 /// Where the scripts get "now" from.
@@ -143,6 +151,7 @@ impl Default for LimiterSettings {
             PolicyConfig {
                 algorithm: Algorithm::SlidingWindow,
                 fail_mode: FailMode::Closed,
+                enabled: true,
                 rules: vec![
                     rule(
                         "api",
@@ -173,6 +182,7 @@ impl Default for LimiterSettings {
             PolicyConfig {
                 algorithm: Algorithm::SlidingWindow,
                 fail_mode: FailMode::Open,
+                enabled: true,
                 rules: vec![rule(
                     "client",
                     KeySource::ClientId,
@@ -230,6 +240,7 @@ pub struct Policy {
     pub name: String,
     pub algorithm: Algorithm,
     pub fail_mode: FailMode,
+    pub enabled: bool,
     pub rules: Vec<Rule>,
 }
 
@@ -327,6 +338,7 @@ impl Policy {
             name: name.into(),
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
+            enabled: config.enabled,
             rules,
         })
     }

@@ -36,6 +36,7 @@ pub async fn engine(algorithm: Algorithm, rules: Vec<RuleConfig>) -> Engine {
         PolicyConfig {
             algorithm,
             fail_mode: FailMode::Open,
+            enabled: true,
             rules,
         },
     );
@@ -346,5 +347,44 @@ async fn token_bucket_refills_at_the_configured_rate() {
     assert!(
         engine.check(&caller(1)).await.is_err(),
         "never beyond capacity"
+    );
+}
+
+#[tokio::test]
+async fn a_disabled_policy_admits_without_asking_redis() {
+    let engine = engine(
+        Algorithm::SlidingWindow,
+        vec![rule("only", KeySource::User, 60_000, 1)],
+    )
+    .await;
+    let mut policies = BTreeMap::new();
+    let mut config = PolicyConfig {
+        algorithm: Algorithm::SlidingWindow,
+        fail_mode: FailMode::Closed,
+        enabled: false,
+        rules: vec![rule("only", KeySource::User, 60_000, 1)],
+    };
+    policies.insert("p".to_string(), config.clone());
+    engine
+        .limiter
+        .replace_policies(seckill::limiter::PolicySet::parse(&policies).unwrap());
+    for _ in 0..3 {
+        let admission = engine.check(&caller(1)).await.expect("admitted");
+        assert!(admission.decision.is_none(), "no decision was asked for");
+    }
+    assert!(engine
+        .snapshot(&engine.key(Algorithm::SlidingWindow, "only", "1"))
+        .await
+        .is_empty());
+
+    config.enabled = true;
+    policies.insert("p".to_string(), config);
+    engine
+        .limiter
+        .replace_policies(seckill::limiter::PolicySet::parse(&policies).unwrap());
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert!(
+        engine.check(&caller(1)).await.is_err(),
+        "enabled again, the limit holds"
     );
 }

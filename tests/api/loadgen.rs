@@ -30,6 +30,7 @@ fn config(app: &TestApp) -> Config {
             redis_prefix: app.settings.redis_key_prefix.clone(),
         }),
         progress: false,
+        probe: None,
     }
 }
 

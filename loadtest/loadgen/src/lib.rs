@@ -93,6 +93,9 @@ pub struct Config {
     pub limits: Limits,
     pub stores: Option<Stores>,
     pub progress: bool,
+    /// Instead of purchases, GET this path (a baseline: the constant route, the bare
+    /// limiter). No item, no tokens, no checks.
+    pub probe: Option<String>,
 }
 
 /// What happened to one request.
@@ -346,15 +349,16 @@ impl Shared {
             .get(&user)
             .map(String::as_str)
             .unwrap_or_default();
+        let request = match &self.config.probe {
+            Some(path) => self.client.get(format!("{target}{path}")),
+            None => self
+                .client
+                .post(format!("{target}/seckill"))
+                .bearer_auth(token)
+                .json(&serde_json::json!({ "itemId": self.item_id })),
+        };
         let sent = self.start.elapsed();
-        let response = self
-            .client
-            .post(format!("{target}/seckill"))
-            .bearer_auth(token)
-            .header("X-Forwarded-For", ip_of(ip))
-            .json(&serde_json::json!({ "itemId": self.item_id }))
-            .send()
-            .await;
+        let response = request.header("X-Forwarded-For", ip_of(ip)).send().await;
         let mut record = Record {
             user,
             ip,
@@ -369,11 +373,13 @@ impl Shared {
             record.status = response.status().as_u16();
             record.admitted =
                 record.status != 429 && response.headers().contains_key("x-ratelimit-remaining");
-            if let Ok(body) = response.json::<serde_json::Value>().await {
-                record.code = body["code"].as_str().map(str::to_string);
-                record.dimension = body["dimension"].as_str().map(str::to_string);
-            } else {
-                record.status = 0; // the body never arrived whole
+            match response.bytes().await {
+                Ok(body) => {
+                    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                    record.code = body["code"].as_str().map(str::to_string);
+                    record.dimension = body["dimension"].as_str().map(str::to_string);
+                }
+                Err(_) => record.status = 0, // the body never arrived whole
             }
         }
         record.received = self.start.elapsed();

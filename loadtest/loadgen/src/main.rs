@@ -70,6 +70,9 @@ struct Args {
     /// No live progress line.
     #[arg(long)]
     quiet: bool,
+    /// Baseline mode: GET this path instead of purchasing (no item, no checks).
+    #[arg(long)]
+    probe: Option<String>,
 }
 
 fn limit(count: u64, seconds: f64) -> Limit {
@@ -119,6 +122,7 @@ async fn main() {
         },
         stores,
         progress: !args.quiet,
+        probe: args.probe.clone(),
     };
     let report = match loadgen::run(config).await {
         Ok(report) => report,
