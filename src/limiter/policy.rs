@@ -271,7 +271,7 @@ fn is_name(s: &str) -> bool {
 }
 
 /// Upper bound on every time and count: keeps the scripts' arithmetic exact in doubles.
-const MAX_VALUE: u64 = 1 << 40;
+const MAX_VALUE: u64 = 1 << 50;
 
 impl Policy {
     pub fn parse(name: &str, config: &PolicyConfig) -> Result<Self, PolicyError> {

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, test_settings, ADMIN_TOKEN};
+use crate::helpers::{eventually, json, pg_remaining, test_settings, ADMIN_TOKEN};
 
 /// One `seckill` process on a fixed port; killed when dropped.
 struct Instance {
@@ -283,11 +283,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
         .query_async(&mut conn)
         .await
         .unwrap();
-    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let remaining = pg_remaining(&db, item).await;
     assert_eq!(
         redis_stock + orders.len() as i64,
         stock,

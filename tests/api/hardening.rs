@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
+    pg_orders, pg_remaining,
     eventually, json, spawn_app_from, spawn_app_with, test_settings, OwnRedis, TestApp,
 };
 
@@ -26,14 +27,6 @@ async fn redis_int(app: &TestApp, cmd: &str, key: &str) -> Option<i64> {
     redis::cmd(cmd)
         .arg(key)
         .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
-async fn orders_of_item(db: &PgPool, item: i64) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
-        .bind(item)
-        .fetch_one(db)
         .await
         .unwrap()
 }
@@ -73,7 +66,7 @@ async fn twenty_concurrent_requests_with_one_key_make_one_order_and_one_charge(d
             assert!(body.contains("IDEMPOTENCY_IN_PROGRESS"), "{body}");
         }
     }
-    assert_eq!(orders_of_item(&db, item).await, 1);
+    assert_eq!(pg_orders(&db, item).await, 1);
     let charges = app
         .metric_sum(
             r#"seckill_limiter_decisions_total{dimension="user",outcome="pass",policy="seckill"}"#,
@@ -243,7 +236,7 @@ async fn a_crash_between_reservation_and_commit_is_undone_by_the_reconciler(db: 
         200,
         "the user can buy again"
     );
-    assert_eq!(orders_of_item(&db, item).await, 1);
+    assert_eq!(pg_orders(&db, item).await, 1);
 }
 
 #[sqlx::test]
@@ -257,7 +250,7 @@ async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
     let crashed = app.post_seckill(&token, item, "10.23.0.1").await;
     fail::remove("sale::after_commit");
     assert_eq!(crashed.status(), 503, "the client never heard of its order");
-    assert_eq!(orders_of_item(&db, item).await, 1, "but the order stands");
+    assert_eq!(pg_orders(&db, item).await, 1, "but the order stands");
 
     eventually(
         "the reconciler settles the pending reservation",
@@ -276,11 +269,7 @@ async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
         redis_int(&app, "GET", &app.item_key(item, "success")).await,
         Some(1)
     );
-    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let remaining = pg_remaining(&db, item).await;
     assert_eq!(remaining, 4);
     let again = app.post_seckill(&token, item, "10.23.0.1").await;
     assert_eq!(json(again).await["code"], "ALREADY_PURCHASED");
@@ -326,7 +315,7 @@ async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPo
     }
     assert_eq!(statuses, [200, 409, 409]);
     assert_eq!(
-        orders_of_item(&db, item).await,
+        pg_orders(&db, item).await,
         3,
         "never more orders than stock"
     );

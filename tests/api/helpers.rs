@@ -255,6 +255,24 @@ impl TestApp {
     }
 }
 
+/// Postgres's remaining stock of an item.
+pub async fn pg_remaining(db: &PgPool, item: i64) -> i32 {
+    sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
+        .bind(item)
+        .fetch_one(db)
+        .await
+        .expect("the item exists")
+}
+
+/// How many orders Postgres holds for an item.
+pub async fn pg_orders(db: &PgPool, item: i64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
+        .bind(item)
+        .fetch_one(db)
+        .await
+        .expect("count orders")
+}
+
 /// Reads the whole body as JSON.
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.expect("a JSON body")

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::Duration;
 use sqlx::PgPool;
 
-use crate::helpers::{json, spawn_app, spawn_app_with, TestApp, ADMIN_TOKEN};
+use crate::helpers::{json, pg_orders, pg_remaining, spawn_app, spawn_app_with, TestApp, ADMIN_TOKEN};
 
 async fn tokens(app: &TestApp, users: impl IntoIterator<Item = i64>) -> Vec<(i64, String)> {
     let mut out = Vec::new();
@@ -196,11 +196,7 @@ async fn a_purchase_creates_an_order_and_every_redis_record(db: PgPool) {
     assert_eq!(success.as_deref(), Some("1"));
     assert_eq!(orders.get("5"), Some(&order_id));
     assert_eq!(marker.as_deref(), Some(order_id.as_str()));
-    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let remaining = pg_remaining(&db, item).await;
     assert_eq!(remaining, 9);
 
     let again = app.post_seckill(&token, item, "10.0.0.1").await;
@@ -322,22 +318,14 @@ async fn five_hundred_concurrent_buyers_of_one_hundred_units_get_exactly_one_hun
         HashMap::from([("200".to_string(), 100), ("409 SOLD_OUT".to_string(), 400)])
     );
 
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE item_id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let orders = pg_orders(&db, item).await;
     let distinct_users: i64 =
         sqlx::query_scalar("SELECT count(DISTINCT user_id) FROM orders WHERE item_id = $1")
             .bind(item)
             .fetch_one(&db)
             .await
             .unwrap();
-    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let remaining = pg_remaining(&db, item).await;
     assert_eq!((orders, distinct_users, remaining), (100, 100, 0));
     assert_eq!(
         redis_get(&app, &app.item_key(item, "stock"))
@@ -383,11 +371,7 @@ async fn a_failed_commit_answers_order_failed_and_puts_redis_back(db: PgPool) {
         before,
         "stock, buyers, counter, hash and marker are back"
     );
-    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
-        .bind(item)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let remaining = pg_remaining(&db, item).await;
     assert_eq!(remaining, 9);
 }
 
