@@ -117,11 +117,12 @@ create_item() {
     | sed -E 's/.*"id":([0-9]+).*/\1/'
 }
 
-# An item every benchmark user has bought once: later purchases are decided by the
-# limiter and the reservation script (409 ALREADY_PURCHASED), never by Postgres.
+# An item every benchmark user has bought once, with one unit left so it never sells
+# out: later purchases are decided by the limiter and the reservation script (409
+# ALREADY_PURCHASED), never by Postgres or the sold-out fast path.
 bought_item() {
   local count=$1 item
-  item=$(create_item "$USERS")
+  item=$(create_item $((USERS + 1)))
   "$LOADGEN" $(targets "$count") --quiet --no-store-checks --item "$item" --users "$USERS" --ips "$USERS" \
     --requests "$USERS" --concurrency "$CONCURRENCY" --duration 120 \
     --user-limit 1000000000 --ip-limit 1000000000 --api-limit 1000000000 >/dev/null 2>&1 || true
@@ -151,8 +152,9 @@ stop_instances
 # 3. Refused (users over their limit, real limits) vs admitted (above).
 start_instances 1
 item=$(create_item 1000000)
+# Use up every user's quota (3 per minute), slower than the api limit of 1000/s.
 "$LOADGEN" $(targets 1) --quiet --no-store-checks --item "$item" --users "$USERS" --ips "$USERS" \
-  --requests $((USERS * 3)) --concurrency "$CONCURRENCY" --duration 120 >/dev/null 2>&1 || true
+  --requests $((USERS * 3)) --rate 800 --duration 120 >/dev/null 2>&1 || true
 loadgen refused 1 --item "$item" --users "$USERS" --ips "$USERS"
 stop_instances
 

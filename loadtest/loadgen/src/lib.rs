@@ -213,18 +213,23 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .pool_max_idle_per_host(4096)
         .tcp_nodelay(true)
         .build()?;
-    let item_id = match &config.item {
-        ItemChoice::Existing(id) => *id,
-        ItemChoice::Create { stock, admin_token } => {
-            create_item(&client, &config.targets[0], *stock, admin_token).await?
-        }
+    let (item_id, tokens, orders_before) = if config.probe.is_some() {
+        (0, HashMap::new(), None)
+    } else {
+        let item_id = match &config.item {
+            ItemChoice::Existing(id) => *id,
+            ItemChoice::Create { stock, admin_token } => {
+                create_item(&client, &config.targets[0], *stock, admin_token).await?
+            }
+        };
+        wait_until_listed(&client, &config.targets, item_id).await?;
+        let orders_before = match &config.stores {
+            Some(stores) => Some(order_count(stores, item_id).await?),
+            None => None,
+        };
+        (item_id, tokens(&client, &config).await?, orders_before)
     };
-    wait_until_listed(&client, &config.targets, item_id).await?;
-    let tokens = Arc::new(tokens(&client, &config).await?);
-    let orders_before = match &config.stores {
-        Some(stores) => Some(order_count(stores, item_id).await?),
-        None => None,
-    };
+    let tokens = Arc::new(tokens);
 
     let ledger = Arc::new(Mutex::new(Vec::<Record>::new()));
     let sequence = Arc::new(AtomicU64::new(0));
@@ -320,6 +325,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
     );
     let mut report = summarize(item_id, &records, seconds);
+    if config.probe.is_some() {
+        return Ok(report);
+    }
     report.checks.extend(limit_checks(&records, &config.limits));
     if let (Some(stores), Some(before)) = (&config.stores, orders_before) {
         report
