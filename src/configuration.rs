@@ -116,6 +116,8 @@ pub struct Settings {
     pub reconcile_interval_ms: u64,
     /// How long an `Idempotency-Key` and its stored answer are kept.
     pub idempotency_ttl_secs: u64,
+    /// How often the orders-vs-success-counter pair is exported to metrics.
+    pub consistency_interval_secs: u64,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -173,6 +175,7 @@ impl Default for Settings {
             reservation_deadline_ms: 30_000,
             reconcile_interval_ms: 10_000,
             idempotency_ttl_secs: 86_400,
+            consistency_interval_secs: 15,
         }
     }
 }

@@ -1,10 +1,13 @@
 //! Prometheus metrics: one registry per process, built once at start-up and shared.
 //!
-//! Label values are bounded: policy and rule names come from configuration, outcomes
-//! are fixed words. Never a user id, an IP or an order id.
+//! Label values are bounded: route patterns, methods and status classes, policy and rule
+//! names from configuration, fixed outcome words, and the ids of items on sale (removed
+//! when the sale ends). Never a user id, an IP or an order id. Counters whose label
+//! values are known up front start at 0, so a fresh instance already shows every series.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
@@ -37,8 +40,32 @@ impl RedisPurpose {
     }
 }
 
+/// How a purchase ended: the label of `seckill_sale_outcomes_total`.
+pub const SALE_OUTCOMES: [&str; 10] = [
+    "created",
+    "sold_out",
+    "already_purchased",
+    "not_started",
+    "ended",
+    "not_found",
+    "rate_limited",
+    "limiter_unavailable",
+    "order_failed",
+    "idempotent_replay",
+];
+
+/// Latency buckets for request-scale work, 0.5 ms to 5 s: a loopback request answers in
+/// about a millisecond; seconds mean queueing or a store in trouble.
+const REQUEST_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 pub struct Metrics {
     registry: Registry,
+    /// HTTP requests by route pattern (`unmatched` for unknown paths), method and
+    /// status class.
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
     /// Decisions by policy, dimension (rule) and outcome (`pass` / `reject`). A pass
     /// counts once for every rule of the policy, a reject once for the refusing rule.
     pub limiter_decisions: IntCounterVec,
@@ -53,8 +80,20 @@ pub struct Metrics {
     /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
     /// Redis at all (validation, item state, the sold-out fast path).
     pub redis_calls: IntCounterVec,
+    /// Purchases by outcome (see [`SALE_OUTCOMES`]).
+    pub sale_outcomes: IntCounterVec,
+    /// The Postgres order commit (conditional decrement + insert), successful or not.
+    pub order_commit: Histogram,
+    /// Live Redis stock per item on sale; a series disappears when its sale ends.
+    pub stock_remaining: IntGaugeVec,
     /// Items this instance knows to be sold out (answered from memory).
     pub sold_out_items: IntGauge,
+    /// Postgres pool connections by state (`in_use`, `idle`), read at scrape time.
+    pub db_pool: IntGaugeVec,
+    /// Per item on sale, every 15 s: orders in Postgres and the Redis success counter.
+    /// They must agree; an alert fires when they do not for two minutes.
+    pub consistency_postgres_orders: IntGaugeVec,
+    pub consistency_redis_success: IntGaugeVec,
     /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
     pub reconciler_repairs: IntCounterVec,
 }
@@ -62,86 +101,138 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
-        let limiter_decisions = IntCounterVec::new(
-            Opts::new(
+        let counter = |name: &str, help: &str, labels: &[&str]| -> anyhow::Result<IntCounterVec> {
+            let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok(metric)
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| -> anyhow::Result<IntGaugeVec> {
+            let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok(metric)
+        };
+        let histogram = |name: &str,
+                         help: &str,
+                         buckets: &[f64],
+                         labels: &[&str]|
+         -> anyhow::Result<HistogramVec> {
+            let metric = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                labels,
+            )?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok(metric)
+        };
+
+        let metrics = Self {
+            http_requests: counter(
+                "http_requests_total",
+                "HTTP requests by route, method and status class",
+                &["route", "method", "status"],
+            )?,
+            http_duration: histogram(
+                "http_request_duration_seconds",
+                "HTTP request latency",
+                &REQUEST_BUCKETS,
+                &["route", "method"],
+            )?,
+            limiter_decisions: counter(
                 "limiter_decisions_total",
                 "Limiter decisions by policy, dimension and outcome",
-            ),
-            &["policy", "dimension", "outcome"],
-        )?;
-        let limiter_fail_open = IntCounterVec::new(
-            Opts::new(
+                &["policy", "dimension", "outcome"],
+            )?,
+            limiter_fail_open: counter(
                 "limiter_fail_open_total",
                 "Requests admitted without a decision because Redis failed",
-            ),
-            &["policy"],
-        )?;
-        let limiter_fail_closed = IntCounterVec::new(
-            Opts::new(
+                &["policy"],
+            )?,
+            limiter_fail_closed: counter(
                 "limiter_fail_closed_total",
                 "Requests refused because Redis failed",
-            ),
-            &["policy"],
-        )?;
-        // Buckets from 0.1 ms to 250 ms (the default limiter timeout): a loopback
-        // EVALSHA takes ~0.1-1 ms; anything near the top is a struggling Redis.
-        let limiter_latency = HistogramVec::new(
-            HistogramOpts::new("limiter_duration_seconds", "Limiter script round trip").buckets(
-                vec![
+                &["policy"],
+            )?,
+            // 0.1 ms to 250 ms (the default limiter timeout): a loopback EVALSHA takes
+            // ~0.1-1 ms; anything near the top is a struggling Redis.
+            limiter_latency: histogram(
+                "limiter_duration_seconds",
+                "Limiter script round trip",
+                &[
                     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                 ],
-            ),
-            &["policy", "algorithm"],
-        )?;
-        let redis_errors = IntCounterVec::new(
-            Opts::new("redis_errors_total", "Redis calls that failed or timed out"),
-            &["purpose"],
-        )?;
-        let redis_calls = IntCounterVec::new(
-            Opts::new("redis_calls_total", "Redis calls by purpose"),
-            &["purpose"],
-        )?;
-        for purpose in RedisPurpose::ALL {
-            redis_calls.with_label_values(&[purpose.as_str()]);
-            redis_errors.with_label_values(&[purpose.as_str()]);
-        }
-        registry.register(Box::new(redis_calls.clone()))?;
-        let sold_out_items =
-            IntGauge::new("sold_out_items", "Items this instance knows to be sold out")?;
-        registry.register(Box::new(sold_out_items.clone()))?;
-        let reconciler_repairs = IntCounterVec::new(
-            Opts::new(
+                &["policy", "algorithm"],
+            )?,
+            redis_errors: counter(
+                "redis_errors_total",
+                "Redis calls that failed or timed out",
+                &["purpose"],
+            )?,
+            redis_calls: counter("redis_calls_total", "Redis calls by purpose", &["purpose"])?,
+            sale_outcomes: counter("sale_outcomes_total", "Purchases by outcome", &["outcome"])?,
+            order_commit: {
+                let metric = Histogram::with_opts(
+                    HistogramOpts::new("order_commit_duration_seconds", "Postgres order commit")
+                        .buckets(REQUEST_BUCKETS.to_vec()),
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            stock_remaining: gauge(
+                "stock_remaining",
+                "Live stock of each item on sale (Redis)",
+                &["item"],
+            )?,
+            sold_out_items: {
+                let metric =
+                    IntGauge::new("sold_out_items", "Items this instance knows to be sold out")?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            db_pool: gauge(
+                "db_pool_connections",
+                "Postgres pool connections by state",
+                &["state"],
+            )?,
+            consistency_postgres_orders: gauge(
+                "consistency_postgres_orders",
+                "Orders in Postgres per item on sale",
+                &["item"],
+            )?,
+            consistency_redis_success: gauge(
+                "consistency_redis_success",
+                "Redis success counter per item on sale",
+                &["item"],
+            )?,
+            reconciler_repairs: counter(
                 "reconciler_repairs_total",
                 "Repairs made by the reconciler, by kind",
-            ),
-            &["kind"],
-        )?;
-        for kind in ["settled", "released", "drift", "rebuilt"] {
-            reconciler_repairs.with_label_values(&[kind]);
-        }
-        registry.register(Box::new(reconciler_repairs.clone()))?;
-        registry.register(Box::new(limiter_decisions.clone()))?;
-        registry.register(Box::new(limiter_fail_open.clone()))?;
-        registry.register(Box::new(limiter_fail_closed.clone()))?;
-        registry.register(Box::new(limiter_latency.clone()))?;
-        registry.register(Box::new(redis_errors.clone()))?;
-        Ok(Self {
+                &["kind"],
+            )?,
             registry,
-            limiter_decisions,
-            limiter_fail_open,
-            limiter_fail_closed,
-            limiter_latency,
-            redis_errors,
-            redis_calls,
-            sold_out_items,
-            reconciler_repairs,
-        })
+        };
+        for purpose in RedisPurpose::ALL {
+            metrics.redis_calls.with_label_values(&[purpose.as_str()]);
+            metrics.redis_errors.with_label_values(&[purpose.as_str()]);
+        }
+        for outcome in SALE_OUTCOMES {
+            metrics.sale_outcomes.with_label_values(&[outcome]);
+        }
+        for kind in ["settled", "released", "drift", "rebuilt"] {
+            metrics.reconciler_repairs.with_label_values(&[kind]);
+        }
+        for state in ["in_use", "idle"] {
+            metrics.db_pool.with_label_values(&[state]);
+        }
+        Ok(metrics)
     }
 
     pub fn redis_call(&self, purpose: RedisPurpose) {
         self.redis_calls
             .with_label_values(&[purpose.as_str()])
             .inc();
+    }
+
+    pub fn sale_outcome(&self, outcome: &str) {
+        self.sale_outcomes.with_label_values(&[outcome]).inc();
     }
 
     /// The text exposition format for `GET /metrics`.

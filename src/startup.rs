@@ -112,6 +112,9 @@ impl Application {
 
         let mut server = HttpServer::new(move || {
             App::new()
+                .wrap(actix_web::middleware::from_fn(
+                    crate::web::http_metrics::record,
+                ))
                 .wrap(TracingLogger::default())
                 .app_data(pool.clone())
                 .app_data(redis.clone())

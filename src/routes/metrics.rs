@@ -1,11 +1,22 @@
 //! `GET /metrics`: Prometheus text exposition.
 
 use actix_web::{web, HttpResponse};
+use sqlx::PgPool;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
-pub async fn metrics(metrics: web::Data<Metrics>) -> Result<HttpResponse, ApiError> {
+pub async fn metrics(
+    metrics: web::Data<Metrics>,
+    pool: web::Data<PgPool>,
+) -> Result<HttpResponse, ApiError> {
+    // The pool's state is read when Prometheus asks, not sampled in the background.
+    let idle = pool.num_idle() as i64;
+    metrics.db_pool.with_label_values(&["idle"]).set(idle);
+    metrics
+        .db_pool
+        .with_label_values(&["in_use"])
+        .set(i64::from(pool.size()) - idle);
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(metrics.render()?))

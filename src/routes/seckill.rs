@@ -79,6 +79,7 @@ pub async fn purchase(
         Claim::InProgress => return Err(ApiError::IdempotencyInProgress),
         Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
         Claim::Replay { status, body } => {
+            sale.record_replay();
             let status = StatusCode::from_u16(status).map_err(|e| ApiError::Internal(e.into()))?;
             return Ok(HttpResponse::build(status)
                 .content_type(ContentType::json())

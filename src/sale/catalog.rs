@@ -37,6 +37,16 @@ impl Catalog {
         items
     }
 
+    /// Items whose sale has ended (their metric series are removed).
+    pub fn ended_ids(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<ItemId> {
+        self.items
+            .load()
+            .values()
+            .filter(|i| i.ends_at <= now)
+            .map(|i| i.id)
+            .collect()
+    }
+
     pub async fn reload(&self, pool: &PgPool) -> anyhow::Result<()> {
         let items = super::postgres::all_items(pool).await?;
         self.items.store(Arc::new(

@@ -190,6 +190,34 @@ impl Sale {
         item_id: ItemId,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
+        let result = self.try_purchase(user, item_id, caller).await;
+        self.metrics.sale_outcome(match &result {
+            Ok(_) => "created",
+            Err(failure) => match &failure.error {
+                SaleError::ItemNotFound => "not_found",
+                SaleError::NotStarted => "not_started",
+                SaleError::Ended => "ended",
+                SaleError::AlreadyPurchased => "already_purchased",
+                SaleError::SoldOut => "sold_out",
+                SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
+                SaleError::Limited(_) => "limiter_unavailable",
+                SaleError::OrderFailed(_) => "order_failed",
+            },
+        });
+        result
+    }
+
+    /// An idempotent replay answered a purchase without running it.
+    pub fn record_replay(&self) {
+        self.metrics.sale_outcome("idempotent_replay");
+    }
+
+    async fn try_purchase(
+        &self,
+        user: UserId,
+        item_id: ItemId,
+        caller: &Caller<'_>,
+    ) -> Result<Purchase, PurchaseFailure> {
         let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
         match item.phase(Utc::now()) {
             SalePhase::NotStarted => return Err(SaleError::NotStarted.into()),
@@ -286,7 +314,10 @@ impl Sale {
             order: order_id,
         } = reservation;
         let commit = postgres::commit_order(&self.pool, order_id, user, item.id);
-        let outcome = match tokio::time::timeout(self.commit_timeout, commit).await {
+        let timer = self.metrics.order_commit.start_timer();
+        let outcome = tokio::time::timeout(self.commit_timeout, commit).await;
+        timer.observe_duration();
+        let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(_) => Err(CommitError::Unknown(anyhow::anyhow!(
                 "no answer within {:?}",
@@ -363,16 +394,55 @@ impl Sale {
         }
     }
 
-    /// The safety net under pub/sub: one MGET of every unended item's stock.
+    /// The safety net under pub/sub: one MGET of every unended item's stock, which
+    /// also feeds `seckill_stock_remaining`.
     pub async fn refresh_sold_out(&self) -> anyhow::Result<()> {
         let items = self.catalog.unended(Utc::now());
         let ids: Vec<_> = items.iter().map(|i| i.id).collect();
-        for (id, stock) in ids.iter().zip(self.redis.remaining(&ids).await?) {
+        let stocks = self.redis.remaining(&ids).await?;
+        self.retain_item_series(&self.metrics.stock_remaining, &ids);
+        for (id, stock) in ids.iter().zip(stocks) {
             if let Some(stock) = stock {
                 self.note_sold_out(*id, stock <= 0);
+                self.metrics
+                    .stock_remaining
+                    .with_label_values(&[&id.to_string()])
+                    .set(stock);
             }
         }
         Ok(())
+    }
+
+    /// Exports, per item on sale, the orders in Postgres and the Redis success counter:
+    /// two numbers that must agree (an alert watches them). Off the request path.
+    pub async fn export_consistency(&self) -> anyhow::Result<()> {
+        let items = self.catalog.unended(Utc::now());
+        let ids: Vec<_> = items.iter().map(|i| i.id).collect();
+        self.retain_item_series(&self.metrics.consistency_postgres_orders, &ids);
+        self.retain_item_series(&self.metrics.consistency_redis_success, &ids);
+        for id in ids {
+            let (orders, _) = postgres::order_counts(&self.pool, id, &[]).await?;
+            let success = self.redis.success_count(id).await?;
+            let label = id.to_string();
+            self.metrics
+                .consistency_postgres_orders
+                .with_label_values(&[&label])
+                .set(orders);
+            self.metrics
+                .consistency_redis_success
+                .with_label_values(&[&label])
+                .set(success);
+        }
+        Ok(())
+    }
+
+    /// Drops the series of items no longer on sale, keeping the label set bounded.
+    fn retain_item_series(&self, gauge: &prometheus::IntGaugeVec, on_sale: &[ItemId]) {
+        for item in self.catalog.ended_ids(Utc::now()) {
+            if !on_sale.contains(&item) {
+                let _ = gauge.remove_label_values(&[&item.to_string()]);
+            }
+        }
     }
 }
 

@@ -381,6 +381,20 @@ impl SaleRedis {
         Ok(created.is_some())
     }
 
+    /// The item's success counter (0 when missing).
+    pub async fn success_count(&self, item: ItemId) -> anyhow::Result<i64> {
+        let mut conn = self.redis.conn();
+        let get = redis::cmd("GET").arg(self.keys(item).success()).to_owned();
+        let count: Option<i64> = self
+            .call(
+                RedisPurpose::Other,
+                "read success counter",
+                get.query_async(&mut conn),
+            )
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
     /// Live stock of several items in one round trip; `None` where the counter is missing.
     pub async fn remaining(&self, items: &[ItemId]) -> anyhow::Result<Vec<Option<i64>>> {
         if items.is_empty() {

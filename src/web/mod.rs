@@ -2,6 +2,7 @@
 //! that keep every answer, even for unknown paths, in our JSON envelope.
 
 pub mod client_ip;
+pub mod http_metrics;
 pub mod json;
 
 use actix_web::{web, HttpResponse, Resource};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    pg_orders, pg_remaining,
-    eventually, json, spawn_app_from, spawn_app_with, test_settings, OwnRedis, TestApp,
+    eventually, json, pg_orders, pg_remaining, spawn_app_from, spawn_app_with, test_settings,
+    OwnRedis, TestApp,
 };
 
 async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {

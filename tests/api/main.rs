@@ -12,4 +12,5 @@ mod limiter_engine;
 mod limiter_http;
 mod limiter_model;
 mod loadgen;
+mod metrics;
 mod sale;

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use chrono::Duration;
 use sqlx::PgPool;
 
-use crate::helpers::{json, pg_orders, pg_remaining, spawn_app, spawn_app_with, TestApp, ADMIN_TOKEN};
+use crate::helpers::{
+    json, pg_orders, pg_remaining, spawn_app, spawn_app_with, TestApp, ADMIN_TOKEN,
+};
 
 async fn tokens(app: &TestApp, users: impl IntoIterator<Item = i64>) -> Vec<(i64, String)> {
     let mut out = Vec::new();
