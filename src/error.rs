@@ -33,12 +33,17 @@ pub enum ApiError {
     RateLimited(Box<Refusal>),
     #[error("the rate limiter is unavailable, please retry shortly")]
     LimiterUnavailable,
+    /// Too many refused admin tokens from this address.
+    #[error("too many failed sign-ins, try again later")]
+    SignInLocked { retry_after_ms: u64 },
     #[error("no such item")]
     ItemNotFound,
     #[error("the sale has not started yet")]
     SaleNotStarted,
     #[error("the sale has ended")]
     SaleEnded,
+    #[error("the sale is paused, please try again later")]
+    SalePaused,
     #[error("you already bought this item")]
     AlreadyPurchased,
     #[error("sold out")]
@@ -75,11 +80,12 @@ impl ApiError {
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unauthenticated => "UNAUTHENTICATED",
-            Self::RateLimited(_) => "RATE_LIMITED",
+            Self::RateLimited(_) | Self::SignInLocked { .. } => "RATE_LIMITED",
             Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
             Self::ItemNotFound => "ITEM_NOT_FOUND",
             Self::SaleNotStarted => "SALE_NOT_STARTED",
             Self::SaleEnded => "SALE_ENDED",
+            Self::SalePaused => "SALE_PAUSED",
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrderFailed(_) => "ORDER_FAILED",
@@ -114,6 +120,7 @@ impl ResponseError for ApiError {
             Self::NotFound | Self::ItemNotFound => StatusCode::NOT_FOUND,
             Self::SaleNotStarted
             | Self::SaleEnded
+            | Self::SalePaused
             | Self::AlreadyPurchased
             | Self::SoldOut
             | Self::IdempotencyInProgress => StatusCode::CONFLICT,
@@ -121,7 +128,7 @@ impl ResponseError for ApiError {
             Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::SignInLocked { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NotReady { .. } | Self::LimiterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -154,6 +161,7 @@ impl ResponseError for ApiError {
             },
             retry_after_ms: match self {
                 Self::RateLimited(refusal) => Some(refusal.retry_after_ms()),
+                Self::SignInLocked { retry_after_ms } => Some(*retry_after_ms),
                 _ => None,
             },
         };
@@ -162,8 +170,16 @@ impl ResponseError for ApiError {
             builder.insert_header(("WWW-Authenticate", "Bearer"));
         }
         let mut response = builder.content_type(ContentType::json()).json(body);
-        if let Self::RateLimited(refusal) = self {
-            refusal.write_headers(response.headers_mut());
+        match self {
+            Self::RateLimited(refusal) => refusal.write_headers(response.headers_mut()),
+            Self::SignInLocked { retry_after_ms } => {
+                if let Ok(value) = retry_after_ms.div_ceil(1000).to_string().parse() {
+                    response
+                        .headers_mut()
+                        .insert(actix_web::http::header::RETRY_AFTER, value);
+                }
+            }
+            _ => {}
         }
         response
     }
@@ -175,6 +191,7 @@ impl From<SaleError> for ApiError {
             SaleError::ItemNotFound => Self::ItemNotFound,
             SaleError::NotStarted => Self::SaleNotStarted,
             SaleError::Ended => Self::SaleEnded,
+            SaleError::Paused => Self::SalePaused,
             SaleError::AlreadyPurchased => Self::AlreadyPurchased,
             SaleError::SoldOut => Self::SoldOut,
             SaleError::Limited(rejection) => rejection.into(),

@@ -4,6 +4,7 @@
 //! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
 //! - [`routes`]: thin HTTP handlers, one file per area.
 //! - [`web`]: request-side helpers (the JSON body extractor, JSON 404/405 fallbacks).
+//! - [`admin`]: rules stored in Postgres and applied at runtime; live counters of all instances.
 //! - [`sale`]: items, the purchase flow (reservation, pipeline, Postgres commit, repair).
 //! - [`limiter`]: the rate-limiter engine (policies, Lua scripts in `lua/`, the HTTP guard).
 //! - [`identity`]: bearer JWTs and the `Shopper` extractor.
@@ -13,6 +14,7 @@
 //! - [`metrics`]: the Prometheus registry.
 //! - [`telemetry`]: logging.
 
+pub mod admin;
 pub mod configuration;
 pub mod domain;
 pub mod error;

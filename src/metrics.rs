@@ -41,12 +41,13 @@ impl RedisPurpose {
 }
 
 /// How a purchase ended: the label of `seckill_sale_outcomes_total`.
-pub const SALE_OUTCOMES: [&str; 10] = [
+pub const SALE_OUTCOMES: [&str; 11] = [
     "created",
     "sold_out",
     "already_purchased",
     "not_started",
     "ended",
+    "paused",
     "not_found",
     "rate_limited",
     "limiter_unavailable",

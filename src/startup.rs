@@ -10,8 +10,10 @@ use anyhow::Context;
 use futures_util::future::{BoxFuture, FutureExt};
 use tracing_actix_web::TracingLogger;
 
+use crate::admin::rules::{self, RuleStore};
+use crate::admin::stats::LiveStats;
 use crate::configuration::Settings;
-use crate::identity::{AdminTokens, TokenKeys};
+use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
@@ -55,6 +57,13 @@ impl Application {
         let limiter = Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
             .context("invalid rate-limit policies")?;
         let limiter = Arc::new(customize(limiter));
+        // The settings seed the rules table; from then on Postgres is the truth.
+        let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
+        rules
+            .seed(&settings.limiter.policies)
+            .await
+            .context("seeding rate-limit rules")?;
+        rules.apply(&limiter).await?;
         anyhow::ensure!(
             settings.reservation_deadline_ms > settings.order_commit_timeout_ms,
             "reservation_deadline_ms must exceed order_commit_timeout_ms, or live purchases would be undone"
@@ -83,7 +92,17 @@ impl Application {
             seed_demo_item(&pool, &sale).await?;
         }
         sale.warm_up().await.context("loading items and stock")?;
-        let background = background_tasks(&settings, &sale);
+        let stats = Arc::new(LiveStats::new(
+            redis.clone(),
+            Arc::clone(&metrics),
+            Arc::clone(&limiter),
+        ));
+        let background = background_tasks(&settings, &sale, &rules, &limiter, &stats);
+        let admin_guard = AdminGuard::new(
+            AdminTokens::parse(&settings.admin_token),
+            Arc::clone(&limiter),
+            redis.clone(),
+        );
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
@@ -103,7 +122,9 @@ impl Application {
         let limiter = web::Data::from(limiter);
         let sale = web::Data::from(sale);
         let idempotency = web::Data::new(idempotency);
-        let admin_tokens = web::Data::new(AdminTokens::parse(&settings.admin_token));
+        let admin_guard = web::Data::new(admin_guard);
+        let rules = web::Data::from(rules);
+        let stats = web::Data::from(stats);
         let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
         let options = RouteOptions {
@@ -125,7 +146,11 @@ impl Application {
                 .app_data(proxies.clone())
                 .app_data(sale.clone())
                 .app_data(idempotency.clone())
-                .app_data(admin_tokens.clone())
+                .app_data(admin_guard.clone())
+                .app_data(rules.clone())
+                .app_data(stats.clone())
+                .app_data(crate::web::query_config())
+                .app_data(crate::web::path_config())
                 .configure(|cfg| routes::configure(cfg, options))
                 .default_service(web::to(crate::web::not_found))
         })
@@ -160,9 +185,16 @@ impl Application {
     }
 }
 
-/// The loops that run beside the server: catalog and sold-out refresh, the sold-out
-/// channel, the reconciler.
-fn background_tasks(settings: &Settings, sale: &Arc<Sale>) -> BoxFuture<'static, ()> {
+/// The loops that run beside the server, for as long as it runs: catalog and sold-out
+/// refresh, the sold-out channel, the reconciler, the consistency export, the rule
+/// watcher and the live-stats flush.
+fn background_tasks(
+    settings: &Settings,
+    sale: &Arc<Sale>,
+    rules: &Arc<RuleStore>,
+    limiter: &Arc<Limiter>,
+    stats: &Arc<LiveStats>,
+) -> BoxFuture<'static, ()> {
     let listener = {
         let sale = Arc::clone(sale);
         sold_out::listen(
@@ -176,9 +208,33 @@ fn background_tasks(settings: &Settings, sale: &Arc<Sale>) -> BoxFuture<'static,
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),
     );
-    futures_util::future::join3(refresh(Arc::clone(sale)), listener, reconciler)
-        .map(drop)
-        .boxed()
+    let consistency = {
+        let sale = Arc::clone(sale);
+        let every = Duration::from_secs(settings.consistency_interval_secs.max(1));
+        async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Err(e) = sale.export_consistency().await {
+                    tracing::warn!(error = %format!("{e:#}"), "consistency export failed");
+                }
+            }
+        }
+    };
+    let loops: Vec<BoxFuture<'static, ()>> = vec![
+        refresh(Arc::clone(sale)).boxed(),
+        listener.boxed(),
+        reconciler.boxed(),
+        consistency.boxed(),
+        rules::watch(
+            Arc::clone(rules),
+            Arc::clone(limiter),
+            Duration::from_millis(500),
+        )
+        .boxed(),
+        Arc::clone(stats).run().boxed(),
+    ];
+    futures_util::future::join_all(loops).map(drop).boxed()
 }
 
 /// Other instances create items and sell stock too: every second, reload the catalog

@@ -3,16 +3,31 @@
 //! Tokens come from `SECKILL_ADMIN_TOKEN`: one secret, or a comma-separated list of
 //! `name:secret` pairs so that changes can be attributed. No token configured means
 //! every admin request is refused: admin endpoints are closed by default.
+//!
+//! Guessing is rate-limited per client IP: every refused token counts against the
+//! `admin_auth` limiter policy (10 per 5 minutes by default); once it refuses, the IP is
+//! locked out, right tokens included, until the window frees up.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
 
 use std::future::{ready, Ready};
 
-use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
 use super::bearer_token;
+use crate::domain::ClientIp;
 use crate::error::ApiError;
+use crate::limiter::http::client_ip;
+use crate::limiter::policy::ADMIN_AUTH_POLICY;
+use crate::limiter::{Caller, Limiter, Rejection};
+use crate::store::RedisStore;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
 
@@ -51,7 +66,114 @@ impl AdminTokens {
     }
 }
 
-/// An authenticated operator. Checked before the body is read.
+/// Admin tokens plus the lockout of IPs that keep guessing.
+pub struct AdminGuard {
+    tokens: AdminTokens,
+    limiter: Arc<Limiter>,
+    redis: RedisStore,
+}
+
+impl AdminGuard {
+    pub fn new(tokens: AdminTokens, limiter: Arc<Limiter>, redis: RedisStore) -> Self {
+        Self {
+            tokens,
+            limiter,
+            redis,
+        }
+    }
+
+    fn lock_key(&self, ip: ClientIp) -> String {
+        format!("{}:admin-lockout:{ip}", self.redis.prefix())
+    }
+
+    /// Milliseconds left on this IP's lockout, if any. A Redis failure does not lock
+    /// anyone out (the tokens still have to be right).
+    async fn locked_for(&self, ip: ClientIp) -> Option<u64> {
+        let mut conn = self.redis.conn();
+        let pttl = redis::cmd("PTTL").arg(self.lock_key(ip)).to_owned();
+        let ms: i64 = tokio::time::timeout(Duration::from_millis(250), pttl.query_async(&mut conn))
+            .await
+            .ok()?
+            .ok()?;
+        u64::try_from(ms).ok().filter(|ms| *ms > 0)
+    }
+
+    /// Counts a refused token; returns the lockout when this one crossed the limit.
+    async fn record_failure(&self, ip: ClientIp) -> Option<u64> {
+        let caller = Caller {
+            user: None,
+            ip,
+            client_id: None,
+            route: Cow::Borrowed("/admin/api"),
+        };
+        let Err(Rejection::Refused(refusal)) =
+            self.limiter.check(ADMIN_AUTH_POLICY, None, &caller).await
+        else {
+            return None;
+        };
+        let wait = refusal.retry_after_ms();
+        let mut conn = self.redis.conn();
+        let lock = redis::cmd("SET")
+            .arg(self.lock_key(ip))
+            .arg(1)
+            .arg("PX")
+            .arg(wait)
+            .to_owned();
+        let _ = tokio::time::timeout(
+            Duration::from_millis(250),
+            lock.query_async::<()>(&mut conn),
+        )
+        .await;
+        tracing::warn!(client.ip = %ip, lockout_ms = wait, "admin sign-in locked after repeated failures");
+        Some(wait)
+    }
+
+    async fn authenticate(&self, req: &HttpRequest) -> Result<Admin, ApiError> {
+        let ip = client_ip(req)?;
+        if let Some(wait) = self.locked_for(ip).await {
+            return Err(ApiError::SignInLocked {
+                retry_after_ms: wait,
+            });
+        }
+        let matched = bearer_token(req).and_then(|presented| self.tokens.authenticate(presented));
+        match matched {
+            Some(name) => Ok(Admin {
+                name: name.to_string(),
+            }),
+            None => match self.record_failure(ip).await {
+                Some(wait) => Err(ApiError::SignInLocked {
+                    retry_after_ms: wait,
+                }),
+                None => Err(ApiError::Unauthenticated),
+            },
+        }
+    }
+}
+
+/// Middleware for the `/admin/api` scope: authenticates before routing, so every admin
+/// path (unknown ones too) answers 401 without a valid token, and no handler reads a
+/// body first. The operator is left in the request for the [`Admin`] extractor.
+pub async fn require_admin(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let guard = req.app_data::<web::Data<AdminGuard>>().cloned();
+    let authenticated = match guard {
+        Some(guard) => guard.authenticate(req.request()).await,
+        None => Err(ApiError::Internal(anyhow::anyhow!(
+            "AdminGuard is not registered"
+        ))),
+    };
+    match authenticated {
+        Ok(admin) => {
+            req.extensions_mut().insert(admin);
+            Ok(next.call(req).await?.map_into_boxed_body())
+        }
+        Err(error) => Ok(req.error_response(error)),
+    }
+}
+
+/// An authenticated operator, put there by [`require_admin`].
 #[derive(Debug, Clone)]
 pub struct Admin {
     pub name: String,
@@ -62,15 +184,13 @@ impl FromRequest for Admin {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let admin = req
-            .app_data::<web::Data<AdminTokens>>()
-            .zip(bearer_token(req))
-            .and_then(|(tokens, presented)| tokens.authenticate(presented))
-            .map(|name| Admin {
-                name: name.to_string(),
-            })
-            .ok_or(ApiError::Unauthenticated);
-        ready(admin)
+        // Outside the guarded scope there is no operator: refuse rather than trust.
+        ready(
+            req.extensions()
+                .get::<Admin>()
+                .cloned()
+                .ok_or(ApiError::Unauthenticated),
+        )
     }
 }
 

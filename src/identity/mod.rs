@@ -7,7 +7,7 @@
 mod admin;
 mod token;
 
-pub use admin::{Admin, AdminTokens};
+pub use admin::{require_admin, Admin, AdminGuard, AdminTokens};
 pub use token::{IssuedToken, TokenKeys};
 
 use actix_web::dev::Payload;

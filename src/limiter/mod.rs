@@ -136,6 +136,14 @@ impl Limiter {
         self.policies.load().get(name).cloned()
     }
 
+    pub fn policy_names(&self) -> Vec<String> {
+        self.policies
+            .load()
+            .iter()
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
     pub fn backend(&self) -> &ScriptBackend {
         &self.backend
     }

@@ -202,6 +202,8 @@ impl Default for LimiterSettings {
 
 /// The policy guarding `POST /seckill`.
 pub const SECKILL_POLICY: &str = "seckill";
+/// Failed admin sign-ins per client IP.
+pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
 

@@ -1,15 +1,11 @@
-//! Items: the public listing and the operators' creation endpoint.
+//! Items: the public listing (operators create and pause items in `routes::admin`).
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use validator::Validate;
+use serde::Serialize;
 
-use crate::error::ApiError;
-use crate::identity::Admin;
-use crate::sale::item::{Item, NewItem};
+use crate::sale::item::Item;
 use crate::sale::Sale;
-use crate::web::JsonBody;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -21,6 +17,7 @@ pub struct ItemBody<'a> {
     ends_at: DateTime<Utc>,
     total_stock: i32,
     remaining_stock: i64,
+    paused: bool,
 }
 
 impl<'a> ItemBody<'a> {
@@ -33,6 +30,7 @@ impl<'a> ItemBody<'a> {
             ends_at: item.ends_at,
             total_stock: item.total_stock,
             remaining_stock,
+            paused: item.paused,
         }
     }
 }
@@ -46,34 +44,4 @@ pub async fn list(sale: web::Data<Sale>) -> HttpResponse {
         .map(|(item, remaining)| ItemBody::new(item, *remaining))
         .collect();
     HttpResponse::Ok().json(serde_json::json!({ "items": items }))
-}
-
-#[derive(Debug, Deserialize, Validate)]
-#[serde(rename_all = "camelCase")]
-pub struct CreateItemRequest {
-    name: String,
-    price_cents: i64,
-    stock: i64,
-    starts_at: DateTime<Utc>,
-    ends_at: DateTime<Utc>,
-}
-
-/// `POST /admin/api/items`.
-pub async fn create(
-    admin: Admin,
-    body: JsonBody<CreateItemRequest>,
-    sale: web::Data<Sale>,
-) -> Result<HttpResponse, ApiError> {
-    let request = body.0;
-    let new = NewItem::parse(
-        &request.name,
-        request.price_cents,
-        request.stock,
-        request.starts_at,
-        request.ends_at,
-    )
-    .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
-    let item = sale.create_item(new).await?;
-    tracing::info!(admin = %admin.name, item.id = %item.id, "admin created an item");
-    Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
 }

@@ -1,6 +1,7 @@
 //! Thin HTTP handlers, one file per area. They parse input into domain types, call the
 //! domain, and turn its answer into a response; no business rule lives here.
 
+pub mod admin;
 pub mod health;
 pub mod items;
 pub mod limited;
@@ -10,6 +11,7 @@ pub mod session;
 
 use actix_web::web;
 
+use crate::identity::require_admin;
 use crate::limiter::http::RateLimit;
 use crate::limiter::policy::LIMITED_POLICY;
 use crate::web::resource;
@@ -28,7 +30,20 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
         .service(resource("/api/items").route(web::get().to(items::list)))
         .service(resource("/api/orders/mine").route(web::get().to(seckill::my_orders)))
         .service(resource("/seckill").route(web::post().to(seckill::purchase)))
-        .service(resource("/admin/api/items").route(web::post().to(items::create)))
+        .service(
+            web::scope("/admin/api")
+                .wrap(actix_web::middleware::from_fn(require_admin))
+                .service(resource("/me").route(web::get().to(admin::me)))
+                .service(resource("/items").route(web::post().to(admin::create_item)))
+                .service(resource("/items/{id}/pause").route(web::post().to(admin::pause)))
+                .service(resource("/items/{id}/resume").route(web::post().to(admin::resume)))
+                .service(resource("/orders").route(web::get().to(admin::orders)))
+                .service(resource("/stats").route(web::get().to(admin::stats)))
+                .service(resource("/policies").route(web::get().to(admin::policies)))
+                .service(resource("/policies/{name}").route(web::put().to(admin::update_policy)))
+                .service(resource("/audit").route(web::get().to(admin::audit)))
+                .default_service(web::to(crate::web::not_found)),
+        )
         .service(
             resource("/api/limited")
                 .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy"))

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use validator::Validate;
 
+use crate::domain::UserId;
 use crate::error::ApiError;
 use crate::identity::Shopper;
 use crate::limiter::http::client_ip;
@@ -67,7 +68,9 @@ pub async fn purchase(
         route: "/seckill".into(),
     };
     let Some(key) = idempotency_key(&req)? else {
-        return purchase_response(&sale, &caller, item_id).await;
+        return Ok(purchase_response(&sale, &caller, user, item_id)
+            .await
+            .response);
     };
 
     match idempotency
@@ -87,18 +90,16 @@ pub async fn purchase(
                 .body(body));
         }
     }
-    let response = purchase_response(&sale, &caller, item_id)
-        .await
-        .unwrap_or_else(|e| e.error_response());
+    let answer = purchase_response(&sale, &caller, user, item_id).await;
     // Final answers are kept and replayed; anything worth retrying frees the key.
-    let status = response.status();
-    if !matches!(status.as_u16(), 200 | 404 | 409) {
+    if !answer.is_final {
         if let Err(e) = idempotency.release(user, &key).await {
             tracing::warn!(error = %format!("{e:#}"), "could not release an idempotency key");
         }
-        return Ok(response);
+        return Ok(answer.response);
     }
-    let (head, body) = response.into_parts();
+    let status = answer.response.status();
+    let (head, body) = answer.response.into_parts();
     let bytes = actix_web::body::to_bytes(body)
         .await
         .map_err(|_| ApiError::Internal(anyhow::anyhow!("unreadable response body")))?;
@@ -112,28 +113,39 @@ pub async fn purchase(
     Ok(head.set_body(bytes).map_into_boxed_body())
 }
 
+/// A purchase's answer and whether it is final (kept for idempotent replays).
+struct PurchaseAnswer {
+    response: HttpResponse,
+    is_final: bool,
+}
+
 /// The purchase's answer, success or refusal, with the limiter's headers whenever the
 /// limiter admitted the request.
 async fn purchase_response(
     sale: &Sale,
     caller: &Caller<'_>,
+    user: UserId,
     item_id: ItemId,
-) -> Result<HttpResponse, ApiError> {
-    let user = caller.user.ok_or(ApiError::Unauthenticated)?;
-    let (mut response, admission) = match sale.purchase(user, item_id, caller).await {
+) -> PurchaseAnswer {
+    let (mut response, admission, is_final) = match sale.purchase(user, item_id, caller).await {
         Ok(purchase) => (
             HttpResponse::Ok().json(OrderBody::from(&purchase.order)),
             Some(purchase.admission),
+            true,
         ),
-        Err(failure) => (
-            ApiError::from(failure.error).error_response(),
-            failure.admission,
-        ),
+        Err(failure) => {
+            let is_final = failure.error.is_final();
+            (
+                ApiError::from(failure.error).error_response(),
+                failure.admission,
+                is_final,
+            )
+        }
     };
     if let Some(admission) = admission {
         admission.write_headers(response.headers_mut());
     }
-    Ok(response)
+    PurchaseAnswer { response, is_final }
 }
 
 fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {

@@ -49,6 +49,8 @@ pub struct Item {
     pub remaining_stock: i32,
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
+    /// Paused by an operator: purchases answer 409 `SALE_PAUSED` until resumed.
+    pub paused: bool,
 }
 
 /// Where an item's sale stands at a given instant.
@@ -187,6 +189,7 @@ mod tests {
             remaining_stock: 1,
             starts_at: start,
             ends_at: start + Duration::seconds(10),
+            paused: false,
         };
         assert_eq!(
             item.phase(start - Duration::milliseconds(1)),

@@ -51,6 +51,8 @@ pub enum SaleError {
     NotStarted,
     #[error("the sale has ended")]
     Ended,
+    #[error("the sale is paused")]
+    Paused,
     #[error("you already bought this item")]
     AlreadyPurchased,
     #[error("sold out")]
@@ -60,6 +62,15 @@ pub enum SaleError {
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     #[error("the order could not be placed: {0:#}")]
     OrderFailed(anyhow::Error),
+}
+
+impl SaleError {
+    /// Whether the answer stands for good (an idempotent retry gets the same one):
+    /// not found, sold out, already purchased, not started, ended. A paused sale, a
+    /// limiter refusal and a failed order are worth retrying.
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Self::Paused | Self::Limited(_) | Self::OrderFailed(_))
+    }
 }
 
 /// A successful purchase and the limiter's admission (for its headers).
@@ -161,6 +172,32 @@ impl Sale {
         Ok(item)
     }
 
+    /// Pauses or resumes an item's sale; `None` when there is no such item. Other
+    /// instances see it at their next catalog reload (within a second).
+    pub async fn set_paused(&self, item: ItemId, paused: bool) -> anyhow::Result<Option<Item>> {
+        let updated = postgres::set_paused(&self.pool, item, paused).await?;
+        self.catalog.reload(&self.pool).await?;
+        Ok(updated)
+    }
+
+    /// One item's live stock from Redis.
+    pub async fn live_stock(&self, item: ItemId) -> Option<i64> {
+        self.redis
+            .remaining(&[item])
+            .await
+            .ok()?
+            .into_iter()
+            .next()
+            .flatten()
+    }
+
+    pub async fn search_orders(
+        &self,
+        filter: &postgres::OrderFilter,
+    ) -> anyhow::Result<(Vec<Order>, i64)> {
+        postgres::search_orders(&self.pool, filter).await
+    }
+
     /// Items on sale or coming up, with their live remaining stock (Redis; Postgres's
     /// count when Redis cannot answer).
     pub async fn listing(&self) -> Vec<(Arc<Item>, i64)> {
@@ -197,6 +234,7 @@ impl Sale {
                 SaleError::ItemNotFound => "not_found",
                 SaleError::NotStarted => "not_started",
                 SaleError::Ended => "ended",
+                SaleError::Paused => "paused",
                 SaleError::AlreadyPurchased => "already_purchased",
                 SaleError::SoldOut => "sold_out",
                 SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
@@ -223,6 +261,9 @@ impl Sale {
             SalePhase::NotStarted => return Err(SaleError::NotStarted.into()),
             SalePhase::Ended => return Err(SaleError::Ended.into()),
             SalePhase::Open => {}
+        }
+        if item.paused {
+            return Err(SaleError::Paused.into());
         }
         if self.board.is_sold_out(item.id) {
             return Err(SaleError::SoldOut.into());

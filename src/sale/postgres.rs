@@ -19,6 +19,7 @@ struct ItemRow {
     remaining_stock: i32,
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
+    paused: bool,
 }
 
 impl TryFrom<ItemRow> for Item {
@@ -33,6 +34,7 @@ impl TryFrom<ItemRow> for Item {
             remaining_stock: row.remaining_stock,
             starts_at: row.starts_at,
             ends_at: row.ends_at,
+            paused: row.paused,
         })
     }
 }
@@ -70,7 +72,7 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
         ItemRow,
         r#"INSERT INTO items (name, price_cents, total_stock, remaining_stock, starts_at, ends_at)
            VALUES ($1, $2, $3, $3, $4, $5)
-           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at"#,
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused"#,
         item.name,
         item.price_cents,
         item.stock,
@@ -85,13 +87,81 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
 pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
     sqlx::query_as!(
         ItemRow,
-        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at FROM items"
+        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused FROM items"
     )
     .fetch_all(pool)
     .await?
     .into_iter()
     .map(Item::try_from)
     .collect()
+}
+
+/// Pauses or resumes a sale; `None` when there is no such item.
+pub async fn set_paused(pool: &PgPool, item: ItemId, paused: bool) -> anyhow::Result<Option<Item>> {
+    sqlx::query_as!(
+        ItemRow,
+        r#"UPDATE items SET paused = $2 WHERE id = $1
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused"#,
+        item.get(),
+        paused
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(Item::try_from)
+    .transpose()
+}
+
+/// A page of orders, newest first, with optional filters; and how many match in all.
+pub async fn search_orders(
+    pool: &PgPool,
+    filter: &OrderFilter,
+) -> anyhow::Result<(Vec<Order>, i64)> {
+    let orders = sqlx::query_as!(
+        OrderRow,
+        r#"SELECT id, user_id, item_id, created_at FROM orders
+           WHERE ($1::bigint IS NULL OR item_id = $1)
+             AND ($2::bigint IS NULL OR user_id = $2)
+             AND ($3::timestamptz IS NULL OR created_at >= $3)
+             AND ($4::timestamptz IS NULL OR created_at < $4)
+           ORDER BY created_at DESC, id
+           LIMIT $5 OFFSET $6"#,
+        filter.item.map(ItemId::get),
+        filter.user.map(UserId::get),
+        filter.from,
+        filter.to,
+        filter.per_page,
+        (filter.page - 1) * filter.per_page,
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(Order::try_from)
+    .collect::<anyhow::Result<Vec<_>>>()?;
+    let total = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM orders
+           WHERE ($1::bigint IS NULL OR item_id = $1)
+             AND ($2::bigint IS NULL OR user_id = $2)
+             AND ($3::timestamptz IS NULL OR created_at >= $3)
+             AND ($4::timestamptz IS NULL OR created_at < $4)"#,
+        filter.item.map(ItemId::get),
+        filter.user.map(UserId::get),
+        filter.from,
+        filter.to,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((orders, total))
+}
+
+/// Which orders an operator wants to see. `page` starts at 1.
+#[derive(Debug, Clone)]
+pub struct OrderFilter {
+    pub item: Option<ItemId>,
+    pub user: Option<UserId>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub page: i64,
+    pub per_page: i64,
 }
 
 pub async fn item_remaining(pool: &PgPool, item: ItemId) -> anyhow::Result<i32> {

@@ -88,18 +88,16 @@ fn referenced_metrics(text: &str) -> BTreeSet<String> {
     names
 }
 
-/// A queried name is exported if a sample line carries it (histograms: `_bucket`,
-/// `_sum`, `_count` are the family's samples).
+/// A queried name is exported if a sample line carries it, or, for a histogram's family
+/// name, its `_bucket` samples.
 fn exported(exposition: &str, name: &str) -> bool {
+    let family_bucket = format!("{name}_bucket");
     exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
         .any(|line| {
-            let sample = line
-                .split(|c| c == '{' || c == ' ')
-                .next()
-                .unwrap_or_default();
-            sample == name
+            let sample = line.split(['{', ' ']).next().unwrap_or_default();
+            sample == name || sample == family_bucket
         })
 }
 

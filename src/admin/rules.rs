@@ -1,0 +1,208 @@
+//! Rate-limit rules as data in Postgres, changed at runtime.
+//!
+//! On first start the settings seed `limiter_policies`; from then on Postgres is the
+//! truth. A change is validated exactly as settings are ([`PolicySet::parse`]), written
+//! with an audit row in one transaction, and announced by bumping
+//! `<prefix>:limiter:version` in Redis. Every instance polls that key every 500 ms and
+//! reloads the rules from Postgres when it moves, so a change is in force everywhere
+//! within about half a second, without a restart. Polling (rather than pub/sub alone)
+//! means an instance that missed a message, or Redis restarting, only delays a change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::PgPool;
+
+use crate::limiter::policy::{PolicyConfig, PolicyError};
+use crate::limiter::{Limiter, PolicySet};
+use crate::store::RedisStore;
+
+pub struct RuleStore {
+    pool: PgPool,
+    redis: RedisStore,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuleChangeError {
+    #[error("no policy named {0:?}")]
+    UnknownPolicy(String),
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
+    #[error(transparent)]
+    Store(#[from] anyhow::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub policy: String,
+    pub changed_by: String,
+    pub changed_at: DateTime<Utc>,
+    pub old: PolicyConfig,
+    pub new: PolicyConfig,
+}
+
+impl RuleStore {
+    pub fn new(pool: PgPool, redis: RedisStore) -> Self {
+        Self { pool, redis }
+    }
+
+    fn version_key(&self) -> String {
+        format!("{}:limiter:version", self.redis.prefix())
+    }
+
+    /// Stores the settings' policies where none is stored yet (first start, or a policy
+    /// added to the settings later). Stored policies are never overwritten.
+    pub async fn seed(&self, defaults: &BTreeMap<String, PolicyConfig>) -> anyhow::Result<()> {
+        for (name, config) in defaults {
+            sqlx::query!(
+                "INSERT INTO limiter_policies (name, config) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                name,
+                Json(config) as _
+            )
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn load(&self) -> anyhow::Result<BTreeMap<String, PolicyConfig>> {
+        let rows = sqlx::query!(
+            r#"SELECT name, config AS "config: Json<PolicyConfig>" FROM limiter_policies"#
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.name, row.config.0))
+            .collect())
+    }
+
+    /// Validates and stores a new version of one policy, with its audit row, and tells
+    /// every instance. Returns the stored policy.
+    pub async fn update(
+        &self,
+        name: &str,
+        new: PolicyConfig,
+        who: &str,
+    ) -> Result<PolicyConfig, RuleChangeError> {
+        crate::limiter::Policy::parse(name, &new)?;
+        let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
+        let old = sqlx::query_scalar!(
+            r#"SELECT config AS "config: Json<PolicyConfig>" FROM limiter_policies WHERE name = $1 FOR UPDATE"#,
+            name
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(anyhow::Error::from)?
+        .ok_or_else(|| RuleChangeError::UnknownPolicy(name.to_string()))?;
+        sqlx::query!(
+            "UPDATE limiter_policies SET config = $2, updated_at = now() WHERE name = $1",
+            name,
+            Json(&new) as _
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(anyhow::Error::from)?;
+        sqlx::query!(
+            "INSERT INTO limiter_policy_audit (policy, changed_by, old_config, new_config) VALUES ($1, $2, $3, $4)",
+            name,
+            who,
+            Json(&old.0) as _,
+            Json(&new) as _
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(anyhow::Error::from)?;
+        tx.commit().await.map_err(anyhow::Error::from)?;
+        self.bump().await;
+        tracing::info!(policy = name, changed_by = who, "rate-limit policy changed");
+        Ok(new)
+    }
+
+    async fn bump(&self) {
+        let mut conn = self.redis.conn();
+        let incr = redis::cmd("INCR").arg(self.version_key()).to_owned();
+        if let Err(e) =
+            tokio::time::timeout(Duration::from_secs(1), incr.query_async::<i64>(&mut conn)).await
+        {
+            // The instances' periodic reload still picks the change up.
+            tracing::warn!(error = %e, "could not announce a rule change");
+        }
+    }
+
+    async fn version(&self) -> anyhow::Result<Option<i64>> {
+        let mut conn = self.redis.conn();
+        let get = redis::cmd("GET").arg(self.version_key()).to_owned();
+        Ok(tokio::time::timeout(Duration::from_secs(1), get.query_async(&mut conn)).await??)
+    }
+
+    pub async fn audit(&self, policy: Option<&str>, limit: i64) -> anyhow::Result<Vec<AuditEntry>> {
+        let rows = sqlx::query!(
+            r#"SELECT policy, changed_by, changed_at,
+                      old_config AS "old: Json<PolicyConfig>", new_config AS "new: Json<PolicyConfig>"
+               FROM limiter_policy_audit
+               WHERE ($1::text IS NULL OR policy = $1)
+               ORDER BY changed_at DESC, id DESC LIMIT $2"#,
+            policy,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditEntry {
+                policy: r.policy,
+                changed_by: r.changed_by,
+                changed_at: r.changed_at,
+                old: r.old.0,
+                new: r.new.0,
+            })
+            .collect())
+    }
+
+    /// Loads the stored rules into `limiter`.
+    pub async fn apply(&self, limiter: &Limiter) -> anyhow::Result<()> {
+        let configs = self.load().await?;
+        let set = PolicySet::parse(&configs)
+            .map_err(|e| anyhow::anyhow!("stored rate-limit policies are invalid: {e}"))?;
+        limiter.replace_policies(set);
+        Ok(())
+    }
+}
+
+/// Polls the version key every `every` and reloads the rules when it moves; also
+/// reloads every 30 s regardless, in case the key itself was lost.
+pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration) {
+    let mut seen: Option<i64> = None;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut since_reload = Duration::ZERO;
+    loop {
+        tick.tick().await;
+        since_reload += every;
+        let version = match store.version().await {
+            Ok(version) => version,
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "rule version unavailable");
+                continue;
+            }
+        };
+        if version != seen || since_reload >= Duration::from_secs(30) {
+            match store.apply(&limiter).await {
+                Ok(()) => {
+                    if version != seen {
+                        tracing::info!(?version, "rate-limit rules reloaded");
+                    }
+                    seen = version;
+                    since_reload = Duration::ZERO;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "could not reload rate-limit rules")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! `/admin/api/…`: what operators run the sale with. Every handler takes [`Admin`], so
+//! every route answers 401 without a valid admin token, before reading a body.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use validator::Validate;
+
+use super::items::ItemBody;
+use super::seckill::OrderBody;
+use crate::admin::rules::{AuditEntry, RuleChangeError, RuleStore};
+use crate::admin::stats::LiveStats;
+use crate::domain::UserId;
+use crate::error::ApiError;
+use crate::identity::Admin;
+use crate::limiter::policy::{
+    Algorithm, FailMode, KeySource, PolicyConfig, PolicyError, RuleConfig,
+};
+use crate::sale::item::{ItemId, NewItem};
+use crate::sale::postgres::OrderFilter;
+use crate::sale::Sale;
+use crate::web::JsonBody;
+
+/// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
+pub async fn me(admin: Admin) -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "name": admin.name }))
+}
+
+#[derive(Debug, Deserialize, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateItemRequest {
+    name: String,
+    price_cents: i64,
+    stock: i64,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+}
+
+/// `POST /admin/api/items`.
+pub async fn create_item(
+    admin: Admin,
+    body: JsonBody<CreateItemRequest>,
+    sale: web::Data<Sale>,
+) -> Result<HttpResponse, ApiError> {
+    let request = body.0;
+    let new = NewItem::parse(
+        &request.name,
+        request.price_cents,
+        request.stock,
+        request.starts_at,
+        request.ends_at,
+    )
+    .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
+    let item = sale.create_item(new).await?;
+    tracing::info!(admin = %admin.name, item.id = %item.id, "admin created an item");
+    Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
+}
+
+/// `POST /admin/api/items/{id}/pause` and `…/resume`.
+pub async fn pause(
+    admin: Admin,
+    id: web::Path<i64>,
+    sale: web::Data<Sale>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(admin, id.into_inner(), true, &sale).await
+}
+
+pub async fn resume(
+    admin: Admin,
+    id: web::Path<i64>,
+    sale: web::Data<Sale>,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(admin, id.into_inner(), false, &sale).await
+}
+
+async fn set_paused(
+    admin: Admin,
+    id: i64,
+    paused: bool,
+    sale: &Sale,
+) -> Result<HttpResponse, ApiError> {
+    let id = ItemId::try_from(id).map_err(|_| ApiError::ItemNotFound)?;
+    let item = sale
+        .set_paused(id, paused)
+        .await?
+        .ok_or(ApiError::ItemNotFound)?;
+    tracing::info!(admin = %admin.name, item.id = %item.id, paused, "admin changed a sale");
+    let remaining = sale
+        .live_stock(item.id)
+        .await
+        .unwrap_or(i64::from(item.remaining_stock));
+    Ok(HttpResponse::Ok().json(ItemBody::new(&item, remaining)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrdersQuery {
+    item: Option<i64>,
+    user: Option<i64>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    page: Option<i64>,
+    per_page: Option<i64>,
+}
+
+/// `GET /admin/api/orders?item=&user=&from=&to=&page=&perPage=`: newest first.
+pub async fn orders(
+    _admin: Admin,
+    query: web::Query<OrdersQuery>,
+    sale: web::Data<Sale>,
+) -> Result<HttpResponse, ApiError> {
+    let q = query.into_inner();
+    let page = q.page.unwrap_or(1);
+    let per_page = q.per_page.unwrap_or(50);
+    if page < 1 {
+        return Err(ApiError::validation("page", "page starts at 1"));
+    }
+    if !(1..=200).contains(&per_page) {
+        return Err(ApiError::validation(
+            "perPage",
+            "perPage must be between 1 and 200",
+        ));
+    }
+    let filter = OrderFilter {
+        item: q
+            .item
+            .map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
+            .transpose()?,
+        user: q
+            .user
+            .map(|u| UserId::try_from(u).map_err(|e| ApiError::validation("user", e.to_string())))
+            .transpose()?,
+        from: q.from,
+        to: q.to,
+        page,
+        per_page,
+    };
+    let (orders, total) = sale.search_orders(&filter).await?;
+    let orders: Vec<OrderBody> = orders.iter().map(OrderBody::from).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "orders": orders, "page": page, "perPage": per_page, "total": total,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StatsQuery {
+    window: Option<u64>,
+}
+
+/// `GET /admin/api/stats?window=60`: the last `window` seconds summed over every
+/// instance, plus live stock.
+pub async fn stats(
+    _admin: Admin,
+    query: web::Query<StatsQuery>,
+    live: web::Data<LiveStats>,
+    sale: web::Data<Sale>,
+) -> Result<HttpResponse, ApiError> {
+    let window = query
+        .window
+        .unwrap_or(60)
+        .clamp(1, crate::admin::stats::MAX_WINDOW_SECS);
+    let sums = live.sums(window).await?;
+    let (mut passes, mut rejections) = (BTreeMap::new(), BTreeMap::new());
+    for (field, value) in &sums {
+        if let Some(dimension) = field.strip_prefix("pass:") {
+            passes.insert(dimension.to_string(), *value);
+        } else if let Some(dimension) = field.strip_prefix("reject:") {
+            rejections.insert(dimension.to_string(), *value);
+        }
+    }
+    let listing = sale.listing().await;
+    let items: Vec<_> = listing
+        .iter()
+        .map(|(item, remaining)| ItemBody::new(item, *remaining))
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "windowSeconds": window,
+        "passes": passes,
+        "rejections": rejections,
+        "orders": sums.get("orders").copied().unwrap_or(0),
+        "failOpen": sums.get("fail_open").copied().unwrap_or(0),
+        "items": items,
+    })))
+}
+
+/// A policy as the dashboard shows and edits it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyView {
+    name: String,
+    algorithm: Algorithm,
+    fail_mode: FailMode,
+    enabled: bool,
+    rules: Vec<RuleView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleView {
+    name: String,
+    key: KeySource,
+    window_ms: u64,
+    threshold: u64,
+    message: String,
+}
+
+impl PolicyView {
+    fn new(name: &str, config: &PolicyConfig) -> Self {
+        Self {
+            name: name.to_string(),
+            algorithm: config.algorithm,
+            fail_mode: config.fail_mode,
+            enabled: config.enabled,
+            rules: config
+                .rules
+                .iter()
+                .map(|r| RuleView {
+                    name: r.name.clone(),
+                    key: r.key.clone(),
+                    window_ms: r.window_ms,
+                    threshold: r.threshold,
+                    message: r.message.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /admin/api/policies`.
+pub async fn policies(
+    _admin: Admin,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let stored = rules.load().await?;
+    let policies: Vec<_> = stored
+        .iter()
+        .map(|(name, config)| PolicyView::new(name, config))
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "policies": policies })))
+}
+
+/// What may change: the algorithm, and each rule's window, threshold and message. Rules
+/// are named; their key sources stay as configured.
+#[derive(Debug, Deserialize, Validate)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyChange {
+    algorithm: Option<Algorithm>,
+    enabled: Option<bool>,
+    rules: Vec<RuleChange>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleChange {
+    name: String,
+    window_ms: Option<u64>,
+    threshold: Option<u64>,
+    message: Option<String>,
+}
+
+/// `PUT /admin/api/policies/{name}`: validated like settings, audited, and in force on
+/// every instance within about half a second.
+pub async fn update_policy(
+    admin: Admin,
+    name: web::Path<String>,
+    body: JsonBody<PolicyChange>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let change = body.0;
+    let mut config = rules
+        .load()
+        .await?
+        .remove(&name)
+        .ok_or(ApiError::NotFound)?;
+    if let Some(algorithm) = change.algorithm {
+        config.algorithm = algorithm;
+    }
+    if let Some(enabled) = change.enabled {
+        config.enabled = enabled;
+    }
+    for (index, rc) in change.rules.iter().enumerate() {
+        let rule: &mut RuleConfig = config
+            .rules
+            .iter_mut()
+            .find(|r| r.name == rc.name)
+            .ok_or_else(|| {
+                ApiError::validation(
+                    format!("rules[{index}].name"),
+                    format!("policy {name:?} has no rule {:?}", rc.name),
+                )
+            })?;
+        if let Some(window_ms) = rc.window_ms {
+            rule.window_ms = window_ms;
+            rule.refill_ms = None; // the token bucket follows the window
+        }
+        if let Some(threshold) = rc.threshold {
+            rule.threshold = threshold;
+            rule.capacity = None;
+            rule.refill_tokens = None;
+        }
+        if let Some(message) = &rc.message {
+            rule.message = message.clone();
+        }
+    }
+    let stored = rules
+        .update(&name, config, &admin.name)
+        .await
+        .map_err(|e| match e {
+            RuleChangeError::UnknownPolicy(_) => ApiError::NotFound,
+            RuleChangeError::Invalid(invalid) => {
+                ApiError::validation(invalid_field(&invalid), invalid.to_string())
+            }
+            RuleChangeError::Store(cause) => ApiError::Internal(cause),
+        })?;
+    Ok(HttpResponse::Ok().json(PolicyView::new(&name, &stored)))
+}
+
+/// The request field a policy error points at, in the client's spelling.
+fn invalid_field(error: &PolicyError) -> String {
+    match error {
+        PolicyError::NotPositive { field, .. } | PolicyError::TooLarge { field, .. } => {
+            match *field {
+                "window_ms" | "refill_ms" => "windowMs".into(),
+                _ => "threshold".into(),
+            }
+        }
+        PolicyError::BadMessage(_) => "message".into(),
+        _ => "rules".into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuditQuery {
+    policy: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditView {
+    policy: String,
+    changed_by: String,
+    changed_at: DateTime<Utc>,
+    old: PolicyView,
+    new: PolicyView,
+}
+
+impl From<AuditEntry> for AuditView {
+    fn from(entry: AuditEntry) -> Self {
+        Self {
+            old: PolicyView::new(&entry.policy, &entry.old),
+            new: PolicyView::new(&entry.policy, &entry.new),
+            policy: entry.policy,
+            changed_by: entry.changed_by,
+            changed_at: entry.changed_at,
+        }
+    }
+}
+
+/// `GET /admin/api/audit?policy=`: the latest 100 rule changes.
+pub async fn audit(
+    _admin: Admin,
+    query: web::Query<AuditQuery>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let entries = rules.audit(query.policy.as_deref(), 100).await?;
+    let entries: Vec<AuditView> = entries.into_iter().map(AuditView::from).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "entries": entries })))
+}
