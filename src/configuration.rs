@@ -118,6 +118,8 @@ pub struct Settings {
     pub idempotency_ttl_secs: u64,
     /// How often the orders-vs-success-counter pair is exported to metrics.
     pub consistency_interval_secs: u64,
+    /// Folder of the web pages served at `/` (the shopper page, `/admin/`).
+    pub static_dir: String,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -176,6 +178,7 @@ impl Default for Settings {
             reconcile_interval_ms: 10_000,
             idempotency_ttl_secs: 86_400,
             consistency_interval_secs: 15,
+            static_dir: "static".into(),
         }
     }
 }

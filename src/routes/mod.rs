@@ -17,9 +17,11 @@ use crate::limiter::policy::LIMITED_POLICY;
 use crate::web::resource;
 
 /// Which optional routes exist in this deployment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RouteOptions {
     pub dev_login: bool,
+    /// The shopper page and the admin dashboard (`static/`), served at `/`.
+    pub static_dir: std::path::PathBuf,
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
@@ -52,4 +54,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
     if options.dev_login {
         cfg.service(resource("/api/session").route(web::post().to(session::create)));
     }
+    // Last, so every API route wins. Only files that exist are served (no listings, no
+    // hidden files, no `..`); anything else gets the JSON 404.
+    cfg.service(
+        actix_files::Files::new("/", &options.static_dir)
+            .index_file("index.html")
+            .default_handler(web::to(crate::web::not_found)),
+    );
 }
