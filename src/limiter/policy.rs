@@ -192,6 +192,21 @@ impl Default for LimiterSettings {
                 )],
             },
         );
+        policies.insert(
+            ADMIN_AUTH_POLICY.into(),
+            PolicyConfig {
+                algorithm: Algorithm::SlidingWindow,
+                fail_mode: FailMode::Open,
+                enabled: true,
+                rules: vec![rule(
+                    "ip",
+                    KeySource::Ip,
+                    300_000,
+                    10,
+                    "Too many failed sign-ins, try again later",
+                )],
+            },
+        );
         Self {
             timeout_ms: 250,
             clock: ClockSource::Redis,

@@ -58,6 +58,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
     // hidden files, no `..`); anything else gets the JSON 404.
     cfg.service(
         actix_files::Files::new("/", &options.static_dir)
+            .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
             .index_file("index.html")
             .default_handler(web::to(crate::web::not_found)),
     );

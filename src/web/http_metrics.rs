@@ -22,10 +22,15 @@ pub async fn record(
     let started = Instant::now();
     let response = next.call(req).await?;
     if let Some(metrics) = metrics {
-        let route = response
-            .request()
-            .match_pattern()
-            .unwrap_or_else(|| "unmatched".to_string());
+        // The static files are mounted at the root, so their pattern is empty: a file
+        // that was served is `static`, anything not found there is `unmatched`.
+        let route = match response.request().match_pattern() {
+            Some(pattern) if !pattern.is_empty() => pattern,
+            _ if response.status() == actix_web::http::StatusCode::NOT_FOUND => {
+                "unmatched".to_string()
+            }
+            _ => "static".to_string(),
+        };
         let status = match response.status().as_u16() {
             100..=299 => "2xx",
             300..=399 => "3xx",

@@ -2,6 +2,7 @@
 //! application on a random port against the real Redis and Postgres that
 //! `scripts/services.sh` runs, with its own database and its own Redis key prefix.
 
+mod admin;
 mod chaos;
 mod errors;
 mod hardening;

@@ -1,0 +1,399 @@
+//! The operators' API: rules changed at runtime on every instance, audited and
+//! validated; pausing sales; searching orders; live counters over all instances; the
+//! sign-in lockout.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::helpers::{
+    eventually, json, spawn_app, spawn_app_from, spawn_app_with, TestApp, ADMIN_TOKEN,
+};
+
+async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn admin_send(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    app.client
+        .request(method, app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn put_policy(app: &TestApp, name: &str, body: serde_json::Value) -> reqwest::Response {
+    admin_send(
+        app,
+        reqwest::Method::PUT,
+        &format!("/admin/api/policies/{name}"),
+        body,
+    )
+    .await
+}
+
+#[sqlx::test]
+async fn a_rule_changed_through_one_instance_is_in_force_on_the_other(db: PgPool) {
+    let first = spawn_app(&db).await;
+    let second = spawn_app_from(first.settings.clone()).await;
+
+    let changed = put_policy(
+        &first,
+        "limited",
+        json!({ "rules": [{ "name": "client", "threshold": 7 }] }),
+    )
+    .await;
+    assert_eq!(changed.status(), 200);
+    let changed_at = Instant::now();
+    let body = json(changed).await;
+    assert_eq!(body["rules"][0]["threshold"], 7);
+
+    // Each probe is a fresh client, so probing spends no one's quota.
+    let mut probe = 0;
+    let (_, lag) = eventually(
+        "the other instance applies the rule",
+        Duration::from_secs(10),
+        || {
+            probe += 1;
+            let id = format!("probe-{probe}");
+            let second = &second;
+            async move {
+                let response = second
+                    .client
+                    .get(second.url("/api/limited"))
+                    .header("X-Client-Id", id)
+                    .send()
+                    .await
+                    .ok()?;
+                let policy = response
+                    .headers()
+                    .get("ratelimit-policy")?
+                    .to_str()
+                    .ok()?
+                    .to_string();
+                (policy == r#""client";q=7;w=60"#).then_some(())
+            }
+        },
+    )
+    .await;
+    println!(
+        "rule change in force on the other instance after {:?} (polled every 50 ms)",
+        changed_at.elapsed().min(lag)
+    );
+
+    // ... and it holds there: the 8th request of one client is refused.
+    for i in 0..8 {
+        let response = second
+            .client
+            .get(second.url("/api/limited"))
+            .header("X-Client-Id", "holder")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            if i < 7 { 200 } else { 429 },
+            "request {i}"
+        );
+    }
+
+    let audit = json(admin_get(&second, "/admin/api/audit?policy=limited").await).await;
+    let entries = audit["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["changedBy"], "admin");
+    assert_eq!(entries[0]["old"]["rules"][0]["threshold"], 100);
+    assert_eq!(entries[0]["new"]["rules"][0]["threshold"], 7);
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit WHERE policy = 'limited'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[sqlx::test]
+async fn invalid_rules_are_refused_and_change_nothing(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let cases = [
+        (
+            json!({ "rules": [{ "name": "user", "windowMs": 0 }] }),
+            "windowMs",
+            "window_ms must be a positive integer",
+        ),
+        (
+            json!({ "rules": [{ "name": "user", "threshold": 0 }] }),
+            "threshold",
+            "threshold must be a positive integer",
+        ),
+        (
+            json!({ "rules": [{ "name": "user", "windowMs": -5 }] }),
+            "rules[0].windowMs",
+            "",
+        ),
+        (
+            json!({ "rules": [{ "name": "nobody", "threshold": 2 }] }),
+            "rules[0].name",
+            "no rule",
+        ),
+        (
+            json!({ "rules": [{ "name": "user", "message": "" }] }),
+            "message",
+            "message",
+        ),
+        (
+            json!({ "algorithm": "leaky_bucket", "rules": [] }),
+            "algorithm",
+            "",
+        ),
+    ];
+    for (body, field, message) in cases {
+        let response = put_policy(&app, "seckill", body.clone()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let error = json(response).await;
+        assert_eq!(error["code"], "VALIDATION_FAILED", "{body}");
+        assert_eq!(error["field"], field, "{body}");
+        assert!(
+            error["message"].as_str().unwrap().contains(message),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        put_policy(&app, "no_such_policy", json!({ "rules": [] }))
+            .await
+            .status(),
+        404
+    );
+
+    let policies = json(admin_get(&app, "/admin/api/policies").await).await;
+    let seckill = policies["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "seckill")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        seckill["rules"][1],
+        json!({
+            "name": "user", "key": "user", "windowMs": 60000, "threshold": 3, "message": "No duplicate submissions"
+        })
+    );
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(audited, 0);
+}
+
+#[sqlx::test]
+async fn a_paused_sale_answers_sale_paused_until_resumed(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(5).await;
+    let token = app.token_for(71).await;
+
+    let paused = admin_send(
+        &app,
+        reqwest::Method::POST,
+        &format!("/admin/api/items/{item}/pause"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(paused.status(), 200);
+    assert_eq!(json(paused).await["paused"], true);
+    let listing = json(app.get("/api/items").await).await;
+    assert_eq!(listing["items"][0]["paused"], true);
+    let refused = app.post_seckill(&token, item, "10.50.0.1").await;
+    assert_eq!(refused.status(), 409);
+    assert_eq!(json(refused).await["code"], "SALE_PAUSED");
+
+    let resumed = admin_send(
+        &app,
+        reqwest::Method::POST,
+        &format!("/admin/api/items/{item}/resume"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(json(resumed).await["paused"], false);
+    assert_eq!(
+        app.post_seckill(&token, item, "10.50.0.1").await.status(),
+        200
+    );
+
+    let missing = admin_send(
+        &app,
+        reqwest::Method::POST,
+        "/admin/api/items/999999/pause",
+        json!({}),
+    )
+    .await;
+    assert_eq!(json(missing).await["code"], "ITEM_NOT_FOUND");
+}
+
+#[sqlx::test]
+async fn orders_can_be_paged_and_filtered_newest_first(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let (a, b) = (app.open_item(5).await, app.open_item(5).await);
+    let mut placed = Vec::new();
+    for (user, item) in [(81, a), (82, a), (81, b)] {
+        let token = app.token_for(user).await;
+        let order = json(
+            app.post_seckill(&token, item, &format!("10.51.0.{user}"))
+                .await,
+        )
+        .await;
+        placed.push(order["orderId"].as_str().unwrap().to_string());
+    }
+
+    let all = json(admin_get(&app, "/admin/api/orders").await).await;
+    assert_eq!(all["total"], 3);
+    let ids: Vec<&str> = all["orders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["orderId"].as_str().unwrap())
+        .collect();
+    let newest_first: Vec<&str> = placed.iter().rev().map(String::as_str).collect();
+    assert_eq!(ids, newest_first);
+
+    assert_eq!(
+        json(admin_get(&app, &format!("/admin/api/orders?item={a}")).await).await["total"],
+        2
+    );
+    assert_eq!(
+        json(admin_get(&app, "/admin/api/orders?user=81").await).await["total"],
+        2
+    );
+    let page = json(admin_get(&app, "/admin/api/orders?perPage=1&page=2").await).await;
+    assert_eq!(
+        (
+            page["total"].as_i64(),
+            page["orders"].as_array().unwrap().len()
+        ),
+        (Some(3), 1)
+    );
+    assert_eq!(page["orders"][0]["orderId"], placed[1].as_str());
+    let future = json(admin_get(&app, "/admin/api/orders?from=2999-01-01T00:00:00Z").await).await;
+    assert_eq!(future["total"], 0);
+
+    let bad = admin_get(&app, "/admin/api/orders?perPage=1000").await;
+    assert_eq!(bad.status(), 400);
+    assert_eq!(json(bad).await["field"], "perPage");
+    assert_eq!(
+        admin_get(&app, "/admin/api/orders?from=yesterday")
+            .await
+            .status(),
+        400
+    );
+}
+
+#[sqlx::test]
+async fn live_counters_sum_every_instance(db: PgPool) {
+    let first = spawn_app(&db).await;
+    let second = spawn_app_from(first.settings.clone()).await;
+    let item = first.open_item(10).await;
+    eventually(
+        "the second instance lists the item",
+        Duration::from_secs(10),
+        || async {
+            (json(second.get("/api/items").await).await["items"]
+                .as_array()?
+                .len()
+                == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    for (app, user) in [(&first, 91), (&second, 92), (&second, 93)] {
+        let token = app.token_for(user).await;
+        assert_eq!(
+            app.post_seckill(&token, item, &format!("10.52.0.{user}"))
+                .await
+                .status(),
+            200
+        );
+    }
+    let (stats, _) = eventually(
+        "both instances flushed their counts",
+        Duration::from_secs(10),
+        || async {
+            let stats = json(admin_get(&first, "/admin/api/stats?window=300").await).await;
+            (stats["orders"] == 3).then_some(stats)
+        },
+    )
+    .await;
+    assert_eq!(stats["passes"]["user"], 3);
+    assert_eq!(stats["rejections"]["user"], json!(null));
+    assert_eq!(stats["items"][0]["remainingStock"], 7);
+}
+
+#[sqlx::test]
+async fn repeated_wrong_admin_tokens_lock_the_address_out(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("admin_auth").unwrap().rules[0].threshold = 3;
+    })
+    .await;
+    let attempt = |token: &'static str| {
+        let app = &app;
+        async move {
+            app.client
+                .get(app.url("/admin/api/me"))
+                .bearer_auth(token)
+                .header("X-Forwarded-For", "10.53.0.1")
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(attempt("guess").await.status(), 401);
+    }
+    let locked = attempt("guess").await;
+    assert_eq!(locked.status(), 429);
+    assert!(locked.headers().contains_key("retry-after"));
+    assert_eq!(json(locked).await["code"], "RATE_LIMITED");
+    assert_eq!(
+        attempt(ADMIN_TOKEN).await.status(),
+        429,
+        "locked out, right token or not"
+    );
+
+    // Another address is not affected.
+    let other = app
+        .client
+        .get(app.url("/admin/api/me"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("X-Forwarded-For", "10.53.0.2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(other).await["name"], "admin");
+}
+
+#[sqlx::test]
+async fn every_admin_path_needs_the_token_first(db: PgPool) {
+    let app = spawn_app(&db).await;
+    for path in [
+        "/admin/api/orders",
+        "/admin/api/policies",
+        "/admin/api/no-such-thing",
+    ] {
+        assert_eq!(app.get(path).await.status(), 401, "{path}");
+    }
+    assert_eq!(
+        admin_get(&app, "/admin/api/no-such-thing").await.status(),
+        404
+    );
+}
