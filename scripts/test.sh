@@ -9,3 +9,7 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 
 # `failpoints` compiles in the fault-injection points the crash tests use.
 cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints
+
+# The deployment files, checked without a Docker engine: promtool, a real Prometheus
+# scraping a real instance, docker-compose config, nginx -t.
+scripts/check-deploy.sh

@@ -1,0 +1,82 @@
+# seckill container image: build in the full Rust image, run in a slim Debian.
+#
+#   docker build -t seckill:local .          (docker-compose.yml does this for you)
+#
+# Plain Dockerfile syntax (no BuildKit-only features), so Compose 1.29's classic
+# builder can build it too.
+
+# ---- build ------------------------------------------------------------------------
+FROM rust:1-bookworm AS builder
+WORKDIR /src
+
+# sqlx's query macros read the committed .sqlx/ cache instead of asking a database,
+# which the build has none of. (.cargo/config.toml says so too; this makes it explicit.)
+ENV SQLX_OFFLINE=true \
+    CARGO_TERM_COLOR=never
+
+# 1. Dependencies first, against stub sources: this layer is rebuilt only when a
+#    manifest or the lock file changes, not on every source edit. The workspace member
+#    must be present because the root manifest names it.
+COPY Cargo.toml Cargo.lock ./
+COPY .cargo .cargo
+COPY loadtest/loadgen/Cargo.toml loadtest/loadgen/Cargo.toml
+RUN mkdir -p src loadtest/loadgen/src \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs \
+ && echo 'fn main() {}' > loadtest/loadgen/src/main.rs \
+ && touch loadtest/loadgen/src/lib.rs \
+ && cargo build --release --locked --bin seckill \
+ && rm -rf src loadtest/loadgen/src
+
+# 2. The real sources. migrations/ and lua/ are compiled into the binary
+#    (sqlx::migrate!, include_str!), so the runtime image needs neither.
+COPY .sqlx .sqlx
+COPY migrations migrations
+COPY lua lua
+COPY src src
+COPY loadtest/loadgen/src loadtest/loadgen/src
+# COPY keeps the files' own modification times, which may be older than the stub
+# build above; touch them so cargo rebuilds our crates instead of keeping the stubs.
+RUN touch src/main.rs src/lib.rs loadtest/loadgen/src/main.rs loadtest/loadgen/src/lib.rs \
+ && cargo build --release --locked --bin seckill \
+ && cp target/release/seckill /usr/local/bin/seckill
+
+# ---- run --------------------------------------------------------------------------
+FROM debian:bookworm-slim
+
+# ca-certificates: TLS to managed Redis/Postgres if configured. curl: the health check.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/*
+
+# A fixed, unprivileged uid/gid: the process needs no file it does not own and binds
+# an unprivileged port.
+RUN groupadd --system --gid 10001 seckill \
+ && useradd --system --uid 10001 --gid seckill --home-dir /app --shell /usr/sbin/nologin seckill \
+ && mkdir -p /app && chown seckill:seckill /app
+
+COPY --from=builder /usr/local/bin/seckill /usr/local/bin/seckill
+# The shopper page and admin dashboard, served from disk at `/` (the `static_dir`
+# setting, `static` relative to the working directory). Owned by root: the app reads
+# them and cannot change them.
+COPY static /app/static
+
+WORKDIR /app
+USER 10001:10001
+
+# Listen on every interface inside the container (the app's own default is loopback,
+# which would be unreachable from outside it). Production by default: the app then
+# refuses to start with the public development secrets.
+ENV SECKILL_HOST=0.0.0.0 \
+    SECKILL_PORT=8080 \
+    SECKILL_ENVIRONMENT=production
+
+EXPOSE 8080
+
+# Liveness (the process serves). Readiness (/health/ready) depends on Redis and
+# Postgres and is for load balancers, not for restarting this container.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+  CMD curl -fsS -o /dev/null "http://127.0.0.1:${SECKILL_PORT}/health/live" || exit 1
+
+# The binary is PID 1 and handles SIGTERM itself (graceful shutdown).
+CMD ["seckill"]
