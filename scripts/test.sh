@@ -13,3 +13,7 @@ cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/
 # The deployment files, checked without a Docker engine: promtool, a real Prometheus
 # scraping a real instance, docker-compose config, nginx -t.
 scripts/check-deploy.sh
+
+# The shopper page and the admin dashboard in headless Chromium (installs chromium and
+# playwright-core when missing); screenshots land in test-artifacts/e2e/.
+scripts/e2e.sh

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# End-to-end tests of the shopper page and the admin dashboard: Debian's headless
+# Chromium driven by npm's playwright-core, against a private app instance. Exits 0 when
+# every test passes, non-zero otherwise.
+#
+#   scripts/e2e.sh
+#   SECKILL_BIN=target/release/seckill scripts/e2e.sh
+#
+# What it does, in order:
+#   1. installs Debian's `chromium` when /usr/bin/chromium is missing (apt, as root or
+#      through sudo) and runs `npm ci` in tests/e2e when its node_modules is missing;
+#   2. starts the private Redis and Postgres (scripts/services.sh up) and creates a
+#      throw-away database for this run (dropped at the end, KEEP_DB=1 keeps it);
+#   3. starts the app ($SECKILL_BIN, else target/debug/seckill, built only when missing)
+#      on a free loopback port with its own Redis key prefix and the named admin token
+#      `e2e`, and polls GET /health/ready until a deadline;
+#   4. runs tests/e2e/seckill.test.mjs with node's test runner (TAP: `# pass N`,
+#      `# fail N`), which saves screenshots of both pages into test-artifacts/e2e/;
+#   5. stops the app, drops the database, removes its temporary files.
+#
+# Knobs (environment):
+#   SECKILL_BIN         the app binary [target/debug/seckill]
+#   E2E_CHROMIUM        the browser [/usr/bin/chromium]
+#   E2E_TEST_TIMEOUT    hard bound on the test run, seconds [300]
+#   READY_DEADLINE      seconds for the app to become ready [60]
+#   OUT                 screenshots and logs [test-artifacts/e2e] (git-ignored)
+#   KEEP_DB [0]         1 = keep the run's database for inspection
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+E2E_DIR="$ROOT/tests/e2e"
+CHROMIUM=${E2E_CHROMIUM:-/usr/bin/chromium}
+E2E_TEST_TIMEOUT=${E2E_TEST_TIMEOUT:-300}
+READY_DEADLINE=${READY_DEADLINE:-60}
+OUT=${OUT:-test-artifacts/e2e}
+KEEP_DB=${KEEP_DB:-0}
+ADMIN_NAME=e2e
+ADMIN_SECRET=e2e-admin-token
+
+log() { echo "e2e.sh: $*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+[[ $E2E_TEST_TIMEOUT =~ ^[1-9][0-9]*$ && $READY_DEADLINE =~ ^[1-9][0-9]*$ ]] \
+  || die "E2E_TEST_TIMEOUT and READY_DEADLINE must be positive integers"
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+# Screenshots of an earlier run would pass for this one's.
+rm -f "$OUT"/*.png "$OUT"/app.log
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    die "need root (or sudo) to run: $*"; fi
+}
+
+apt_install() {
+  log "installing $* with apt-get"
+  # Update first: on a fresh machine the package lists may be empty or stale.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# --- tools ------------------------------------------------------------------------------
+
+ensure_tools() {
+  if [ ! -x "$CHROMIUM" ]; then
+    [ "$CHROMIUM" = /usr/bin/chromium ] || die "E2E_CHROMIUM=$CHROMIUM is not executable"
+    apt_install chromium
+  fi
+  command -v curl >/dev/null || apt_install curl ca-certificates
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    apt_install nodejs npm
+  fi
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  [ "$major" -ge 20 ] || die "node $(node --version) is too old: playwright-core needs node 20 or newer"
+  if [ ! -d "$E2E_DIR/node_modules/playwright-core" ]; then
+    log "npm ci in tests/e2e"
+    (cd "$E2E_DIR" && npm ci --no-audit --no-fund >&2)
+  fi
+}
+
+# --- the app ------------------------------------------------------------------------------
+
+APP_PID=""
+DB_NAME=""
+ADMIN_DB_URL=""
+RUN_TMP=""
+
+stop_app() {
+  [ -n "$APP_PID" ] || return 0
+  if kill -0 "$APP_PID" 2>/dev/null; then
+    # SIGTERM drains in-flight requests; KILL only if that takes too long.
+    kill -TERM "$APP_PID" 2>/dev/null || true
+    local end=$((SECONDS + 15))
+    while kill -0 "$APP_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+    kill -KILL "$APP_PID" 2>/dev/null || true
+  fi
+  wait "$APP_PID" 2>/dev/null || true
+  APP_PID=""
+}
+
+cleanup() {
+  local rc=$?
+  stop_app
+  if [ -n "$DB_NAME" ] && [ "$KEEP_DB" != 1 ]; then
+    psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null 2>&1 \
+      || log "could not drop database $DB_NAME"
+  fi
+  [ -z "$RUN_TMP" ] || rm -rf "$RUN_TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+make_database() {
+  command -v psql >/dev/null || die "psql not found (scripts/services.sh up installs it)"
+  DB_NAME="seckill_e2e_$(date -u +%Y%m%d%H%M%S)_$$"
+  ADMIN_DB_URL="${DATABASE_URL%/*}/postgres"
+  APP_DB_URL="${DATABASE_URL%/*}/$DB_NAME"
+  psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $DB_NAME" >/dev/null \
+    || { DB_NAME=""; die "could not create a database through $ADMIN_DB_URL"; }
+  log "database $DB_NAME"
+}
+
+app_binary() {
+  if [ -n "${SECKILL_BIN:-}" ]; then
+    [ -x "$SECKILL_BIN" ] || die "SECKILL_BIN=$SECKILL_BIN is not executable"
+    echo "$SECKILL_BIN"
+    return
+  fi
+  if [ ! -x "$ROOT/target/debug/seckill" ]; then
+    log "building the app (cargo build --bin seckill)"
+    cargo build --bin seckill >&2
+  fi
+  echo "$ROOT/target/debug/seckill"
+}
+
+free_port() {
+  node -e '
+    const s = require("net").createServer();
+    s.listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); });'
+}
+
+# Starts the app and waits until it is ready. Another process can take the free port
+# between the probe and the bind, so a start that dies early is retried on a new port.
+start_app() {
+  local bin=$1 prefix="e2e-$(date -u +%s)-$$" attempt
+  for attempt in 1 2 3; do
+    PORT=$(free_port)
+    BASE="http://127.0.0.1:$PORT"
+    : >"$OUT/app.log"
+    env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$PORT" \
+      SECKILL_ADMIN_TOKEN="$ADMIN_NAME:$ADMIN_SECRET" SECKILL_REDIS_KEY_PREFIX="$prefix" \
+      SECKILL_STATIC_DIR="$ROOT/static" SECKILL_LOG_LEVEL=warn \
+      REDIS_URL="$REDIS_URL" DATABASE_URL="$APP_DB_URL" \
+      "$bin" >>"$OUT/app.log" 2>&1 &
+    APP_PID=$!
+    log "app pid $APP_PID on $BASE, redis prefix $prefix (attempt $attempt)"
+    local end=$((SECONDS + READY_DEADLINE))
+    while :; do
+      if ! kill -0 "$APP_PID" 2>/dev/null; then
+        wait "$APP_PID" 2>/dev/null || true
+        APP_PID=""
+        tail -n 20 "$OUT/app.log" >&2
+        log "the app exited during start-up"
+        continue 2
+      fi
+      if curl -fsS -o /dev/null --max-time 2 "$BASE/health/ready" 2>/dev/null; then
+        log "app ready on $BASE"
+        return 0
+      fi
+      [ $SECONDS -lt $end ] || die "$BASE/health/ready did not answer 200 within ${READY_DEADLINE}s (see $OUT/app.log)"
+      sleep 0.2
+    done
+  done
+  die "the app did not start (see $OUT/app.log)"
+}
+
+# --- the run ------------------------------------------------------------------------------
+
+ensure_tools
+SERVICES_ENV=$(scripts/services.sh up) || die "scripts/services.sh up failed"
+eval "$SERVICES_ENV"
+make_database
+APP_BIN=$(app_binary)
+start_app "$APP_BIN"
+
+# Chromium's temporary profile (a fresh --user-data-dir per launch) goes here.
+RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/seckill-e2e.XXXXXX")
+log "running the browser tests (bound: ${E2E_TEST_TIMEOUT}s)"
+test_rc=0
+(
+  cd "$E2E_DIR"
+  E2E_BASE_URL="$BASE" E2E_ADMIN_TOKEN="$ADMIN_SECRET" E2E_ADMIN_NAME="$ADMIN_NAME" \
+    E2E_CHROMIUM="$CHROMIUM" E2E_ARTIFACTS="$OUT" TMPDIR="$RUN_TMP" \
+    timeout --kill-after=15 "$E2E_TEST_TIMEOUT" \
+    node --test --test-reporter=tap seckill.test.mjs
+) || test_rc=$?
+
+stop_app
+if grep -qiE '"level":"(ERROR)"|\bERROR\b' "$OUT/app.log" 2>/dev/null; then
+  log "the app logged errors (see $OUT/app.log):"
+  grep -iE '"level":"(ERROR)"|\bERROR\b' "$OUT/app.log" | head -n 5 >&2
+fi
+
+echo
+echo "screenshots:"
+shopt -s nullglob
+shots=("$OUT"/*.png)
+if [ ${#shots[@]} -eq 0 ]; then echo "  (none)"; else printf '  %s\n' "${shots[@]#"$ROOT"/}"; fi
+echo "app log: ${OUT#"$ROOT"/}/app.log"
+if [ "$test_rc" -eq 124 ]; then log "the tests did not finish within ${E2E_TEST_TIMEOUT}s"; fi
+if [ "$test_rc" -ne 0 ]; then
+  echo "E2E FAILED (exit $test_rc)"
+  exit 1
+fi
+echo "E2E PASSED"

@@ -1,0 +1,417 @@
+// The shopper page: dev sign-in, the live item list, purchases, "My orders".
+import {
+  announce,
+  api,
+  el,
+  formatCountdown,
+  formatDateTime,
+  formatPrice,
+  formatTime,
+  formatWait,
+  newIdempotencyKey,
+  poll,
+  retryAfterMs,
+} from './common.js';
+
+const SESSION_KEY = 'seckill.session';
+const ITEMS_EVERY_MS = 2000;
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  account: $('account'),
+  signedInAs: $('signed-in-as'),
+  signOut: $('sign-out'),
+  signInPanel: $('sign-in-panel'),
+  signInForm: $('sign-in-form'),
+  signInButton: $('sign-in-button'),
+  userId: $('user-id'),
+  signInError: $('sign-in-error'),
+  outcome: $('outcome'),
+  items: $('items'),
+  itemsStatus: $('items-status'),
+  itemsError: $('items-error'),
+  itemsEmpty: $('items-empty'),
+  ordersSection: $('orders-section'),
+  orders: $('orders'),
+  ordersEmpty: $('orders-empty'),
+  ordersError: $('orders-error'),
+  ordersRefresh: $('orders-refresh'),
+};
+
+/** {token, userId, expiresAt} or null. */
+let session = loadSession();
+/** id → the latest item from GET /api/items. */
+const items = new Map();
+/** id → {li, …element references} of the rendered card. */
+const cards = new Map();
+/** Items with a purchase on the wire: their Buy button stays disabled. */
+const inFlight = new Set();
+/** id → the Idempotency-Key of a purchase that got no answer, reused by the retry. */
+const unansweredKeys = new Map();
+/** Names of items seen on this page, for orders of items that left the listing. */
+const knownNames = new Map();
+
+// --- session ------------------------------------------------------------------------
+
+function loadSession() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(SESSION_KEY) || 'null');
+    if (!saved || typeof saved.token !== 'string' || !Number.isInteger(saved.userId)) return null;
+    if (saved.expiresAt && Date.parse(saved.expiresAt) <= Date.now()) {
+      localStorage.removeItem(SESSION_KEY);
+      return null;
+    }
+    return saved;
+  } catch {
+    return null;
+  }
+}
+
+function saveSession(value) {
+  session = value;
+  if (value) localStorage.setItem(SESSION_KEY, JSON.stringify(value));
+  else localStorage.removeItem(SESSION_KEY);
+  renderSession();
+  renderAllCards();
+}
+
+function renderSession() {
+  const signedIn = session !== null;
+  ui.account.hidden = !signedIn;
+  ui.signInPanel.hidden = signedIn;
+  ui.ordersSection.hidden = !signedIn;
+  ui.signedInAs.textContent = signedIn ? `Signed in as user ${session.userId}` : '';
+  if (!signedIn) {
+    ui.orders.replaceChildren();
+    ui.ordersEmpty.hidden = true;
+  }
+}
+
+function sessionExpired() {
+  saveSession(null);
+  announce(ui.outcome, 'Your session has expired. Please sign in again.', 'warn');
+  ui.userId.focus();
+}
+
+ui.signInForm.addEventListener('submit', async (event) => {
+  event.preventDefault();
+  announce(ui.signInError, '');
+  ui.userId.removeAttribute('aria-invalid');
+  const raw = ui.userId.value.trim();
+  const userId = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(userId) || userId < 1) {
+    ui.userId.setAttribute('aria-invalid', 'true');
+    announce(ui.signInError, 'Enter your user id: a whole number of 1 or more.', 'error');
+    ui.userId.focus();
+    return;
+  }
+  ui.signInButton.disabled = true;
+  const result = await api('/api/session', { method: 'POST', body: { userId } });
+  ui.signInButton.disabled = false;
+  if (!result.ok) {
+    const text =
+      result.error.code === 'NOT_FOUND'
+        ? 'Sign-in is not available on this server.'
+        : result.error.message;
+    if (result.error.code === 'VALIDATION_FAILED') ui.userId.setAttribute('aria-invalid', 'true');
+    announce(ui.signInError, text, 'error');
+    return;
+  }
+  const { token, expiresAt } = result.data;
+  saveSession({ token, userId: Number(result.data.userId), expiresAt });
+  announce(ui.outcome, `Welcome, user ${result.data.userId}. Pick an item and press Buy now.`, 'info');
+  loadOrders();
+});
+
+ui.signOut.addEventListener('click', () => {
+  saveSession(null);
+  unansweredKeys.clear();
+  announce(ui.outcome, 'You are signed out.', 'info');
+  for (const card of cards.values()) announce(card.outcome, '');
+  ui.userId.focus();
+});
+
+// --- items --------------------------------------------------------------------------
+
+/** What a shopper can do with an item right now (by this browser's clock). */
+function phaseOf(item, now = Date.now()) {
+  if (Date.parse(item.endsAt) <= now) return 'ended';
+  if (Date.parse(item.startsAt) > now) return 'upcoming';
+  if (item.paused) return 'paused';
+  if (item.remainingStock <= 0) return 'sold-out';
+  return 'open';
+}
+
+function createCard(item) {
+  const nameId = `item-${item.id}-name`;
+  const refs = {};
+  refs.name = el('h3', { id: nameId, class: 'item-name' });
+  refs.badge = el('span', { class: 'badge' });
+  refs.price = el('p', { class: 'price' });
+  refs.stockText = el('span', { class: 'stock-text' });
+  refs.meter = el('progress', { class: 'stock-meter', 'aria-hidden': 'true' });
+  refs.when = el('p', { class: 'when muted small' });
+  refs.buy = el('button', {
+    type: 'button',
+    class: 'button button-primary buy',
+    'aria-describedby': nameId,
+    onclick: () => buy(item.id),
+  });
+  refs.outcome = el('p', {
+    class: 'item-outcome',
+    role: 'status',
+    'aria-live': 'polite',
+    'aria-atomic': 'true',
+    hidden: true,
+  });
+  refs.li = el(
+    'li',
+    { class: 'card item-card', dataset: { itemId: String(item.id) } },
+    el(
+      'article',
+      { 'aria-labelledby': nameId },
+      el('div', { class: 'item-head' }, refs.name, refs.badge),
+      refs.price,
+      el('p', { class: 'stock' }, refs.stockText),
+      refs.meter,
+      refs.when,
+      refs.buy,
+      refs.outcome,
+    ),
+  );
+  return refs;
+}
+
+function renderCard(id) {
+  const item = items.get(id);
+  const card = cards.get(id);
+  if (!item || !card) return;
+  const phase = phaseOf(item);
+  const now = Date.now();
+  card.li.dataset.phase = phase;
+  card.name.textContent = item.name;
+  card.price.textContent = formatPrice(item.priceCents);
+  const remaining = Math.max(0, Number(item.remainingStock));
+  card.stockText.textContent = `${remaining} of ${item.totalStock} left`;
+  card.meter.max = Math.max(1, Number(item.totalStock));
+  card.meter.value = remaining;
+
+  const badge = {
+    open: ['On sale', 'badge-open'],
+    upcoming: [`Starts in ${formatCountdown(Date.parse(item.startsAt) - now)}`, 'badge-upcoming'],
+    paused: ['Paused', 'badge-paused'],
+    'sold-out': ['Sold out', 'badge-sold-out'],
+    ended: ['Ended', 'badge-ended'],
+  }[phase];
+  card.badge.textContent = badge[0];
+  card.badge.className = `badge ${badge[1]}`;
+
+  card.when.textContent =
+    phase === 'upcoming'
+      ? `Sale opens ${formatDateTime(item.startsAt)}`
+      : `Sale ends ${formatDateTime(item.endsAt)}`;
+
+  const busy = inFlight.has(id);
+  let label = 'Buy now';
+  if (busy) label = 'Buying…';
+  else if (!session) label = 'Sign in to buy';
+  else if (phase === 'upcoming') label = 'Not started';
+  else if (phase === 'paused') label = 'Paused';
+  else if (phase === 'sold-out') label = 'Sold out';
+  else if (phase === 'ended') label = 'Ended';
+  card.buy.textContent = label;
+  card.buy.disabled = busy || !session || phase !== 'open';
+  card.buy.setAttribute('aria-busy', busy ? 'true' : 'false');
+}
+
+function renderAllCards() {
+  for (const id of cards.keys()) renderCard(id);
+}
+
+let itemsRequest = 0;
+let itemsApplied = 0;
+async function loadItems() {
+  const mine = ++itemsRequest;
+  const result = await api('/api/items');
+  // Answers can overtake each other (poll + refresh after a purchase): keep the newest.
+  if (mine < itemsApplied) return;
+  itemsApplied = mine;
+  ui.items.setAttribute('aria-busy', 'false');
+  if (!result.ok) {
+    announce(ui.itemsError, `Could not load the sale: ${result.error.message}`, 'error');
+    ui.itemsStatus.textContent = 'Retrying…';
+    return;
+  }
+  announce(ui.itemsError, '');
+  const list = Array.isArray(result.data && result.data.items) ? result.data.items : [];
+  const seen = new Set();
+  // Keyed update: cards keep their elements (focus, in-flight state, outcome) across polls.
+  let previous = null;
+  for (const item of list) {
+    seen.add(item.id);
+    items.set(item.id, item);
+    knownNames.set(item.id, item.name);
+    let card = cards.get(item.id);
+    if (!card) {
+      card = createCard(item);
+      cards.set(item.id, card);
+    }
+    const want = previous ? previous.nextSibling : ui.items.firstChild;
+    if (card.li !== want) ui.items.insertBefore(card.li, want);
+    previous = card.li;
+    renderCard(item.id);
+  }
+  for (const [id, card] of cards) {
+    if (!seen.has(id) && !inFlight.has(id)) {
+      card.li.remove();
+      cards.delete(id);
+      items.delete(id);
+    }
+  }
+  ui.itemsEmpty.hidden = cards.size > 0;
+  ui.itemsStatus.textContent = `Stock updated ${formatTime(new Date())}`;
+}
+
+// Countdowns and phase changes between polls.
+setInterval(() => {
+  for (const [id, item] of items) {
+    const phase = phaseOf(item);
+    if (phase === 'upcoming' || cards.get(id)?.li.dataset.phase !== phase) renderCard(id);
+  }
+}, 1000);
+
+// --- purchases ----------------------------------------------------------------------
+
+/** "the order failed" → "The order failed." */
+function sentence(text) {
+  const t = String(text).trim();
+  return t.charAt(0).toUpperCase() + t.slice(1).replace(/[.!\s]*$/, '.');
+}
+
+/** The outcome of a purchase in words, and its tone. */
+function describe(result, item) {
+  const name = item ? item.name : 'this item';
+  if (result.ok) {
+    return [`Order placed for ${name}. Order id: ${result.data.orderId}`, 'ok'];
+  }
+  const { code, message } = result.error;
+  switch (code) {
+    case 'RATE_LIMITED': {
+      const wait = retryAfterMs(result);
+      const when =
+        wait === null
+          ? 'Please wait a moment before trying again.'
+          : `You can try again in ${formatWait(wait)} (at ${formatTime(new Date(Date.now() + wait))}).`;
+      return [`${message}. ${when}`, 'warn'];
+    }
+    case 'SOLD_OUT':
+      return [`Sold out: ${name} has no stock left.`, 'error'];
+    case 'ALREADY_PURCHASED':
+      return [`Already purchased: you have already bought ${name}. One per customer.`, 'warn'];
+    case 'SALE_NOT_STARTED':
+      return [`Not started: the sale of ${name} has not started yet.`, 'warn'];
+    case 'SALE_PAUSED':
+      return [`Paused: the sale of ${name} is paused. Please try again later.`, 'warn'];
+    case 'SALE_ENDED':
+      return [`Ended: the sale of ${name} has ended.`, 'error'];
+    case 'IDEMPOTENCY_IN_PROGRESS':
+      return ['Your earlier purchase request is still being processed. Check My orders in a moment.', 'warn'];
+    case 'ITEM_NOT_FOUND':
+      return [`${name} is no longer on sale.`, 'error'];
+    case 'UNAUTHENTICATED':
+      return ['Your session has expired. Please sign in again.', 'warn'];
+    case 'LIMITER_UNAVAILABLE':
+    case 'ORDER_FAILED':
+    {
+      const text = sentence(message);
+      return [/try again|retry/i.test(text) ? text : `${text} Please try again.`, 'error'];
+    }
+    case 'NETWORK':
+      return [`${message} Your order was not confirmed; pressing Buy now again is safe.`, 'error'];
+    default:
+      return [message, 'error'];
+  }
+}
+
+async function buy(id) {
+  // One purchase per item at a time: a double click sends one request.
+  if (inFlight.has(id) || !session) return;
+  const item = items.get(id);
+  const card = cards.get(id);
+  inFlight.add(id);
+  renderCard(id);
+  announce(card.outcome, `Buying ${item ? item.name : 'the item'}…`, 'info');
+
+  // A purchase that got no answer is retried with the same key, so it cannot buy twice.
+  const key = unansweredKeys.get(id) || newIdempotencyKey();
+  unansweredKeys.set(id, key);
+  const result = await api('/seckill', {
+    method: 'POST',
+    token: session.token,
+    headers: { 'Idempotency-Key': key },
+    body: { itemId: id },
+  });
+  if (result.status !== 0 && result.status < 500) unansweredKeys.delete(id);
+
+  inFlight.delete(id);
+  const [text, tone] = describe(result, item);
+  const current = cards.get(id);
+  if (current) announce(current.outcome, text, tone);
+  if (result.status === 401) {
+    sessionExpired();
+  } else if (result.ok) {
+    loadOrders();
+  }
+  renderCard(id);
+  loadItems();
+}
+
+// --- my orders ----------------------------------------------------------------------
+
+let ordersRequest = 0;
+async function loadOrders() {
+  if (!session) return;
+  const mine = ++ordersRequest;
+  const result = await api('/api/orders/mine', { token: session.token });
+  if (mine !== ordersRequest || !session) return;
+  if (!result.ok) {
+    if (result.status === 401) {
+      sessionExpired();
+      return;
+    }
+    announce(ui.ordersError, `Could not load your orders: ${result.error.message}`, 'error');
+    return;
+  }
+  announce(ui.ordersError, '');
+  const orders = Array.isArray(result.data && result.data.orders) ? result.data.orders : [];
+  ui.orders.replaceChildren(
+    ...orders.map((order) =>
+      el(
+        'li',
+        { class: 'order', dataset: { orderId: order.orderId } },
+        el('span', { class: 'order-item', text: knownNames.get(order.itemId) || `Item #${order.itemId}` }),
+        el('span', { class: 'order-id' }, 'Order ', el('code', { text: order.orderId })),
+        el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
+      ),
+    ),
+  );
+  ui.ordersEmpty.hidden = orders.length > 0;
+}
+
+ui.ordersRefresh.addEventListener('click', loadOrders);
+
+// --- start --------------------------------------------------------------------------
+
+renderSession();
+poll(async () => {
+  await loadItems();
+}, ITEMS_EVERY_MS);
+if (session) loadOrders();
+// Another tab signed in or out.
+window.addEventListener('storage', (event) => {
+  if (event.key !== SESSION_KEY) return;
+  session = loadSession();
+  renderSession();
+  renderAllCards();
+  if (session) loadOrders();
+});

@@ -1,0 +1,362 @@
+// End-to-end: the shopper page and the admin dashboard in headless Chromium against a
+// running app. The scenarios run in order (node:test runs a file's tests one by one):
+// scenario 3 lowers the `user` rule for everybody, so it comes after 1 and 2.
+//
+//   E2E_BASE_URL=http://127.0.0.1:PORT E2E_ADMIN_TOKEN=… node --test seckill.test.mjs
+//
+// scripts/e2e.sh starts a private app and runs this file.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import {
+  ADMIN_NAME,
+  ADMIN_TOKEN,
+  RUN,
+  apiCall,
+  artifactPath,
+  createItem,
+  eventually,
+  launchBrowser,
+  newClient,
+  shopperToken,
+  userId,
+  waitForText,
+  withFailureShots,
+} from './helpers.mjs';
+
+const ORDER_ID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
+const USER_MESSAGE = 'No duplicate submissions';
+
+let browser;
+const items = {};
+const clients = [];
+
+before(async () => {
+  browser = await launchBrowser();
+  // Every scenario buys its own items, so stock and "already purchased" never mix.
+  items.first = await createItem(`E2E Headphones ${RUN}`, { priceCents: 4999 });
+  for (const n of [1, 2, 3, 4]) {
+    items[`batch${n}`] = await createItem(`E2E Batch ${n} ${RUN}`, { priceCents: 100 * n + 99 });
+  }
+  items.other = await createItem(`E2E Smartwatch ${RUN}`, { priceCents: 12900 });
+  items.probe = await createItem(`E2E Probe ${RUN}`, { stock: 1000, priceCents: 1 });
+});
+
+after(async () => {
+  for (const c of clients) await c.context.close().catch(() => {});
+  if (browser) await browser.close();
+});
+
+async function client(ipN, options) {
+  const c = await newClient(browser, ipN, options);
+  clients.push(c);
+  return c;
+}
+
+/** The card of an item on the shopper page. */
+function card(page, name) {
+  return page
+    .locator('li.item-card')
+    .filter({ has: page.getByRole('heading', { name, exact: true }) });
+}
+
+async function signInShopper(page, user) {
+  await page.goto('/');
+  await page.getByLabel('User id').fill(String(user));
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+  await page.getByText(`Signed in as user ${user}`, { exact: true }).waitFor();
+}
+
+/** Presses Buy now on an item and returns the outcome text shown on its card. */
+async function buy(page, name, expected) {
+  const c = card(page, name);
+  await c.getByRole('button', { name: 'Buy now' }).click();
+  const status = c.getByRole('status');
+  await waitForText(status, expected);
+  return (await status.textContent()).trim();
+}
+
+async function signInAdmin(page) {
+  await page.goto('/admin/');
+  await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+  await page.getByText(`Signed in as ${ADMIN_NAME}`, { exact: true }).waitFor();
+}
+
+/**
+ * Rule changes reach the limiter through a version key polled every 500 ms. Probes the
+ * sale with throw-away shoppers (own user id and address each, on a dedicated item) until
+ * the answer's RateLimit-Policy header shows the new quota, so the next assertion does
+ * not race the reload.
+ */
+async function waitForUserQuota(quota, windowSeconds) {
+  const want = `"user";q=${quota};w=${windowSeconds}`;
+  let n = 0;
+  let seen = '';
+  await eventually(
+    async () => {
+      n += 1;
+      const user = userId(90 + n);
+      const token = await shopperToken(user);
+      const res = await apiCall('/seckill', {
+        method: 'POST',
+        token,
+        ip: `10.78.${n % 250}.${(n * 7) % 250}`,
+        body: { itemId: items.probe.id },
+      });
+      seen = res.headers.get('ratelimit-policy') || `(status ${res.status}, no header)`;
+      if (!seen.includes(want)) throw new Error(`ratelimit-policy is ${seen}`);
+    },
+    { timeout: 10_000, interval: 200 },
+  ).catch(() => {
+    throw new Error(`the limiter did not pick up ${want} within 10 s (last: ${seen})`);
+  });
+}
+
+test('1. a shopper signs in, buys, sees the order in My orders; a second Buy says already purchased', async () => {
+  const { page, problems } = await client(1);
+  await withFailureShots('scenario1', () => ({ shopper: page }), async () => {
+    const user = userId(1);
+    await signInShopper(page, user);
+
+    const item = card(page, items.first.name);
+    await item.getByText('On sale', { exact: true }).waitFor();
+    assert.match(await item.locator('.price').textContent(), /\$49\.99/);
+
+    // A double click sends one purchase: the button is disabled while it is in flight.
+    const purchases = [];
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && new URL(r.url()).pathname === '/seckill') purchases.push(r);
+    });
+    await item.getByRole('button', { name: 'Buy now' }).dblclick();
+    const [orderId] = await waitForText(item.getByRole('status'), ORDER_ID);
+    const outcome = (await item.getByRole('status').textContent()).trim();
+    assert.equal(outcome, `Order placed for ${items.first.name}. Order id: ${orderId}`);
+    assert.equal(purchases.length, 1, 'a double click sent one purchase');
+    const key = purchases[0].headers()['idempotency-key'];
+    assert.match(key, /^[A-Za-z0-9_-]{1,64}$/, 'every purchase carries an Idempotency-Key');
+
+    // My orders shows it (its id and the item's name).
+    const orders = page.getByRole('region', { name: 'My orders' });
+    const row = orders.getByRole('listitem').filter({ hasText: orderId });
+    await row.waitFor();
+    assert.match(await row.textContent(), new RegExp(items.first.name));
+
+    // Stock went down by one, live.
+    await waitForText(item.locator('.stock-text'), /^49 of 50 left$/);
+
+    // Still signed in after a reload, orders included.
+    await page.reload();
+    await page.getByText(`Signed in as user ${user}`, { exact: true }).waitFor();
+    await orders.getByRole('listitem').filter({ hasText: orderId }).waitFor();
+
+    // The second Buy of the same item.
+    const again = await buy(page, items.first.name, /already purchased/i);
+    assert.equal(
+      again,
+      `Already purchased: you have already bought ${items.first.name}. One per customer.`,
+    );
+
+    // Sign out forgets the session.
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByLabel('User id').waitFor();
+    assert.equal(await page.evaluate(() => localStorage.getItem('seckill.session')), null);
+    await item.getByRole('button', { name: 'Sign in to buy' }).waitFor();
+    assert.ok(await item.getByRole('button', { name: 'Sign in to buy' }).isDisabled());
+    assert.deepEqual(problems, []);
+  });
+});
+
+test('2. the fourth purchase within the minute shows the user limit message', async () => {
+  const { page, problems } = await client(2);
+  await withFailureShots('scenario2', () => ({ shopper: page }), async () => {
+    await signInShopper(page, userId(2));
+    for (const n of [1, 2, 3]) {
+      const text = await buy(page, items[`batch${n}`].name, ORDER_ID);
+      assert.match(text, /^Order placed for /);
+    }
+    const refused = await buy(page, items.batch4.name, new RegExp(USER_MESSAGE));
+    assert.match(
+      refused,
+      new RegExp(`^${USER_MESSAGE}\\. You can try again in (\\d+ s|1 min)( \\d+ s)? \\(at .+\\)\\.$`),
+    );
+    // The three orders, newest first.
+    const orders = page.getByRole('region', { name: 'My orders' }).getByRole('listitem');
+    await eventually(async () => assert.equal(await orders.count(), 3));
+    assert.match(await orders.first().textContent(), new RegExp(items.batch3.name));
+    assert.deepEqual(problems, []);
+  });
+});
+
+test('3. an admin creates, pauses and resumes an item and lowers the user rule; the shopper meets it', async () => {
+  const admin = await client(30);
+  const shopper = await client(31);
+  const adminPage = admin.page;
+  const shopperPage = shopper.page;
+  await withFailureShots('scenario3', () => ({ admin: adminPage, shopper: shopperPage }), async () => {
+    // A wrong token is refused with a message; the right one signs in.
+    await adminPage.goto('/admin/');
+    await adminPage.getByLabel('Admin token').fill('not-the-token');
+    await adminPage.getByRole('button', { name: 'Sign in', exact: true }).click();
+    await waitForText(adminPage.locator('#sign-in-error'), /That token was not accepted/);
+    await signInAdmin(adminPage);
+    assert.equal(
+      await adminPage.evaluate(() => localStorage.length),
+      0,
+      'the admin token is not kept in localStorage',
+    );
+
+    // Create an item; first with the end before the start: the server's error shows
+    // next to the field.
+    const name = `E2E Pause Test ${RUN}`;
+    const create = adminPage.getByRole('region', { name: 'Create an item' });
+    const [startValue, badEnd, goodEnd] = await adminPage.evaluate(() => {
+      const local = (d) => {
+        const p = (n) => String(n).padStart(2, '0');
+        return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+      };
+      const now = Date.now();
+      return [local(new Date(now - 2 * 60_000)), local(new Date(now - 3_600_000)), local(new Date(now + 3_600_000))];
+    });
+    await create.getByLabel('Name').fill(name);
+    await create.getByLabel('Price').fill('9.99');
+    await create.getByLabel('Stock').fill('5');
+    await create.getByLabel('Sale starts').fill(startValue);
+    await create.getByLabel('Sale ends').fill(badEnd);
+    await create.getByRole('button', { name: 'Create item' }).click();
+    await waitForText(adminPage.locator('#item-ends-error'), /^endsAt must be after startsAt$/);
+    assert.equal(await create.getByLabel('Sale ends').getAttribute('aria-invalid'), 'true');
+
+    await create.getByLabel('Sale ends').fill(goodEnd);
+    await create.getByRole('button', { name: 'Create item' }).click();
+    const [, itemId] = await waitForText(create.getByRole('status'), /^Created item (\d+): /);
+    assert.ok(await adminPage.locator('#item-ends-error').isHidden());
+
+    // It is listed with its stock; pause it.
+    const row = adminPage.locator(`#item-rows tr[data-item-id="${itemId}"]`);
+    await waitForText(row, /On sale/);
+    assert.match(await row.textContent(), /5 \/ 5/);
+    await row.getByRole('button', { name: `Pause item ${itemId} (${name})` }).click();
+    await waitForText(row.locator('.badge'), /^Paused$/);
+    await waitForText(adminPage.locator('#notice'), new RegExp(`^Paused the sale of item ${itemId} `));
+
+    // The shopper sees it paused and cannot buy it.
+    await signInShopper(shopperPage, userId(3));
+    const item = card(shopperPage, name);
+    await waitForText(item.locator('.badge'), /^Paused$/);
+    const pausedButton = item.getByRole('button', { name: 'Paused' });
+    assert.ok(await pausedButton.isDisabled());
+    // The server says the same to a purchase that gets through anyway.
+    const paused = await apiCall('/seckill', {
+      method: 'POST',
+      token: await shopperToken(userId(4)),
+      ip: '10.79.0.1',
+      body: { itemId: Number(itemId) },
+    });
+    assert.equal(paused.status, 409);
+    assert.equal(paused.data.code, 'SALE_PAUSED');
+
+    // Resume: the shopper's page follows within a poll.
+    await row.getByRole('button', { name: `Resume item ${itemId} (${name})` }).click();
+    await waitForText(row.locator('.badge'), /^On sale$/);
+    await waitForText(item.locator('.badge'), /^On sale$/);
+    assert.ok(await item.getByRole('button', { name: 'Buy now' }).isEnabled());
+
+    // Rules editor: a zero window is refused with the server's message; 1 per 60 s is saved.
+    const policy = adminPage.locator('form[data-policy="seckill"]');
+    const windowInput = policy.getByLabel('Window (ms) of rule user');
+    const thresholdInput = policy.getByLabel('Threshold of rule user');
+    assert.equal(await windowInput.inputValue(), '60000');
+    assert.equal(await thresholdInput.inputValue(), '3');
+    await windowInput.fill('0');
+    await policy.getByRole('button', { name: 'Save seckill' }).click();
+    const [error] = await waitForText(policy.getByRole('alert'), /^Not saved: .+/);
+    assert.match(error, /window/i);
+    assert.equal(await windowInput.getAttribute('aria-invalid'), 'true');
+
+    await windowInput.fill('60000');
+    await thresholdInput.fill('1');
+    assert.equal((await policy.locator('tr[data-rule="user"]').textContent()).includes('1 per 60 s'), true);
+    await policy.getByRole('button', { name: 'Save seckill' }).click();
+    await waitForText(policy.getByRole('status'), /^Saved policy seckill\./);
+    assert.ok(await policy.getByRole('alert').isHidden());
+    assert.equal(await thresholdInput.inputValue(), '1');
+
+    // The audit list shows the change and who made it.
+    const audit = adminPage.getByRole('region', { name: 'Rule changes' });
+    const entry = audit.getByRole('listitem').filter({ hasText: `changed by ${ADMIN_NAME}` }).first();
+    await waitForText(entry, /user: threshold 3 → 1/);
+    assert.match(await entry.textContent(), new RegExp(`^seckill changed by ${ADMIN_NAME} · `));
+
+    await waitForUserQuota(1, 60);
+
+    // The shopper's first purchase passes, the second (another item) meets the rule.
+    const first = await buy(shopperPage, name, ORDER_ID);
+    const [orderId] = first.match(ORDER_ID);
+    const second = await buy(shopperPage, items.other.name, new RegExp(USER_MESSAGE));
+    assert.match(second, new RegExp(`^${USER_MESSAGE}\\. You can try again in `));
+
+    // The admin finds that order by user id, and the live counters saw the refusal.
+    const orders = adminPage.getByRole('region', { name: 'Orders', exact: true });
+    await orders.getByLabel('User id').fill(String(userId(3)));
+    await orders.getByRole('button', { name: 'Search' }).click();
+    await orders.locator(`tr[data-order-id="${orderId}"]`).waitFor();
+    await waitForText(orders.locator('#orders-total'), /^1 order$/);
+    assert.equal((await orders.locator('#orders-page').textContent()).trim(), 'Page 1 of 1');
+    assert.ok(await orders.getByRole('button', { name: 'Next' }).isDisabled());
+
+    const userRow = adminPage.locator('#dimension-rows tr[data-dimension="user"]');
+    await eventually(async () => {
+      const cells = await userRow.locator('td').allTextContents();
+      assert.ok(Number(cells[1].replace(/\D/g, '')) >= 1, `user rejections: ${cells[1]}`);
+    });
+    await eventually(async () =>
+      assert.ok(Number((await adminPage.locator('#stat-orders').textContent()).replace(/\D/g, '')) >= 1),
+    );
+    await waitForText(row, /4 \/ 5/);
+
+    assert.deepEqual(admin.problems, []);
+    assert.deepEqual(shopper.problems, []);
+  });
+});
+
+test('4. screenshots of the shopper page and the admin dashboard, desktop and phone', async () => {
+  const shots = [];
+  for (const [label, viewport] of [
+    ['desktop', { width: 1280, height: 900 }],
+    ['phone', { width: 360, height: 780 }],
+  ]) {
+    const phone = label === 'phone';
+    const shopper = await client(40 + shots.length, { viewport, isMobile: phone, hasTouch: phone });
+    await signInShopper(shopper.page, userId(2)); // the shopper with three orders
+    await shopper.page.getByRole('region', { name: 'My orders' }).getByRole('listitem').nth(2).waitFor();
+    await card(shopper.page, items.first.name).getByText('On sale', { exact: true }).waitFor();
+    if (!phone) {
+      // An outcome on screen: this shopper has met the user rule (now 1 per 60 s).
+      await buy(shopper.page, items.other.name, new RegExp(USER_MESSAGE));
+    }
+    const shopperShot = artifactPath(`shopper-${label}.png`);
+    await shopper.page.screenshot({ path: shopperShot, fullPage: true });
+    shots.push(shopperShot);
+
+    const admin = await client(50 + shots.length, { viewport, isMobile: phone, hasTouch: phone });
+    await signInAdmin(admin.page);
+    await admin.page.locator('#item-rows tr').first().waitFor();
+    await admin.page.getByRole('region', { name: 'Rule changes' }).getByRole('listitem').first().waitFor();
+    await waitForText(admin.page.locator('#orders-total'), /^\d+ orders?$/);
+    const adminShot = artifactPath(`admin-${label}.png`);
+    await admin.page.screenshot({ path: adminShot, fullPage: true });
+    shots.push(adminShot);
+
+    if (phone) {
+      // Nothing wider than the phone: wide tables scroll inside their own box.
+      for (const page of [shopper.page, admin.page]) {
+        const width = await page.evaluate(() => document.documentElement.scrollWidth);
+        assert.ok(width <= 360, `${page.url()} is ${width}px wide on a 360px screen`);
+      }
+    }
+    assert.deepEqual(shopper.problems, []);
+    assert.deepEqual(admin.problems, []);
+  }
+  console.log(`screenshots:\n${shots.map((s) => `  ${s}`).join('\n')}`);
+});
