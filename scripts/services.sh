@@ -24,16 +24,8 @@ REDIS_DIR="$LOCAL/redis"
 log() { echo "services: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    die "need root (or sudo) to run: $*"; fi
-}
-
-apt_install() {
-  log "installing $* with apt-get"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
+# as_root, apt_install
+. "$ROOT/scripts/lib.sh"
 
 # Polls a command until it succeeds or the deadline (seconds) passes.
 wait_for() {

@@ -61,17 +61,8 @@ BUYERS=$((THREADS * LOOPS))
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)   # JMeter resolves relative paths against the plan's folder
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    die "need root (or sudo) to run: $*"; fi
-}
-
-apt_install() {
-  log "installing $* with apt-get"
-  # Update first: on a fresh machine the package lists may be empty or stale.
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
+# as_root, apt_install
+. "$ROOT/scripts/lib.sh"
 
 # --- JMeter ---------------------------------------------------------------------------
 
