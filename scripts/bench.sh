@@ -21,6 +21,11 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.json
 
 eval "$(scripts/services.sh up)"
+# A database of its own: benchmark items never show up in the development database.
+BENCH_DB="seckill_bench_$$"
+ADMIN_DB_URL="${DATABASE_URL%/*}/postgres"
+psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $BENCH_DB"
+export DATABASE_URL="${DATABASE_URL%/*}/$BENCH_DB"
 echo "bench: building release binaries" >&2
 cargo build --release --locked --workspace --bins >&2
 APP=target/release/seckill
@@ -87,11 +92,16 @@ start_instances() {
 }
 
 stop_instances() {
+  [ ${#PIDS[@]} -gt 0 ] || return 0
   kill "${PIDS[@]}" 2>/dev/null || true
   wait "${PIDS[@]}" 2>/dev/null || true
   PIDS=()
 }
-trap stop_instances EXIT
+cleanup() {
+  stop_instances
+  psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
 
 targets() {
   local count=$1 i
