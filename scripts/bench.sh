@@ -21,11 +21,12 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.json
 
 eval "$(scripts/services.sh up)"
-# A database of its own: benchmark items never show up in the development database.
-BENCH_DB="seckill_bench_$$"
-ADMIN_DB_URL="${DATABASE_URL%/*}/postgres"
-psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $BENCH_DB"
-export DATABASE_URL="${DATABASE_URL%/*}/$BENCH_DB"
+# Every scenario gets a database of its own: rate-limit rules are seeded from the
+# settings only into an empty database (then Postgres is their truth), and benchmark
+# items never show up in the development database.
+DB_BASE_URL=${DATABASE_URL%/*}
+ADMIN_DB_URL="$DB_BASE_URL/postgres"
+BENCH_DBS=()
 echo "bench: building release binaries" >&2
 cargo build --release --locked --workspace --bins >&2
 APP=target/release/seckill
@@ -71,12 +72,17 @@ for mode in off one three; do write_config "$OUT/$mode.toml" "$mode"; done
 
 PIDS=()
 PREFIX=""
-# start_instances COUNT [CONFIG_FILE]: fresh instances sharing one fresh key prefix.
+# start_instances COUNT [CONFIG_FILE]: fresh instances sharing one fresh key prefix and
+# one fresh database.
 start_instances() {
-  local count=$1 config=${2:-/nonexistent.toml} i
+  local count=$1 config=${2:-/nonexistent.toml} i db
   PREFIX="bench-$(date +%s%N)"
+  db="seckill_bench_$$_${#BENCH_DBS[@]}"
+  psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $db"
+  BENCH_DBS+=("$db")
   PIDS=()
   for ((i = 0; i < count; i++)); do
+    DATABASE_URL="$DB_BASE_URL/$db" \
     SECKILL_CONFIG=$config SECKILL_PORT=${PORTS[$i]} SECKILL_REDIS_KEY_PREFIX=$PREFIX \
       SECKILL_ADMIN_TOKEN=$ADMIN SECKILL_LOG_LEVEL=error SECKILL_WORKERS=2 \
       "$APP" >"$OUT/app-$i.log" 2>&1 &
@@ -99,7 +105,10 @@ stop_instances() {
 }
 cleanup() {
   stop_instances
-  psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null 2>&1 || true
+  local db
+  for db in "${BENCH_DBS[@]}"; do
+    psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  done
 }
 trap cleanup EXIT
 
