@@ -34,18 +34,14 @@ pub struct Application {
 }
 
 impl Application {
-    /// Connects to the stores, applies migrations and binds the listener.
+    /// Checks the settings, connects to the stores, applies migrations, loads the rules
+    /// and the items, and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        Self::build_with_limiter(settings, |limiter| limiter).await
-    }
-
-    /// Like [`Self::build`], letting the caller adjust the limiter first (tests freeze
-    /// its clock).
-    pub async fn build_with_limiter(
-        settings: Settings,
-        customize: impl FnOnce(Limiter) -> Limiter,
-    ) -> anyhow::Result<Self> {
         settings.check_production_safety()?;
+        anyhow::ensure!(
+            settings.reservation_deadline_ms > settings.order_commit_timeout_ms,
+            "reservation_deadline_ms must exceed order_commit_timeout_ms, or live purchases would be undone"
+        );
         let pool = postgres::pool(&settings)?;
         postgres::migrate(&pool).await?;
         let redis = RedisStore::connect(&settings).await?;
@@ -54,9 +50,10 @@ impl Application {
             Duration::from_secs(settings.token_ttl_secs),
         );
         let metrics = Arc::new(Metrics::new()?);
-        let limiter = Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
-            .context("invalid rate-limit policies")?;
-        let limiter = Arc::new(customize(limiter));
+        let limiter = Arc::new(
+            Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
+                .context("invalid rate-limit policies")?,
+        );
         // The settings seed the rules table; from then on Postgres is the truth.
         let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
         rules
@@ -64,10 +61,6 @@ impl Application {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
-        anyhow::ensure!(
-            settings.reservation_deadline_ms > settings.order_commit_timeout_ms,
-            "reservation_deadline_ms must exceed order_commit_timeout_ms, or live purchases would be undone"
-        );
         let redis_timeout = Duration::from_millis(settings.redis_timeout_ms);
         let sale_redis = SaleRedis::new(
             redis.clone(),
