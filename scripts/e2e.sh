@@ -82,14 +82,7 @@ RUN_TMP=""
 
 stop_app() {
   [ -n "$APP_PID" ] || return 0
-  if kill -0 "$APP_PID" 2>/dev/null; then
-    # SIGTERM drains in-flight requests; KILL only if that takes too long.
-    kill -TERM "$APP_PID" 2>/dev/null || true
-    local end=$((SECONDS + 15))
-    while kill -0 "$APP_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
-    kill -KILL "$APP_PID" 2>/dev/null || true
-  fi
-  wait "$APP_PID" 2>/dev/null || true
+  stop_process "$APP_PID"   # scripts/lib.sh
   APP_PID=""
 }
 

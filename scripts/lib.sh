@@ -14,3 +14,16 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
 }
+
+# Stops a process we started: SIGTERM first, so the app drains in-flight requests
+# (shutdown_timeout_secs), SIGKILL only when that takes longer than 15 s.
+stop_process() {
+  local pid=$1
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    local end=$((SECONDS + 15))
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}

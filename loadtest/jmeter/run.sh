@@ -161,14 +161,7 @@ trap cleanup EXIT
 
 stop_app() {
   [ -n "$APP_PID" ] || return 0
-  if kill -0 "$APP_PID" 2>/dev/null; then
-    # SIGTERM drains in-flight requests (shutdown_timeout_secs = 10); KILL only after that.
-    kill -TERM "$APP_PID" 2>/dev/null || true
-    local end=$((SECONDS + 15))
-    while kill -0 "$APP_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
-    kill -KILL "$APP_PID" 2>/dev/null || true
-  fi
-  wait "$APP_PID" 2>/dev/null || true
+  stop_process "$APP_PID"   # scripts/lib.sh
   APP_PID=""
 }
 
