@@ -12,13 +12,19 @@
 -- ARGV[1 + 2i]     window of rule i in ms (> 0)
 -- ARGV[2 + 2i]     threshold of rule i (> 0)
 --
--- Returns a flat array of 2 + 2N integers:
---   [1]             1 = admitted, 0 = refused
---   [2]             index (1-based) of the first refusing rule, 0 when admitted
---   [3 .. 2+N]      remaining per rule: after this request when admitted, as it stands
---                   when refused (0 for a refusing rule)
---   [3+N .. 2+2N]   retry-after in ms per rule: > 0 for each refusing rule (until enough
---                   of its entries expire), 0 for the others
+-- Returns exactly what the response headers need:
+--   admitted: {1, t, remaining}   t = the rule with the fewest requests left after this
+--                                 one (1-based; the first on ties), remaining = that count
+--   refused:  {0, r, wait, longest}
+--                                 r = the first refusing rule (1-based), wait = ms until
+--                                 it would admit, longest = the longest wait among all
+--                                 refusing rules (only then would every rule admit)
+--
+-- Cost: a rule that admits costs one ZCOUNT while deciding; a refusing one also one
+-- ZRANGE by rank (O(log n), the threshold-th newest entry is the one whose expiry opens
+-- a slot). A rule's wait never exceeds its window, so once a refusal is known and the
+-- longest wait so far covers a later rule's window, that rule cannot change the reply
+-- and is skipped.
 
 local n = #KEYS
 local now = tonumber(ARGV[1])
@@ -26,49 +32,41 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local member = ARGV[2]
 
-local counts, remaining, retry = {}, {}, {}
-local first_refusing = 0
+local refusing, wait, longest = 0, 0, 0
+local tightest, least = 0, 0
+-- Pass 1 reads only. The windows are kept for pass 2 so ARGV is parsed once.
+local windows = {}
 
--- Pass 1: read only. Count live entries (score > now - window) of every rule.
 for i = 1, n do
   local window = tonumber(ARGV[1 + 2 * i])
-  local threshold = tonumber(ARGV[2 + 2 * i])
-  local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
-  counts[i] = count
-  if count >= threshold then
-    if first_refusing == 0 then first_refusing = i end
-    remaining[i] = 0
-    -- A slot opens when the (count - threshold + 1)-th oldest live entry expires.
-    local nth = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. (now - window), '+inf',
-      'WITHSCORES', 'LIMIT', count - threshold, 1)
-    local wait = tonumber(nth[2]) + window - now
-    if wait < 1 then wait = 1 end
-    retry[i] = wait
-  else
-    remaining[i] = threshold - count
-    retry[i] = 0
+  windows[i] = window
+  if refusing == 0 or longest < window then
+    local threshold = tonumber(ARGV[2 + 2 * i])
+    local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+    if count >= threshold then
+      -- Live entries are the newest ones; the threshold-th newest must expire first.
+      local nth = redis.call('ZRANGE', KEYS[i], -threshold, -threshold, 'WITHSCORES')
+      local w = tonumber(nth[2]) + window - now
+      if w < 1 then w = 1 end
+      if refusing == 0 then refusing, wait = i, w end
+      if w > longest then longest = w end
+    elseif refusing == 0 then
+      local left = threshold - count - 1
+      if tightest == 0 or left < least then tightest, least = i, left end
+    end
   end
 end
 
-if first_refusing > 0 then
-  local out = {0, first_refusing}
-  for i = 1, n do out[2 + i] = remaining[i] end
-  for i = 1, n do out[2 + n + i] = retry[i] end
-  return out
+if refusing > 0 then
+  return {0, refusing, wait, longest}
 end
 
 -- Pass 2: every rule admits. Trim, record, and let the key expire with its window.
+local member = ARGV[2]
 for i = 1, n do
-  local window = tonumber(ARGV[1 + 2 * i])
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - windows[i])
   redis.call('ZADD', KEYS[i], now, member)
-  redis.call('PEXPIRE', KEYS[i], window)
-  remaining[i] = remaining[i] - 1
+  redis.call('PEXPIRE', KEYS[i], windows[i])
 end
-
-local out = {1, 0}
-for i = 1, n do out[2 + i] = remaining[i] end
-for i = 1, n do out[2 + n + i] = 0 end
-return out
+return {1, tightest, least}

@@ -15,15 +15,19 @@
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2]
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
 --
--- Returns a flat array of 2 + 2N integers:
---   [1]             1 = admitted, 0 = refused
---   [2]             index (1-based) of the first refusing rule, 0 when admitted
---   [3 .. 2+N]      whole tokens left per rule (after this request when admitted)
---   [3+N .. 2+2N]   retry-after in ms per rule: > 0 for each refusing rule (until one
---                   token has refilled), 0 for the others
+-- Returns exactly what the response headers need:
+--   admitted: {1, t, remaining}   t = the rule with the fewest whole tokens left after
+--                                 this request (1-based; the first on ties), remaining =
+--                                 that count
+--   refused:  {0, r, wait, longest}
+--                                 r = the first refusing rule (1-based), wait = ms until
+--                                 it holds one token, longest = the longest wait among
+--                                 all refusing rules
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
--- missing key and a full bucket are the same thing.
+-- missing key and a full bucket are the same thing. An empty bucket refills one token
+-- within ceil(refill_ms / refill_tokens) ms, so once a refusal is known and the longest
+-- wait so far covers that, a later rule cannot change the reply and is skipped.
 
 local n = #KEYS
 local now = tonumber(ARGV[1])
@@ -32,41 +36,41 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local levels, remaining, retry = {}, {}, {}
-local first_refusing = 0
+local refusing, wait, longest = 0, 0, 0
+local tightest, least = 0, 0
+-- Pass 1 reads only; the levels are kept for pass 2.
+local levels = {}
 
 for i = 1, n do
-  local capacity = tonumber(ARGV[3 * i])
   local refill_tokens = tonumber(ARGV[3 * i + 1])
   local refill_ms = tonumber(ARGV[3 * i + 2])
-  local full = capacity * refill_ms
-  local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at')
-  local level = tonumber(state[1])
-  local at = tonumber(state[2])
-  if level == nil or at == nil then
-    level = full
-  else
-    local elapsed = now - at
-    if elapsed > 0 then level = level + elapsed * refill_tokens end
-    if level > full then level = full end
-  end
-  levels[i] = level
-  if level < refill_ms then
-    if first_refusing == 0 then first_refusing = i end
-    remaining[i] = 0
-    -- ceil((refill_ms - level) / refill_tokens) in integers
-    retry[i] = math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
-  else
-    remaining[i] = math.floor(level / refill_ms)
-    retry[i] = 0
+  if refusing == 0 or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
+    local full = tonumber(ARGV[3 * i]) * refill_ms
+    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at')
+    local level = tonumber(state[1])
+    local at = tonumber(state[2])
+    if level == nil or at == nil then
+      level = full
+    else
+      local elapsed = now - at
+      if elapsed > 0 then level = level + elapsed * refill_tokens end
+      if level > full then level = full end
+    end
+    levels[i] = level
+    if level < refill_ms then
+      -- ceil((refill_ms - level) / refill_tokens) in integers
+      local w = math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
+      if refusing == 0 then refusing, wait = i, w end
+      if w > longest then longest = w end
+    elseif refusing == 0 then
+      local left = math.floor(level / refill_ms) - 1
+      if tightest == 0 or left < least then tightest, least = i, left end
+    end
   end
 end
 
-if first_refusing > 0 then
-  local out = {0, first_refusing}
-  for i = 1, n do out[2 + i] = remaining[i] end
-  for i = 1, n do out[2 + n + i] = retry[i] end
-  return out
+if refusing > 0 then
+  return {0, refusing, wait, longest}
 end
 
 for i = 1, n do
@@ -78,10 +82,5 @@ for i = 1, n do
   local ttl = math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', KEYS[i], ttl)
-  remaining[i] = math.floor(level / refill_ms)
 end
-
-local out = {1, 0}
-for i = 1, n do out[2 + i] = remaining[i] end
-for i = 1, n do out[2 + n + i] = 0 end
-return out
+return {1, tightest, least}

@@ -4,7 +4,7 @@ use seckill::configuration::Settings;
 use seckill::startup::Application;
 use seckill::telemetry;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let settings = Settings::load()?;
     telemetry::init(&settings);

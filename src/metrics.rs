@@ -6,8 +6,8 @@
 //! values are known up front start at 0, so a fresh instance already shows every series.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
@@ -74,6 +74,9 @@ pub struct Metrics {
     pub limiter_fail_open: IntCounterVec,
     /// Requests refused (503) because the limiter could not ask Redis.
     pub limiter_fail_closed: IntCounterVec,
+    /// Refusals answered from the limiter's denial cache, without a Redis call. They are
+    /// counted in `limiter_decisions` too, like any refusal.
+    pub limiter_local_refusals: IntCounterVec,
     /// Round trip of one limiter script call.
     pub limiter_latency: HistogramVec,
     /// Redis calls that failed or timed out, by purpose.
@@ -83,6 +86,12 @@ pub struct Metrics {
     pub redis_calls: IntCounterVec,
     /// Purchases by outcome (see [`SALE_OUTCOMES`]).
     pub sale_outcomes: IntCounterVec,
+    /// `redis_calls` and `redis_errors` resolved per purpose (indexed by
+    /// `RedisPurpose as usize`): the request path increments without a label lookup.
+    redis_call_counters: [IntCounter; RedisPurpose::ALL.len()],
+    redis_error_counters: [IntCounter; RedisPurpose::ALL.len()],
+    /// `sale_outcomes` resolved per outcome, in the order of [`SALE_OUTCOMES`].
+    sale_outcome_counters: [IntCounter; SALE_OUTCOMES.len()],
     /// The Postgres order commit (conditional decrement + insert), successful or not.
     pub order_commit: Histogram,
     /// Live Redis stock per item on sale; a series disappears when its sale ends.
@@ -125,7 +134,23 @@ impl Metrics {
             Ok(metric)
         };
 
+        let redis_calls = counter("redis_calls_total", "Redis calls by purpose", &["purpose"])?;
+        let redis_errors = counter(
+            "redis_errors_total",
+            "Redis calls that failed or timed out",
+            &["purpose"],
+        )?;
+        let sale_outcomes = counter("sale_outcomes_total", "Purchases by outcome", &["outcome"])?;
         let metrics = Self {
+            redis_call_counters: RedisPurpose::ALL
+                .map(|purpose| redis_calls.with_label_values(&[purpose.as_str()])),
+            redis_error_counters: RedisPurpose::ALL
+                .map(|purpose| redis_errors.with_label_values(&[purpose.as_str()])),
+            sale_outcome_counters: SALE_OUTCOMES
+                .map(|outcome| sale_outcomes.with_label_values(&[outcome])),
+            redis_calls,
+            redis_errors,
+            sale_outcomes,
             http_requests: counter(
                 "http_requests_total",
                 "HTTP requests by route, method and status class",
@@ -152,6 +177,11 @@ impl Metrics {
                 "Requests refused because Redis failed",
                 &["policy"],
             )?,
+            limiter_local_refusals: counter(
+                "limiter_local_refusals_total",
+                "Refusals answered from the local denial cache without asking Redis",
+                &["policy", "dimension"],
+            )?,
             // 0.1 ms to 250 ms (the default limiter timeout): a loopback EVALSHA takes
             // ~0.1-1 ms; anything near the top is a struggling Redis.
             limiter_latency: histogram(
@@ -162,13 +192,6 @@ impl Metrics {
                 ],
                 &["policy", "algorithm"],
             )?,
-            redis_errors: counter(
-                "redis_errors_total",
-                "Redis calls that failed or timed out",
-                &["purpose"],
-            )?,
-            redis_calls: counter("redis_calls_total", "Redis calls by purpose", &["purpose"])?,
-            sale_outcomes: counter("sale_outcomes_total", "Purchases by outcome", &["outcome"])?,
             order_commit: {
                 let metric = Histogram::with_opts(
                     HistogramOpts::new("order_commit_duration_seconds", "Postgres order commit")
@@ -210,13 +233,6 @@ impl Metrics {
             )?,
             registry,
         };
-        for purpose in RedisPurpose::ALL {
-            metrics.redis_calls.with_label_values(&[purpose.as_str()]);
-            metrics.redis_errors.with_label_values(&[purpose.as_str()]);
-        }
-        for outcome in SALE_OUTCOMES {
-            metrics.sale_outcomes.with_label_values(&[outcome]);
-        }
         for kind in ["settled", "released", "drift", "rebuilt"] {
             metrics.reconciler_repairs.with_label_values(&[kind]);
         }
@@ -227,13 +243,19 @@ impl Metrics {
     }
 
     pub fn redis_call(&self, purpose: RedisPurpose) {
-        self.redis_calls
-            .with_label_values(&[purpose.as_str()])
-            .inc();
+        self.redis_call_counters[purpose as usize].inc();
     }
 
+    pub fn redis_error(&self, purpose: RedisPurpose) {
+        self.redis_error_counters[purpose as usize].inc();
+    }
+
+    /// Counts a purchase outcome, one of [`SALE_OUTCOMES`].
     pub fn sale_outcome(&self, outcome: &str) {
-        self.sale_outcomes.with_label_values(&[outcome]).inc();
+        match SALE_OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(index) => self.sale_outcome_counters[index].inc(),
+            None => self.sale_outcomes.with_label_values(&[outcome]).inc(),
+        }
     }
 
     /// The text exposition format for `GET /metrics`.

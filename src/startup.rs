@@ -23,6 +23,7 @@ use crate::sale::redis::SaleRedis;
 use crate::sale::{reconciler, sold_out, Sale};
 use crate::store::{postgres, RedisStore};
 use crate::web::client_ip::TrustedProxies;
+use crate::web::request_span::RequestSpan;
 
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
 pub struct Application {
@@ -44,12 +45,12 @@ impl Application {
         );
         let pool = postgres::pool(&settings)?;
         postgres::migrate(&pool).await?;
-        let redis = RedisStore::connect(&settings).await?;
+        let metrics = Arc::new(Metrics::new()?);
+        let redis = RedisStore::connect(&settings, Arc::clone(&metrics)).await?;
         let keys = TokenKeys::new(
             &settings.jwt_secret,
             Duration::from_secs(settings.token_ttl_secs),
         );
-        let metrics = Arc::new(Metrics::new()?);
         let limiter = Arc::new(
             Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
                 .context("invalid rate-limit policies")?,
@@ -61,11 +62,8 @@ impl Application {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
-        let redis_timeout = Duration::from_millis(settings.redis_timeout_ms);
         let sale_redis = SaleRedis::new(
             redis.clone(),
-            Arc::clone(&metrics),
-            redis_timeout,
             Duration::from_millis(settings.reservation_deadline_ms),
         );
         let sale = Arc::new(Sale::new(
@@ -77,9 +75,7 @@ impl Application {
         ));
         let idempotency = Idempotency::new(
             redis.clone(),
-            Arc::clone(&metrics),
             Duration::from_secs(settings.idempotency_ttl_secs),
-            redis_timeout,
         );
         if settings.seed_demo_item {
             seed_demo_item(&pool, &sale).await?;
@@ -131,7 +127,7 @@ impl Application {
                     crate::web::http_metrics::record,
                 ))
                 .wrap(security_headers())
-                .wrap(TracingLogger::default())
+                .wrap(TracingLogger::<RequestSpan>::new())
                 .app_data(pool.clone())
                 .app_data(redis.clone())
                 .app_data(keys.clone())

@@ -18,6 +18,7 @@ use sqlx::PgPool;
 
 use crate::limiter::policy::{PolicyConfig, PolicyError};
 use crate::limiter::{Limiter, PolicySet};
+use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
 
 pub struct RuleStore {
@@ -123,20 +124,16 @@ impl RuleStore {
     }
 
     async fn bump(&self) {
-        let mut conn = self.redis.conn();
         let incr = redis::cmd("INCR").arg(self.version_key()).to_owned();
-        if let Err(e) =
-            tokio::time::timeout(Duration::from_secs(1), incr.query_async::<i64>(&mut conn)).await
-        {
+        if let Err(e) = self.redis.call::<i64>(RedisPurpose::Other, &incr).await {
             // The instances' periodic reload still picks the change up.
             tracing::warn!(error = %e, "could not announce a rule change");
         }
     }
 
     async fn version(&self) -> anyhow::Result<Option<i64>> {
-        let mut conn = self.redis.conn();
         let get = redis::cmd("GET").arg(self.version_key()).to_owned();
-        Ok(tokio::time::timeout(Duration::from_secs(1), get.query_async(&mut conn)).await??)
+        Ok(self.redis.call(RedisPurpose::Other, &get).await?)
     }
 
     pub async fn audit(&self, policy: Option<&str>, limit: i64) -> anyhow::Result<Vec<AuditEntry>> {

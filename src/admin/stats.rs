@@ -95,15 +95,10 @@ impl LiveStats {
                 pipe.hincr(&key, field, *delta).ignore();
             }
             pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
-            self.metrics.redis_call(RedisPurpose::Other);
-            let mut conn = self.redis.conn();
-            match tokio::time::timeout(Duration::from_secs(1), pipe.query_async::<()>(&mut conn))
-                .await
-            {
+            match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
                 // Only what reached Redis is subtracted next time; a failed flush is retried.
-                Ok(Ok(())) => last = now,
-                Ok(Err(e)) => tracing::debug!(error = %e, "stats flush failed"),
-                Err(_) => tracing::debug!("stats flush timed out"),
+                Ok(()) => last = now,
+                Err(e) => tracing::debug!(error = %e, "stats flush failed"),
             }
         }
     }
@@ -116,10 +111,8 @@ impl LiveStats {
         for second in (now - window + 1)..=now {
             pipe.hgetall(self.bucket(second));
         }
-        self.metrics.redis_call(RedisPurpose::Other);
-        let mut conn = self.redis.conn();
         let buckets: Vec<BTreeMap<String, i64>> =
-            tokio::time::timeout(Duration::from_secs(2), pipe.query_async(&mut conn)).await??;
+            self.redis.call(RedisPurpose::Other, &pipe).await?;
         let mut sums = BTreeMap::new();
         for bucket in buckets {
             for (field, value) in bucket {

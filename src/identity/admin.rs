@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use std::future::{ready, Ready};
 
@@ -27,6 +26,7 @@ use crate::error::ApiError;
 use crate::limiter::http::client_ip;
 use crate::limiter::policy::ADMIN_AUTH_POLICY;
 use crate::limiter::{Caller, Limiter, Rejection};
+use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
@@ -89,12 +89,8 @@ impl AdminGuard {
     /// Milliseconds left on this IP's lockout, if any. A Redis failure does not lock
     /// anyone out (the tokens still have to be right).
     async fn locked_for(&self, ip: ClientIp) -> Option<u64> {
-        let mut conn = self.redis.conn();
         let pttl = redis::cmd("PTTL").arg(self.lock_key(ip)).to_owned();
-        let ms: i64 = tokio::time::timeout(Duration::from_millis(250), pttl.query_async(&mut conn))
-            .await
-            .ok()?
-            .ok()?;
+        let ms: i64 = self.redis.call(RedisPurpose::Other, &pttl).await.ok()?;
         u64::try_from(ms).ok().filter(|ms| *ms > 0)
     }
 
@@ -112,18 +108,15 @@ impl AdminGuard {
             return None;
         };
         let wait = refusal.retry_after_ms();
-        let mut conn = self.redis.conn();
         let lock = redis::cmd("SET")
             .arg(self.lock_key(ip))
             .arg(1)
             .arg("PX")
             .arg(wait)
             .to_owned();
-        let _ = tokio::time::timeout(
-            Duration::from_millis(250),
-            lock.query_async::<()>(&mut conn),
-        )
-        .await;
+        if let Err(e) = self.redis.call::<()>(RedisPurpose::Other, &lock).await {
+            tracing::warn!(error = %e, "could not store an admin lockout");
+        }
         tracing::warn!(client.ip = %ip, lockout_ms = wait, "admin sign-in locked after repeated failures");
         Some(wait)
     }

@@ -4,8 +4,7 @@
 //! which sends EVALSHA and falls back to EVAL (loading the script) after a Redis
 //! restart. Both scripts share one calling convention, documented in their headers.
 
-use redis::aio::ConnectionManager;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 
 use super::policy::{Algorithm, Rule};
 
@@ -14,15 +13,21 @@ pub struct ScriptBackend {
     token_bucket: Script,
 }
 
-/// What a script answered, decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub admitted: bool,
-    /// Index into the policy's rules of the first refusing rule.
-    pub first_refusing: Option<usize>,
-    pub remaining: Vec<i64>,
-    /// Per rule; > 0 exactly for the refusing ones.
-    pub retry_after_ms: Vec<i64>,
+/// What a script answered: exactly what the response headers need (see the reply
+/// format in the scripts' headers). Rule indexes are 0-based here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Every rule admitted and recorded the request. `tightest` is the rule with the
+    /// fewest requests left (the first on ties), `remaining` that count after this one.
+    Admitted { tightest: usize, remaining: i64 },
+    /// Nothing was written. `rule` is the first refusing rule and `retry_after_ms` its
+    /// own wait; `longest_retry_after_ms` is the longest wait among the refusing rules:
+    /// only then would all of them admit.
+    Refused {
+        rule: usize,
+        retry_after_ms: i64,
+        longest_retry_after_ms: i64,
+    },
 }
 
 impl Default for ScriptBackend {
@@ -47,23 +52,25 @@ impl ScriptBackend {
         }
     }
 
-    /// Runs one decision. `keys[i]` belongs to `rules[i]`.
-    pub async fn decide(
-        &self,
-        conn: &mut ConnectionManager,
+    /// The script call deciding `rules` (`keys[i]` belongs to `rules[i]`); send it with
+    /// `RedisStore::call` and read the reply with [`decode`].
+    pub fn invocation<'a>(
+        &'a self,
         algorithm: Algorithm,
         keys: &[String],
         rules: &[Rule],
         now_ms: Option<i64>,
-        request_id: &str,
-    ) -> redis::RedisResult<Decision> {
+        member: &str,
+    ) -> ScriptInvocation<'a> {
         let mut invocation = self.script(algorithm).prepare_invoke();
         for key in keys {
-            invocation.key(key);
+            invocation.key(key.as_str());
         }
-        invocation
-            .arg(now_ms.map(|n| n.to_string()).unwrap_or_default())
-            .arg(request_id);
+        match now_ms {
+            Some(now) => invocation.arg(now),
+            None => invocation.arg(""),
+        };
+        invocation.arg(member);
         for rule in rules {
             match algorithm {
                 Algorithm::SlidingWindow => invocation.arg(rule.window_ms).arg(rule.threshold),
@@ -73,25 +80,55 @@ impl ScriptBackend {
                     .arg(rule.refill_ms),
             };
         }
-        let raw: Vec<i64> = invocation.invoke_async(conn).await?;
-        decode(&raw, rules.len()).ok_or_else(|| {
-            redis::RedisError::from((
-                redis::ErrorKind::TypeError,
-                "unexpected limiter script reply",
-            ))
-        })
+        invocation
     }
 }
 
-fn decode(raw: &[i64], rules: usize) -> Option<Decision> {
-    if raw.len() != 2 + 2 * rules {
-        return None;
+/// Reads a script's reply for a policy of `rules` rules; `None` when it is not one.
+pub fn decode(raw: &[i64], rules: usize) -> Option<Decision> {
+    let index = |one_based: i64| {
+        usize::try_from(one_based)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .filter(|&i| i < rules)
+    };
+    match *raw {
+        [1, tightest, remaining] => Some(Decision::Admitted {
+            tightest: index(tightest)?,
+            remaining,
+        }),
+        [0, rule, retry_after_ms, longest_retry_after_ms] => Some(Decision::Refused {
+            rule: index(rule)?,
+            retry_after_ms,
+            longest_retry_after_ms,
+        }),
+        _ => None,
     }
-    let first = usize::try_from(raw[1]).ok()?;
-    Some(Decision {
-        admitted: raw[0] == 1,
-        first_refusing: first.checked_sub(1),
-        remaining: raw[2..2 + rules].to_vec(),
-        retry_after_ms: raw[2 + rules..].to_vec(),
-    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_decode_to_decisions_and_anything_else_is_refused() {
+        assert_eq!(
+            decode(&[1, 2, 7], 3),
+            Some(Decision::Admitted {
+                tightest: 1,
+                remaining: 7
+            })
+        );
+        assert_eq!(
+            decode(&[0, 1, 900, 59_000], 3),
+            Some(Decision::Refused {
+                rule: 0,
+                retry_after_ms: 900,
+                longest_retry_after_ms: 59_000
+            })
+        );
+        assert_eq!(decode(&[1, 4, 7], 3), None);
+        assert_eq!(decode(&[0, 0, 1, 1], 3), None);
+        assert_eq!(decode(&[1, 1], 3), None);
+    }
 }

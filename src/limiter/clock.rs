@@ -22,6 +22,18 @@ impl Clock {
         }
     }
 
+    /// Milliseconds since `epoch` on this instance, for deadlines kept in memory (the
+    /// denial cache): monotonic, except that a manual clock is followed exactly, so
+    /// tests that move time move those deadlines too.
+    pub fn local_ms(&self, epoch: std::time::Instant) -> i64 {
+        match self {
+            Self::Manual(manual) => manual.now_ms(),
+            Self::Redis | Self::System => {
+                i64::try_from(epoch.elapsed().as_millis()).unwrap_or(i64::MAX)
+            }
+        }
+    }
+
     /// The timestamp to pass to a script, or `None` for the Redis clock.
     pub fn now_ms(&self) -> Option<i64> {
         match self {

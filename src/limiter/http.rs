@@ -72,51 +72,35 @@ pub fn caller_from_request<'a>(
     }
 }
 
-/// `RateLimit-Policy` (IETF draft 12): one named quota per rule.
-fn policy_header(policy: &Policy, algorithm: Algorithm) -> String {
-    policy
-        .rules
-        .iter()
-        .map(|rule| {
-            let (quota, window) = rule.quota(algorithm);
-            format!("\"{}\";q={quota};w={window}", rule.name)
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+fn insert(headers: &mut HeaderMap, name: &'static str, value: HeaderValue) {
+    headers.insert(HeaderName::from_static(name), value);
 }
 
-fn insert(headers: &mut HeaderMap, name: &'static str, value: String) {
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        headers.insert(HeaderName::from_static(name), value);
-    }
+/// The policy's `RateLimit-Policy`, built once per policy (see `Policy::quota_header`).
+fn quota_header(policy: &Policy, algorithm: Algorithm) -> Option<HeaderValue> {
+    HeaderValue::from_str(policy.quota_header(algorithm)).ok()
 }
 
 impl Admission {
     /// Informational headers for a pass: the tightest rule's remaining count.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        insert(headers, "x-ratelimit-policy", self.algorithm.to_string());
-        let Some(decision) = &self.decision else {
-            return; // failed open: nothing is known about the quota
-        };
         insert(
             headers,
-            "ratelimit-policy",
-            policy_header(&self.policy, self.algorithm),
+            "x-ratelimit-policy",
+            HeaderValue::from_static(self.algorithm.as_str()),
         );
-        if let Some((index, remaining)) = decision
-            .remaining
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by_key(|&(_, r)| r)
+        let Some(quota) = self.quota_left else {
+            return; // failed open: nothing is known about the quota
+        };
+        if let Some(value) = quota_header(&self.policy, self.algorithm) {
+            insert(headers, "ratelimit-policy", value);
+        }
+        insert(headers, "x-ratelimit-remaining", quota.remaining.into());
+        let rule = &self.policy.rules[quota.rule];
+        if let Ok(value) =
+            HeaderValue::from_str(&format!("\"{}\";r={}", rule.name, quota.remaining))
         {
-            insert(headers, "x-ratelimit-remaining", remaining.to_string());
-            let rule = &self.policy.rules[index];
-            insert(
-                headers,
-                "ratelimit",
-                format!("\"{}\";r={remaining}", rule.name),
-            );
+            insert(headers, "ratelimit", value);
         }
     }
 }
@@ -124,21 +108,29 @@ impl Admission {
 impl Refusal {
     pub fn write_headers(&self, headers: &mut HeaderMap) {
         let longest = self.retry_after_ms();
-        insert(headers, "retry-after", longest.div_ceil(1000).to_string());
-        insert(headers, "retry-after-ms", longest.to_string());
-        insert(headers, "x-ratelimit-policy", self.algorithm.to_string());
-        insert(headers, "x-ratelimit-remaining", "0".into());
+        insert(headers, "retry-after", longest.div_ceil(1000).into());
+        insert(headers, "retry-after-ms", longest.into());
         insert(
             headers,
-            "ratelimit-policy",
-            policy_header(&self.policy, self.algorithm),
+            "x-ratelimit-policy",
+            HeaderValue::from_static(self.algorithm.as_str()),
         );
-        let own_wait = self.decision.retry_after_ms[self.rule_index()].max(1) as u64;
         insert(
             headers,
-            "ratelimit",
-            format!("\"{}\";r=0;t={}", self.dimension(), own_wait.div_ceil(1000)),
+            "x-ratelimit-remaining",
+            HeaderValue::from_static("0"),
         );
+        if let Some(value) = quota_header(&self.policy, self.algorithm) {
+            insert(headers, "ratelimit-policy", value);
+        }
+        let ratelimit = format!(
+            "\"{}\";r=0;t={}",
+            self.dimension(),
+            self.own_wait_ms.div_ceil(1000)
+        );
+        if let Ok(value) = HeaderValue::from_str(&ratelimit) {
+            insert(headers, "ratelimit", value);
+        }
     }
 }
 

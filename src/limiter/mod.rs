@@ -9,38 +9,116 @@
 //! - [`keys`]: how a rule and a caller become a Redis key.
 //! - [`backend`]: the Lua scripts (`lua/`) and their calling convention.
 //! - [`clock`]: Redis time, app time, or a manual clock for tests.
+//! - [`denial`]: refusals Redis made, answered again locally until they expire.
 //! - [`http`]: the actix guard and the response headers.
 //!
-//! Several instances share one truth: all state lives in Redis, none in the process.
+//! Several instances share one truth: all state lives in Redis. The process keeps only
+//! the denial cache, which repeats refusals Redis made and that cannot have changed yet,
+//! so it never admits what Redis would refuse nor refuses what Redis would admit.
 
 pub mod backend;
 pub mod clock;
+pub mod denial;
 pub mod http;
 pub mod keys;
 pub mod policy;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use prometheus::{Histogram, IntCounter};
 
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use backend::{Decision, ScriptBackend};
 pub use clock::{Clock, ManualClock};
+use denial::DenialCache;
 pub use keys::Caller;
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
 pub struct Limiter {
     redis: RedisStore,
     backend: ScriptBackend,
-    /// Swapped whole when rules change; readers take a snapshot per request.
-    policies: ArcSwap<PolicySet>,
+    /// Swapped whole when rules change; a request decides with one snapshot.
+    installed: ArcSwap<Installed>,
     clock: Clock,
-    timeout: Duration,
     metrics: Arc<Metrics>,
+    denials: DenialCache,
+    /// Epoch of the local milliseconds the denial cache keeps its deadlines in.
+    epoch: Instant,
+    /// Request ids (the sliding window's members) are this instance's random tag plus a
+    /// counter: unique across instances without a random number per request.
+    instance_tag: u64,
+    sequence: AtomicU64,
     fail_open_log: BurstLog,
+}
+
+/// The policies in force, each with its metric handles resolved, and the generation
+/// that the denial cache stamps its entries with.
+struct Installed {
+    set: PolicySet,
+    generation: u64,
+    policies: HashMap<String, Arc<Enforced>>,
+}
+
+/// A policy and its metric series, looked up once per rule change instead of by label
+/// on every decision.
+struct Enforced {
+    policy: Arc<Policy>,
+    /// Per rule: `limiter_decisions{outcome="pass"}`, `{outcome="reject"}`, and
+    /// `limiter_local_refusals`.
+    passes: Vec<IntCounter>,
+    rejects: Vec<IntCounter>,
+    local_refusals: Vec<IntCounter>,
+    fail_open: IntCounter,
+    fail_closed: IntCounter,
+    /// Per algorithm (indexed by `Algorithm as usize`).
+    latency: [Histogram; Algorithm::ALL.len()],
+}
+
+impl Installed {
+    fn new(set: PolicySet, generation: u64, metrics: &Metrics) -> Self {
+        let policies = set
+            .iter()
+            .map(|policy| {
+                let name = policy.name.as_str();
+                let per_rule = |counters: &prometheus::IntCounterVec, outcome: Option<&str>| {
+                    policy
+                        .rules
+                        .iter()
+                        .map(|rule| match outcome {
+                            Some(outcome) => {
+                                counters.with_label_values(&[name, rule.name.as_str(), outcome])
+                            }
+                            None => counters.with_label_values(&[name, rule.name.as_str()]),
+                        })
+                        .collect()
+                };
+                let enforced = Enforced {
+                    policy: Arc::clone(policy),
+                    passes: per_rule(&metrics.limiter_decisions, Some("pass")),
+                    rejects: per_rule(&metrics.limiter_decisions, Some("reject")),
+                    local_refusals: per_rule(&metrics.limiter_local_refusals, None),
+                    fail_open: metrics.limiter_fail_open.with_label_values(&[name]),
+                    fail_closed: metrics.limiter_fail_closed.with_label_values(&[name]),
+                    latency: Algorithm::ALL.map(|a| {
+                        metrics
+                            .limiter_latency
+                            .with_label_values(&[name, a.as_str()])
+                    }),
+                };
+                (policy.name.clone(), Arc::new(enforced))
+            })
+            .collect();
+        Self {
+            set,
+            generation,
+            policies,
+        }
+    }
 }
 
 /// The request may proceed.
@@ -48,8 +126,16 @@ pub struct Limiter {
 pub struct Admission {
     pub policy: Arc<Policy>,
     pub algorithm: Algorithm,
-    /// `None` when admitted without asking Redis (fail-open).
-    pub decision: Option<Decision>,
+    /// The tightest rule and what it has left; `None` when admitted without asking
+    /// Redis (fail-open, or the policy is disabled).
+    pub quota_left: Option<QuotaLeft>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLeft {
+    /// Index into the policy's rules.
+    pub rule: usize,
+    pub remaining: i64,
 }
 
 /// The limiter refused: which rule, its message, how long to wait.
@@ -57,7 +143,16 @@ pub struct Admission {
 pub struct Refusal {
     pub policy: Arc<Policy>,
     pub algorithm: Algorithm,
-    pub decision: Decision,
+    /// Index into the policy's rules of the rule that answers for the refusal: the first
+    /// refusing one.
+    pub rule: usize,
+    /// How long until that rule would admit (≥ 1).
+    pub own_wait_ms: u64,
+    /// The longest wait among the refusing rules (≥ 1): only then would all of them
+    /// admit.
+    pub longest_wait_ms: u64,
+    /// Answered from the denial cache, without asking Redis.
+    pub local: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,28 +170,17 @@ pub enum Rejection {
 }
 
 impl Refusal {
-    /// Index of the rule that answers for the refusal (the first refusing one).
-    pub fn rule_index(&self) -> usize {
-        self.decision.first_refusing.unwrap_or(0)
-    }
-
     pub fn dimension(&self) -> &str {
-        &self.policy.rules[self.rule_index()].name
+        &self.policy.rules[self.rule].name
     }
 
     pub fn message(&self) -> &str {
-        &self.policy.rules[self.rule_index()].message
+        &self.policy.rules[self.rule].message
     }
 
     /// The longest wait among the refusing rules: only then would all of them admit.
     pub fn retry_after_ms(&self) -> u64 {
-        self.decision
-            .retry_after_ms
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .max(1) as u64
+        self.longest_wait_ms
     }
 }
 
@@ -107,17 +191,18 @@ impl Limiter {
         metrics: Arc<Metrics>,
     ) -> Result<Self, policy::PolicyError> {
         let policies = PolicySet::parse(&settings.policies)?;
-        let limiter = Self {
+        Ok(Self {
             redis,
             backend: ScriptBackend::default(),
-            policies: ArcSwap::from_pointee(policies),
+            installed: ArcSwap::from_pointee(Installed::new(policies, 0, &metrics)),
             clock: Clock::from_source(settings.clock),
-            timeout: Duration::from_millis(settings.timeout_ms),
             metrics,
+            denials: DenialCache::new(settings.denial_cache_slots),
+            epoch: Instant::now(),
+            instance_tag: uuid::Uuid::new_v4().as_u64_pair().0,
+            sequence: AtomicU64::new(0),
             fail_open_log: BurstLog::default(),
-        };
-        limiter.init_metrics();
-        Ok(limiter)
+        })
     }
 
     /// Replaces the clock (tests freeze time with a [`ManualClock`]).
@@ -126,19 +211,31 @@ impl Limiter {
         self
     }
 
-    /// Swaps in a new rule set; requests already deciding finish with the old one.
+    /// Swaps in a new rule set; requests already deciding finish with the old one. A set
+    /// equal to the one in force changes nothing (the rules are re-applied
+    /// periodically), so the denial cache survives; a real change starts a new
+    /// generation, which retires every denial made under the old rules.
     pub fn replace_policies(&self, policies: PolicySet) {
-        self.policies.store(Arc::new(policies));
-        self.init_metrics();
+        let current = self.installed.load();
+        if current.set == policies {
+            return;
+        }
+        let generation = current.generation + 1;
+        self.installed.store(Arc::new(Installed::new(
+            policies,
+            generation,
+            &self.metrics,
+        )));
     }
 
     pub fn policy(&self, name: &str) -> Option<Arc<Policy>> {
-        self.policies.load().get(name).cloned()
+        self.installed.load().set.get(name).cloned()
     }
 
     pub fn policy_names(&self) -> Vec<String> {
-        self.policies
+        self.installed
             .load()
+            .set
             .iter()
             .map(|p| p.name.clone())
             .collect()
@@ -149,23 +246,33 @@ impl Limiter {
     }
 
     /// Decides `policy` for `caller`, with the policy's own algorithm unless `algorithm`
-    /// overrides it. One Redis round trip, bounded by the configured timeout; on a Redis
-    /// failure the policy's fail mode decides.
+    /// overrides it: from the denial cache when a rule already refused one of the
+    /// caller's keys, otherwise in one Redis round trip (bounded by the limiter's
+    /// timeout); on a Redis failure the policy's fail mode decides.
     pub async fn check(
         &self,
         policy_name: &str,
         algorithm: Option<Algorithm>,
         caller: &Caller<'_>,
     ) -> Result<Admission, Rejection> {
-        let policy = self
-            .policy(policy_name)
-            .ok_or_else(|| Rejection::Misconfigured(format!("unknown policy {policy_name:?}")))?;
+        let (enforced, generation) = {
+            let installed = self.installed.load();
+            let enforced = installed
+                .policies
+                .get(policy_name)
+                .cloned()
+                .ok_or_else(|| {
+                    Rejection::Misconfigured(format!("unknown policy {policy_name:?}"))
+                })?;
+            (enforced, installed.generation)
+        };
+        let policy = &enforced.policy;
         let algorithm = algorithm.unwrap_or(policy.algorithm);
         if !policy.enabled {
             return Ok(Admission {
-                policy,
+                policy: Arc::clone(policy),
                 algorithm,
-                decision: None,
+                quota_left: None,
             });
         }
         let keys = policy
@@ -173,108 +280,142 @@ impl Limiter {
             .iter()
             .map(|rule| keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller))
             .collect::<Result<Vec<_>, _>>()?;
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
 
-        let started = Instant::now();
-        self.metrics.redis_call(RedisPurpose::Limiter);
-        let mut conn = self.redis.conn();
-        let call = self.backend.decide(
-            &mut conn,
+        let sent_ms = self.clock.local_ms(self.epoch);
+        if let Some(refusal) = self.local_refusal(&enforced, algorithm, &keys, sent_ms, generation)
+        {
+            enforced.rejects[refusal.rule].inc();
+            enforced.local_refusals[refusal.rule].inc();
+            return Err(Rejection::Refused(Box::new(refusal)));
+        }
+
+        let member = format!(
+            "{:016x}{:x}",
+            self.instance_tag,
+            self.sequence.fetch_add(1, Ordering::Relaxed)
+        );
+        let invocation = self.backend.invocation(
             algorithm,
             &keys,
             &policy.rules,
             self.clock.now_ms(),
-            &request_id,
+            &member,
         );
-        let outcome = tokio::time::timeout(self.timeout, call).await;
-        self.metrics
-            .limiter_latency
-            .with_label_values(&[policy.name.as_str(), algorithm.as_str()])
-            .observe(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let reply = self
+            .redis
+            .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
+            .await;
+        enforced.latency[algorithm as usize].observe(started.elapsed().as_secs_f64());
 
-        let failure = match outcome {
-            Ok(Ok(decision)) => return self.record(policy, algorithm, decision),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {:?}", self.timeout),
+        let failure = match reply.map(|raw| backend::decode(&raw, policy.rules.len())) {
+            Ok(Some(decision)) => {
+                return self.record(&enforced, algorithm, decision, &keys, sent_ms, generation)
+            }
+            Ok(None) => {
+                self.metrics.redis_error(RedisPurpose::Limiter);
+                "unexpected limiter script reply".to_string()
+            }
+            Err(e) => e.to_string(),
         };
-        self.metrics
-            .redis_errors
-            .with_label_values(&["limiter"])
-            .inc();
         match policy.fail_mode {
             FailMode::Open => {
-                self.metrics
-                    .limiter_fail_open
-                    .with_label_values(&[policy.name.as_str()])
-                    .inc();
+                enforced.fail_open.inc();
                 self.fail_open_log.warn(&policy.name, &failure);
                 Ok(Admission {
-                    policy,
+                    policy: Arc::clone(policy),
                     algorithm,
-                    decision: None,
+                    quota_left: None,
                 })
             }
             FailMode::Closed => {
-                self.metrics
-                    .limiter_fail_closed
-                    .with_label_values(&[policy.name.as_str()])
-                    .inc();
+                enforced.fail_closed.inc();
                 tracing::warn!(policy = %policy.name, error = %failure, "limiter unavailable, failing closed");
                 Err(Rejection::Unavailable)
             }
         }
     }
 
-    fn record(
+    /// A refusal from the denial cache: the first rule with a live denial answers; the
+    /// wait is the longest among them (each no later than Redis's own).
+    fn local_refusal(
         &self,
-        policy: Arc<Policy>,
+        enforced: &Enforced,
         algorithm: Algorithm,
-        decision: Decision,
-    ) -> Result<Admission, Rejection> {
-        let decisions = &self.metrics.limiter_decisions;
-        if decision.admitted {
-            for rule in &policy.rules {
-                decisions
-                    .with_label_values(&[policy.name.as_str(), rule.name.as_str(), "pass"])
-                    .inc();
-            }
-            Ok(Admission {
-                policy,
-                algorithm,
-                decision: Some(decision),
-            })
-        } else {
-            let refusal = Refusal {
-                policy,
-                algorithm,
-                decision,
-            };
-            decisions
-                .with_label_values(&[refusal.policy.name.as_str(), refusal.dimension(), "reject"])
-                .inc();
-            Err(Rejection::Refused(Box::new(refusal)))
+        keys: &[String],
+        now_ms: i64,
+        generation: u64,
+    ) -> Option<Refusal> {
+        if !self.denials.is_enabled() {
+            return None;
         }
-    }
-
-    /// Every known label combination starts at 0, so dashboards see the series at once.
-    fn init_metrics(&self) {
-        let policies = self.policies.load();
-        for policy in policies.iter() {
-            for rule in &policy.rules {
-                for outcome in ["pass", "reject"] {
-                    self.metrics.limiter_decisions.with_label_values(&[
-                        policy.name.as_str(),
-                        rule.name.as_str(),
-                        outcome,
-                    ]);
+        let mut refusal: Option<Refusal> = None;
+        for (rule, key) in keys.iter().enumerate() {
+            let Some(wait) = self.denials.refused_for(key, now_ms, generation) else {
+                continue;
+            };
+            let wait = wait.max(1) as u64;
+            match refusal.as_mut() {
+                Some(refusal) => refusal.longest_wait_ms = refusal.longest_wait_ms.max(wait),
+                None => {
+                    refusal = Some(Refusal {
+                        policy: Arc::clone(&enforced.policy),
+                        algorithm,
+                        rule,
+                        own_wait_ms: wait,
+                        longest_wait_ms: wait,
+                        local: true,
+                    })
                 }
             }
-            self.metrics
-                .limiter_fail_open
-                .with_label_values(&[policy.name.as_str()]);
-            self.metrics
-                .limiter_fail_closed
-                .with_label_values(&[policy.name.as_str()]);
+        }
+        refusal
+    }
+
+    fn record(
+        &self,
+        enforced: &Enforced,
+        algorithm: Algorithm,
+        decision: Decision,
+        keys: &[String],
+        sent_ms: i64,
+        generation: u64,
+    ) -> Result<Admission, Rejection> {
+        match decision {
+            Decision::Admitted {
+                tightest,
+                remaining,
+            } => {
+                for passes in &enforced.passes {
+                    passes.inc();
+                }
+                Ok(Admission {
+                    policy: Arc::clone(&enforced.policy),
+                    algorithm,
+                    quota_left: Some(QuotaLeft {
+                        rule: tightest,
+                        remaining,
+                    }),
+                })
+            }
+            Decision::Refused {
+                rule,
+                retry_after_ms,
+                longest_retry_after_ms,
+            } => {
+                enforced.rejects[rule].inc();
+                let own_wait_ms = retry_after_ms.max(1);
+                self.denials
+                    .insert(&keys[rule], sent_ms.saturating_add(own_wait_ms), generation);
+                Err(Rejection::Refused(Box::new(Refusal {
+                    policy: Arc::clone(&enforced.policy),
+                    algorithm,
+                    rule,
+                    own_wait_ms: own_wait_ms as u64,
+                    longest_wait_ms: longest_retry_after_ms.max(own_wait_ms) as u64,
+                    local: false,
+                })))
+            }
         }
     }
 }

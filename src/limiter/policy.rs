@@ -138,6 +138,10 @@ pub struct LimiterSettings {
     /// Longest a request waits for a decision before the policy's fail mode applies.
     pub timeout_ms: u64,
     pub clock: ClockSource,
+    /// Slots of the denial cache (see `limiter::denial`): refusals answered again
+    /// without Redis until they expire. 0 turns it off. Memory is bounded by the slots
+    /// (each holds one key of at most ~200 bytes).
+    pub denial_cache_slots: usize,
     /// A `[limiter.policies]` table in a settings file replaces these defaults whole.
     pub policies: BTreeMap<String, PolicyConfig>,
 }
@@ -210,6 +214,7 @@ impl Default for LimiterSettings {
         Self {
             timeout_ms: 250,
             clock: ClockSource::Redis,
+            denial_cache_slots: 16_384,
             policies,
         }
     }
@@ -259,6 +264,9 @@ pub struct Policy {
     pub fail_mode: FailMode,
     pub enabled: bool,
     pub rules: Vec<Rule>,
+    /// The `RateLimit-Policy` value for each algorithm (indexed by `Algorithm as
+    /// usize`): constant per policy, so built once here instead of per response.
+    quota_headers: [String; Algorithm::ALL.len()],
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -356,13 +364,31 @@ impl Policy {
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
             enabled: config.enabled,
+            quota_headers: Algorithm::ALL.map(|algorithm| quota_header(&rules, algorithm)),
             rules,
         })
     }
+
+    /// `RateLimit-Policy` (IETF draft 12) for this policy under `algorithm`: one named
+    /// quota per rule, e.g. `"api";q=1000;w=1, "user";q=3;w=60`.
+    pub fn quota_header(&self, algorithm: Algorithm) -> &str {
+        &self.quota_headers[algorithm as usize]
+    }
+}
+
+fn quota_header(rules: &[Rule], algorithm: Algorithm) -> String {
+    rules
+        .iter()
+        .map(|rule| {
+            let (quota, window) = rule.quota(algorithm);
+            format!("\"{}\";q={quota};w={window}", rule.name)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Every policy of this deployment, by name. Replaced whole when rules change.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySet(BTreeMap<String, std::sync::Arc<Policy>>);
 
 impl PolicySet {

@@ -27,8 +27,10 @@ pub async fn ready(
     redis: web::Data<RedisStore>,
     timeout: web::Data<ReadinessTimeout>,
 ) -> Result<HttpResponse, ApiError> {
-    let (redis_probe, pg_probe) =
-        tokio::join!(redis.ping(timeout.0), postgres::ping(&pool, timeout.0));
+    let (redis_probe, pg_probe) = tokio::join!(
+        redis_ping(&redis, timeout.0),
+        postgres::ping(&pool, timeout.0)
+    );
     let mut down = Vec::new();
     if let Err(e) = redis_probe {
         tracing::warn!(error = %format!("{e:#}"), "readiness: redis down");
@@ -43,4 +45,12 @@ pub async fn ready(
     } else {
         Err(ApiError::NotReady { down })
     }
+}
+
+/// The readiness budget, which may be shorter than the store's own call timeout.
+async fn redis_ping(redis: &RedisStore, timeout: Duration) -> anyhow::Result<()> {
+    tokio::time::timeout(timeout, redis.ping())
+        .await
+        .map_err(|_| anyhow::anyhow!("redis did not answer within {timeout:?}"))??;
+    Ok(())
 }

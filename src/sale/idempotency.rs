@@ -8,14 +8,13 @@
 //! 409 sale answers) are stored and replayed byte for byte; anything the client may
 //! retry (400, 401, 429, 5xx) releases the claim.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use super::item::ItemId;
 use crate::domain::UserId;
-use crate::metrics::{Metrics, RedisPurpose};
+use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
 
 /// 1 to 64 characters of `[A-Za-z0-9_-]`.
@@ -55,19 +54,12 @@ pub enum Claim {
 
 pub struct Idempotency {
     redis: RedisStore,
-    metrics: Arc<Metrics>,
     ttl: Duration,
-    timeout: Duration,
 }
 
 impl Idempotency {
-    pub fn new(redis: RedisStore, metrics: Arc<Metrics>, ttl: Duration, timeout: Duration) -> Self {
-        Self {
-            redis,
-            metrics,
-            ttl,
-            timeout,
-        }
+    pub fn new(redis: RedisStore, ttl: Duration) -> Self {
+        Self { redis, ttl }
     }
 
     fn redis_key(&self, user: UserId, key: &IdempotencyKey) -> String {
@@ -79,19 +71,10 @@ impl Idempotency {
     }
 
     async fn call<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> anyhow::Result<T> {
-        self.metrics.redis_call(RedisPurpose::Idempotency);
-        let mut conn = self.redis.conn();
-        let result = tokio::time::timeout(self.timeout, cmd.query_async(&mut conn))
+        self.redis
+            .call(RedisPurpose::Idempotency, &cmd)
             .await
-            .context("redis: idempotency: no answer in time")?
-            .context("redis: idempotency");
-        if result.is_err() {
-            self.metrics
-                .redis_errors
-                .with_label_values(&[RedisPurpose::Idempotency.as_str()])
-                .inc();
-        }
-        result
+            .context("idempotency key")
     }
 
     /// Stored values: `p|<item>` while in progress, `d|<item>|<status>|<body>` when done.

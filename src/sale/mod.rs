@@ -419,9 +419,12 @@ impl Sale {
         let channel = sold_out::channel(self.redis.store().prefix());
         let mut publish = ::redis::cmd("PUBLISH");
         publish.arg(channel).arg(sold_out::message(item, sold_out));
-        self.metrics.redis_call(RedisPurpose::Other);
-        let mut conn = self.redis.store().conn();
-        if let Err(e) = publish.query_async::<i64>(&mut conn).await {
+        if let Err(e) = self
+            .redis
+            .store()
+            .call::<i64>(RedisPurpose::Other, &publish)
+            .await
+        {
             tracing::warn!(item.id = %item, error = %e, "could not publish a sold-out change");
         }
     }

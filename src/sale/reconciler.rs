@@ -59,9 +59,7 @@ impl Sale {
             .arg("NX")
             .arg("PX")
             .arg(interval.as_millis().max(1) as u64);
-        self.metrics.redis_call(RedisPurpose::Other);
-        let mut conn = store.conn();
-        let taken: Option<String> = lock.query_async(&mut conn).await?;
+        let taken: Option<String> = store.call(RedisPurpose::Other, &lock).await?;
         Ok(taken.is_some())
     }
 

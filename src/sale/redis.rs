@@ -4,7 +4,6 @@
 //! MULTI/EXEC pipeline touch one Redis Cluster slot:
 //! `<prefix>:{item:<id>}:stock`, `…:buyers`, `…:success`, `…:bought:<user>`, `…:orders`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,7 +12,8 @@ use uuid::Uuid;
 
 use super::item::{Item, ItemId};
 use crate::domain::UserId;
-use crate::metrics::{Metrics, RedisPurpose};
+use crate::metrics::RedisPurpose;
+use crate::store::redis::Request;
 use crate::store::RedisStore;
 
 /// How long the per-user success marker lives.
@@ -97,26 +97,17 @@ pub struct SaleRedis {
     reserve: Script,
     undo: Script,
     set_stock_if: Script,
-    metrics: Arc<Metrics>,
-    timeout: Duration,
     /// How long a reservation may stay pending before the reconciler looks at it.
     pending_ms: u64,
 }
 
 impl SaleRedis {
-    pub fn new(
-        redis: RedisStore,
-        metrics: Arc<Metrics>,
-        timeout: Duration,
-        pending: Duration,
-    ) -> Self {
+    pub fn new(redis: RedisStore, pending: Duration) -> Self {
         Self {
             redis,
             reserve: Script::new(include_str!("../../lua/reserve_stock.lua")),
             undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
             set_stock_if: Script::new(include_str!("../../lua/set_stock_if.lua")),
-            metrics,
-            timeout,
             pending_ms: pending.as_millis() as u64,
         }
     }
@@ -129,28 +120,17 @@ impl SaleRedis {
         ItemKeys::new(self.redis.prefix(), item)
     }
 
-    /// Runs one Redis call with the sale's timeout, counting it by purpose.
-    async fn call<T>(
+    /// One call through the store's wrapper, with what it was for in the error.
+    async fn call<'r, T: ::redis::FromRedisValue>(
         &self,
         purpose: RedisPurpose,
         what: &'static str,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+        request: impl Into<Request<'r>>,
     ) -> anyhow::Result<T> {
-        self.metrics.redis_call(purpose);
-        let result = match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result.with_context(|| format!("redis: {what}")),
-            Err(_) => Err(anyhow::anyhow!(
-                "redis: {what}: no answer within {:?}",
-                self.timeout
-            )),
-        };
-        if result.is_err() {
-            self.metrics
-                .redis_errors
-                .with_label_values(&[purpose.as_str()])
-                .inc();
-        }
-        result
+        self.redis
+            .call(purpose, request)
+            .await
+            .with_context(|| format!("redis: {what}"))
     }
 
     pub async fn reserve(
@@ -160,7 +140,6 @@ impl SaleRedis {
         order: Uuid,
     ) -> anyhow::Result<Reservation> {
         let keys = self.keys(item.id);
-        let mut conn = self.redis.conn();
         let mut invocation = self.reserve.prepare_invoke();
         invocation
             .key(keys.stock())
@@ -172,11 +151,7 @@ impl SaleRedis {
             .arg(order.to_string())
             .arg(self.pending_ms);
         let (status, remaining): (i64, i64) = self
-            .call(
-                RedisPurpose::Reservation,
-                "reserve stock",
-                invocation.invoke_async(&mut conn),
-            )
+            .call(RedisPurpose::Reservation, "reserve stock", &invocation)
             .await?;
         Ok(match status {
             1 => Reservation::Reserved { remaining },
@@ -206,13 +181,8 @@ impl SaleRedis {
             .ignore()
             .hset(keys.orders(), user.get(), &order)
             .ignore();
-        let mut conn = self.redis.conn();
-        self.call(
-            RedisPurpose::Pipeline,
-            "success pipeline",
-            pipe.query_async::<()>(&mut conn),
-        )
-        .await
+        self.call(RedisPurpose::Pipeline, "success pipeline", &pipe)
+            .await
     }
 
     /// Undoes a reservation that will have no order (see `lua/undo_reservation.lua`).
@@ -241,13 +211,8 @@ impl SaleRedis {
             .arg(reservation.order.to_string())
             .arg(mode)
             .arg(existing.map(|o| o.to_string()).unwrap_or_default());
-        let mut conn = self.redis.conn();
         let undone: i64 = self
-            .call(
-                RedisPurpose::Other,
-                "undo reservation",
-                invocation.invoke_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "undo reservation", &invocation)
             .await?;
         Ok(undone == 1)
     }
@@ -258,40 +223,29 @@ impl SaleRedis {
         item: ItemId,
         reservation: PendingReservation,
     ) -> anyhow::Result<()> {
-        let mut conn = self.redis.conn();
         let zrem = redis::cmd("ZREM")
             .arg(self.keys(item).pending())
             .arg(reservation.member())
             .to_owned();
-        self.call(
-            RedisPurpose::Reservation,
-            "settle reservation",
-            zrem.query_async::<i64>(&mut conn),
-        )
-        .await
-        .map(drop)
+        self.call::<i64>(RedisPurpose::Reservation, "settle reservation", &zrem)
+            .await
+            .map(drop)
     }
 
     /// Reservations of `item` pending past their deadline (on the Redis clock).
     pub async fn overdue(&self, item: ItemId) -> anyhow::Result<Vec<PendingReservation>> {
-        let mut conn = self.redis.conn();
         let (secs, micros): (u64, u64) = self
-            .call(
-                RedisPurpose::Other,
-                "time",
-                redis::cmd("TIME").query_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "time", &redis::cmd("TIME"))
             .await?;
         let now_ms = secs * 1000 + micros / 1000;
         let members: Vec<String> = self
             .call(
                 RedisPurpose::Other,
                 "overdue reservations",
-                redis::cmd("ZRANGEBYSCORE")
+                &*redis::cmd("ZRANGEBYSCORE")
                     .arg(self.keys(item).pending())
                     .arg("-inf")
-                    .arg(now_ms)
-                    .query_async(&mut conn),
+                    .arg(now_ms),
             )
             .await?;
         Ok(members
@@ -310,13 +264,8 @@ impl SaleRedis {
         pipe.atomic()
             .get(keys.stock())
             .zrange(keys.pending(), 0, -1);
-        let mut conn = self.redis.conn();
         let (stock, members): (Option<i64>, Vec<String>) = self
-            .call(
-                RedisPurpose::Other,
-                "stock snapshot",
-                pipe.query_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
         Ok((
             stock,
@@ -339,13 +288,8 @@ impl SaleRedis {
             .key(self.keys(item).stock())
             .arg(expected)
             .arg(new);
-        let mut conn = self.redis.conn();
         let set: i64 = self
-            .call(
-                RedisPurpose::Other,
-                "repair stock",
-                invocation.invoke_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "repair stock", &invocation)
             .await?;
         Ok(set == 1)
     }
@@ -370,27 +314,17 @@ impl SaleRedis {
         if !buyers.is_empty() {
             pipe.sadd(keys.buyers(), buyers).ignore();
         }
-        let mut conn = self.redis.conn();
         let (created,): (Option<String>,) = self
-            .call(
-                RedisPurpose::Other,
-                "restore item",
-                pipe.query_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "restore item", &pipe)
             .await?;
         Ok(created.is_some())
     }
 
     /// The item's success counter (0 when missing).
     pub async fn success_count(&self, item: ItemId) -> anyhow::Result<i64> {
-        let mut conn = self.redis.conn();
         let get = redis::cmd("GET").arg(self.keys(item).success()).to_owned();
         let count: Option<i64> = self
-            .call(
-                RedisPurpose::Other,
-                "read success counter",
-                get.query_async(&mut conn),
-            )
+            .call(RedisPurpose::Other, "read success counter", &get)
             .await?;
         Ok(count.unwrap_or(0))
     }
@@ -401,11 +335,10 @@ impl SaleRedis {
             return Ok(Vec::new());
         }
         let keys: Vec<String> = items.iter().map(|id| self.keys(*id).stock()).collect();
-        let mut conn = self.redis.conn();
         self.call(
             RedisPurpose::Other,
             "read stock",
-            redis::cmd("MGET").arg(&keys).query_async(&mut conn),
+            &*redis::cmd("MGET").arg(&keys),
         )
         .await
     }

@@ -4,6 +4,7 @@
 pub mod client_ip;
 pub mod http_metrics;
 pub mod json;
+pub mod request_span;
 
 use actix_web::{web, HttpResponse, Resource};
 

@@ -10,7 +10,7 @@ use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{
     Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection,
 };
-use seckill::metrics::Metrics;
+use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
 
 use crate::helpers::redis_test_settings;
@@ -26,10 +26,28 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
 }
 
-/// A limiter with one policy `p`, its own key prefix, and a frozen clock.
+/// A limiter with one policy `p`, its own key prefix, a frozen clock and the default
+/// denial cache.
 pub async fn engine(algorithm: Algorithm, rules: Vec<RuleConfig>) -> Engine {
+    engine_with_denial_cache(
+        algorithm,
+        rules,
+        LimiterSettings::default().denial_cache_slots,
+    )
+    .await
+}
+
+/// The same with `slots` slots of denial cache (0 = off: every decision asks Redis).
+pub async fn engine_with_denial_cache(
+    algorithm: Algorithm,
+    rules: Vec<RuleConfig>,
+    slots: usize,
+) -> Engine {
     let settings = redis_test_settings();
-    let redis = RedisStore::connect(&settings).await.expect("redis");
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    let redis = RedisStore::connect(&settings, Arc::clone(&metrics))
+        .await
+        .expect("redis");
     let mut policies = BTreeMap::new();
     policies.insert(
         "p".to_string(),
@@ -42,9 +60,9 @@ pub async fn engine(algorithm: Algorithm, rules: Vec<RuleConfig>) -> Engine {
     );
     let limiter_settings = LimiterSettings {
         policies,
+        denial_cache_slots: slots,
         ..LimiterSettings::default()
     };
-    let metrics = Arc::new(Metrics::new().expect("metrics"));
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let limiter = Limiter::new(redis.clone(), &limiter_settings, Arc::clone(&metrics))
         .expect("valid policies")
@@ -80,27 +98,20 @@ impl Engine {
 
     /// Everything stored under `key`, as Redis would dump it, for before/after equality.
     pub async fn snapshot(&self, key: &str) -> Vec<String> {
-        let mut conn = self.redis.conn();
-        let kind: String = redis::cmd("TYPE")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let kind: String = self.query(redis::cmd("TYPE").arg(key)).await;
         match kind.as_str() {
-            "zset" => redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .query_async(&mut conn)
+            "zset" => {
+                self.query(
+                    redis::cmd("ZRANGE")
+                        .arg(key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES"),
+                )
                 .await
-                .unwrap(),
+            }
             "hash" => {
-                let mut all: Vec<String> = redis::cmd("HGETALL")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let mut all: Vec<String> = self.query(redis::cmd("HGETALL").arg(key)).await;
                 all.sort();
                 all
             }
@@ -110,12 +121,25 @@ impl Engine {
     }
 
     pub async fn pttl(&self, key: &str) -> i64 {
-        let mut conn = self.redis.conn();
-        redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut conn)
+        self.query(redis::cmd("PTTL").arg(key)).await
+    }
+
+    /// When `key` expires, in Unix ms (`PEXPIRETIME`): unlike `PTTL`, it does not move
+    /// with the clock, so equal values mean the expiry was not touched.
+    pub async fn expire_time(&self, key: &str) -> i64 {
+        self.query(redis::cmd("PEXPIRETIME").arg(key)).await
+    }
+
+    /// `DUMP` of `key`: its exact serialized value, `None` when it does not exist.
+    pub async fn dump(&self, key: &str) -> Option<Vec<u8>> {
+        self.query(redis::cmd("DUMP").arg(key)).await
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        self.redis
+            .call(RedisPurpose::Other, cmd)
             .await
-            .unwrap()
+            .expect("redis answers")
     }
 
     pub fn counter(&self, name: &str, labels: &[&str]) -> u64 {
@@ -222,7 +246,7 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
     engine.clock.advance_ms(5);
     let refusal = refused(engine.check(&caller(1)).await);
     assert_eq!(refusal.dimension(), "second");
-    assert_eq!(refusal.decision.first_refusing, Some(1));
+    assert_eq!(refusal.rule, 1);
     assert_eq!(refusal.message(), "second says no");
     for (key, before) in keys.iter().zip(before) {
         assert_eq!(engine.snapshot(key).await, before, "{key} changed");
@@ -238,6 +262,54 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
         .snapshot(&engine.key(algorithm, "third", "3"))
         .await
         .is_empty());
+}
+
+/// Asked of Redis (no denial cache), a refusal leaves every key exactly as it was: the
+/// serialized value (`DUMP`) and the absolute expiry (`PEXPIRETIME`).
+async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algorithm) {
+    let engine = engine_with_denial_cache(
+        algorithm,
+        vec![
+            rule("first", KeySource::User, 60_000, 10),
+            rule("second", KeySource::Literal("shared".into()), 60_000, 2),
+            rule("third", KeySource::User, 60_000, 10),
+        ],
+        0,
+    )
+    .await;
+    assert!(engine.check(&caller(1)).await.is_ok());
+    engine.clock.advance_ms(7);
+    assert!(engine.check(&caller(1)).await.is_ok());
+    let keys = [
+        engine.key(algorithm, "first", "1"),
+        engine.key(algorithm, "second", "shared"),
+        engine.key(algorithm, "third", "1"),
+    ];
+    let mut before = Vec::new();
+    for key in &keys {
+        before.push((engine.dump(key).await, engine.expire_time(key).await));
+    }
+    assert!(before.iter().all(|(dump, at)| dump.is_some() && *at > 0));
+    for _ in 0..3 {
+        engine.clock.advance_ms(3);
+        let refusal = refused(engine.check(&caller(1)).await);
+        assert!(!refusal.local, "asked of Redis");
+        assert_eq!(refusal.dimension(), "second");
+    }
+    for (key, before) in keys.iter().zip(before) {
+        let after = (engine.dump(key).await, engine.expire_time(key).await);
+        assert_eq!(after, before, "{key} changed");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_sliding_window_call_writes_nothing() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow).await;
+}
+
+#[tokio::test]
+async fn a_refused_token_bucket_call_writes_nothing() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket).await;
 }
 
 #[tokio::test]
@@ -264,7 +336,10 @@ async fn with_two_full_rules_retry_after_is_the_longer_wait() {
     engine.clock.advance_ms(1_000);
     let refusal = refused(engine.check(&caller(1)).await);
     assert_eq!(refusal.dimension(), "short");
-    assert_eq!(refusal.decision.retry_after_ms, vec![9_000, 29_000]);
+    assert_eq!(
+        (refusal.own_wait_ms, refusal.longest_wait_ms),
+        (9_000, 29_000)
+    );
     assert_eq!(refusal.retry_after_ms(), 29_000);
 
     let mut headers = HeaderMap::new();
@@ -308,7 +383,7 @@ async fn sliding_window_counts_same_millisecond_requests_and_readmits_after_the_
         .check(&caller(1))
         .await
         .expect("the window has passed");
-    assert_eq!(admission.decision.unwrap().remaining, vec![1]);
+    assert_eq!(admission.quota_left.unwrap().remaining, 1);
 }
 
 #[tokio::test]
@@ -320,7 +395,7 @@ async fn token_bucket_refills_at_the_configured_rate() {
     let engine = engine(algorithm, vec![bucket]).await;
     for expected_left in [2, 1, 0] {
         let admission = engine.check(&caller(1)).await.expect("a token is left");
-        assert_eq!(admission.decision.unwrap().remaining, vec![expected_left]);
+        assert_eq!(admission.quota_left.unwrap().remaining, expected_left);
     }
     let refusal = refused(engine.check(&caller(1)).await);
     assert_eq!(refusal.retry_after_ms(), 1_000);
@@ -370,7 +445,7 @@ async fn a_disabled_policy_admits_without_asking_redis() {
         .replace_policies(seckill::limiter::PolicySet::parse(&policies).unwrap());
     for _ in 0..3 {
         let admission = engine.check(&caller(1)).await.expect("admitted");
-        assert!(admission.decision.is_none(), "no decision was asked for");
+        assert!(admission.quota_left.is_none(), "no decision was asked for");
     }
     assert!(engine
         .snapshot(&engine.key(Algorithm::SlidingWindow, "only", "1"))

@@ -1,6 +1,8 @@
 //! Property test: each Lua script against a small reference model in Rust, over random
 //! sequences of callers and clock steps. Decisions, remaining counts and retry-after
-//! must be identical at every step.
+//! must be identical at every step. The same sequences with the denial cache on: every
+//! local answer must be one Redis would give (same admissions; a refusal names a rule
+//! the model refuses on, with that rule's exact wait, and never a longer wait).
 
 use std::collections::HashMap;
 
@@ -10,7 +12,41 @@ use seckill::limiter::backend::Decision;
 use seckill::limiter::policy::{KeySource, RuleConfig};
 use seckill::limiter::{Algorithm, Rejection};
 
-use crate::limiter_engine::{caller, engine, rule};
+use crate::limiter_engine::{caller, engine_with_denial_cache, rule};
+
+/// What the model decides, rule by rule.
+#[derive(Debug)]
+struct Verdict {
+    first_refusing: Option<usize>,
+    remaining: Vec<i64>,
+    retry_after_ms: Vec<i64>,
+}
+
+impl Verdict {
+    /// The script's compact reply for this verdict.
+    fn decision(&self) -> Decision {
+        match self.first_refusing {
+            Some(rule) => Decision::Refused {
+                rule,
+                retry_after_ms: self.retry_after_ms[rule],
+                longest_retry_after_ms: self.retry_after_ms.iter().copied().max().unwrap_or(0),
+            },
+            None => {
+                let (tightest, remaining) = self
+                    .remaining
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .min_by_key(|&(_, r)| r)
+                    .expect("at least one rule");
+                Decision::Admitted {
+                    tightest,
+                    remaining,
+                }
+            }
+        }
+    }
+}
 
 /// Two rules: one shared by everyone, one per user.
 fn rules() -> Vec<RuleConfig> {
@@ -39,7 +75,7 @@ struct SlidingModel {
 }
 
 impl SlidingModel {
-    fn decide(&mut self, rules: &[RuleConfig], user: i64, now: i64) -> Decision {
+    fn decide(&mut self, rules: &[RuleConfig], user: i64, now: i64) -> Verdict {
         let n = rules.len();
         let (mut remaining, mut retry, mut first) = (vec![0; n], vec![0; n], None);
         for (i, r) in rules.iter().enumerate() {
@@ -59,8 +95,7 @@ impl SlidingModel {
             }
         }
         if first.is_some() {
-            return Decision {
-                admitted: false,
+            return Verdict {
                 first_refusing: first,
                 remaining,
                 retry_after_ms: retry,
@@ -72,8 +107,7 @@ impl SlidingModel {
             entry.push(now);
             remaining[i] -= 1;
         }
-        Decision {
-            admitted: true,
+        Verdict {
             first_refusing: None,
             remaining,
             retry_after_ms: retry,
@@ -87,7 +121,7 @@ struct BucketModel {
 }
 
 impl BucketModel {
-    fn decide(&mut self, rules: &[RuleConfig], user: i64, now: i64) -> Decision {
+    fn decide(&mut self, rules: &[RuleConfig], user: i64, now: i64) -> Verdict {
         let n = rules.len();
         let (mut remaining, mut retry, mut first, mut levels) =
             (vec![0; n], vec![0; n], None, vec![0; n]);
@@ -111,8 +145,7 @@ impl BucketModel {
             }
         }
         if first.is_some() {
-            return Decision {
-                admitted: false,
+            return Verdict {
                 first_refusing: first,
                 remaining,
                 retry_after_ms: retry,
@@ -124,8 +157,7 @@ impl BucketModel {
             self.state.insert(model_key(i, user), (level, now));
             remaining[i] = level / rms;
         }
-        Decision {
-            admitted: true,
+        Verdict {
             first_refusing: None,
             remaining,
             retry_after_ms: retry,
@@ -133,15 +165,31 @@ impl BucketModel {
     }
 }
 
-fn script_decision(result: Result<seckill::limiter::Admission, Rejection>) -> Decision {
+/// The limiter's answer in the script's terms (a local refusal has no "longest"
+/// beyond what the cache knows, so it is checked separately).
+fn decision_of(result: &Result<seckill::limiter::Admission, Rejection>) -> (Decision, bool) {
     match result {
-        Ok(admission) => admission.decision.expect("decided by Redis"),
-        Err(Rejection::Refused(refusal)) => refusal.decision,
+        Ok(admission) => {
+            let quota = admission.quota_left.expect("decided by Redis");
+            let decision = Decision::Admitted {
+                tightest: quota.rule,
+                remaining: quota.remaining,
+            };
+            (decision, false)
+        }
+        Err(Rejection::Refused(refusal)) => {
+            let decision = Decision::Refused {
+                rule: refusal.rule,
+                retry_after_ms: refusal.own_wait_ms as i64,
+                longest_retry_after_ms: refusal.longest_wait_ms as i64,
+            };
+            (decision, refusal.local)
+        }
         Err(other) => panic!("limiter failed: {other:?}"),
     }
 }
 
-fn run_against_model(algorithm: Algorithm) {
+fn run_against_model(algorithm: Algorithm, denial_cache_slots: usize) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -160,7 +208,8 @@ fn run_against_model(algorithm: Algorithm) {
         .run(&steps, |steps| {
             runtime.block_on(async {
                 let rules = rules();
-                let engine = engine(algorithm, rules.clone()).await;
+                let engine =
+                    engine_with_denial_cache(algorithm, rules.clone(), denial_cache_slots).await;
                 let mut sliding = SlidingModel::default();
                 let mut bucket = BucketModel::default();
                 for (step, &(user, dt)) in steps.iter().enumerate() {
@@ -170,15 +219,31 @@ fn run_against_model(algorithm: Algorithm) {
                         Algorithm::SlidingWindow => sliding.decide(&rules, user, now),
                         Algorithm::TokenBucket => bucket.decide(&rules, user, now),
                     };
-                    let actual = script_decision(engine.check(&caller(user)).await);
-                    prop_assert_eq!(
-                        &actual,
-                        &expected,
-                        "step {} (user {}, +{} ms)",
-                        step,
-                        user,
-                        dt
+                    let (actual, local) = decision_of(&engine.check(&caller(user)).await);
+                    let context = format!("step {step} (user {user}, +{dt} ms)");
+                    if !local {
+                        prop_assert_eq!(&actual, &expected.decision(), "{}", context);
+                        continue;
+                    }
+                    prop_assert!(denial_cache_slots > 0, "a local answer with the cache off");
+                    let Decision::Refused {
+                        rule,
+                        retry_after_ms,
+                        longest_retry_after_ms,
+                    } = actual
+                    else {
+                        unreachable!("the cache only refuses")
+                    };
+                    let model_wait = expected.retry_after_ms[rule];
+                    let model_longest = expected.retry_after_ms.iter().copied().max().unwrap_or(0);
+                    prop_assert!(
+                        model_wait > 0,
+                        "{}: the model admits on rule {}",
+                        context,
+                        rule
                     );
+                    prop_assert_eq!(retry_after_ms, model_wait, "{}", context);
+                    prop_assert!(longest_retry_after_ms <= model_longest, "{}", context);
                 }
                 Ok(())
             })
@@ -188,10 +253,20 @@ fn run_against_model(algorithm: Algorithm) {
 
 #[test]
 fn sliding_window_script_matches_the_reference_model() {
-    run_against_model(Algorithm::SlidingWindow);
+    run_against_model(Algorithm::SlidingWindow, 0);
 }
 
 #[test]
 fn token_bucket_script_matches_the_reference_model() {
-    run_against_model(Algorithm::TokenBucket);
+    run_against_model(Algorithm::TokenBucket, 0);
+}
+
+#[test]
+fn sliding_window_with_the_denial_cache_answers_as_redis_would() {
+    run_against_model(Algorithm::SlidingWindow, 64);
+}
+
+#[test]
+fn token_bucket_with_the_denial_cache_answers_as_redis_would() {
+    run_against_model(Algorithm::TokenBucket, 64);
 }
