@@ -463,3 +463,43 @@ async fn a_disabled_policy_admits_without_asking_redis() {
         "enabled again, the limit holds"
     );
 }
+
+#[tokio::test]
+async fn re_applying_unchanged_rules_keeps_the_denials_and_a_real_change_retires_them() {
+    let rules = vec![rule("only", KeySource::User, 60_000, 1)];
+    let engine = engine(Algorithm::SlidingWindow, rules.clone()).await;
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert!(
+        !refused(engine.check(&caller(1)).await).local,
+        "Redis refused"
+    );
+    assert!(
+        refused(engine.check(&caller(1)).await).local,
+        "then the cache"
+    );
+
+    let mut policies = BTreeMap::new();
+    let mut config = PolicyConfig {
+        algorithm: Algorithm::SlidingWindow,
+        fail_mode: FailMode::Open,
+        enabled: true,
+        rules,
+    };
+    policies.insert("p".to_string(), config.clone());
+    let set = |policies: &BTreeMap<String, PolicyConfig>| {
+        seckill::limiter::PolicySet::parse(policies).unwrap()
+    };
+    engine.limiter.replace_policies(set(&policies));
+    assert!(
+        refused(engine.check(&caller(1)).await).local,
+        "the same rules again: the denial stands"
+    );
+
+    config.rules[0].threshold = 2;
+    policies.insert("p".to_string(), config);
+    engine.limiter.replace_policies(set(&policies));
+    assert!(
+        engine.check(&caller(1)).await.is_ok(),
+        "raised to 2: Redis admits the second request"
+    );
+}
