@@ -17,10 +17,21 @@
 //! simply asked of Redis. Entries carry the generation of the rule set they were made
 //! under, and a lookup names the generation it decides under: once the rules really
 //! change (see `Limiter::replace_policies`), older denials no longer count.
+//!
+//! **One probe at a time.** A full sliding window opens one slot at a time: under a
+//! stampede the global `api` key's waits are about a millisecond, and when a denial
+//! expires every request arriving before Redis answers again would ask Redis too. So
+//! the first request to find a denial expired becomes its probe: the others wait for
+//! the probe's answer (never longer than the limiter's timeout) and then look again.
+//! If Redis refused, the new denial refuses them locally, exactly; if the probe was
+//! admitted and took the last slot (the key's remaining count is 0), the next request
+//! probes; otherwise the key is forgotten and requests go to Redis freely again.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
 
 pub struct DenialCache {
     slots: Box<[Mutex<Option<Denial>>]>,
@@ -32,6 +43,20 @@ struct Denial {
     key: Box<str>,
     until_ms: i64,
     generation: u64,
+    /// Set while one request asks Redis about this expired denial; the others wait on it.
+    probe: Option<Arc<Notify>>,
+}
+
+/// What the cache knows about a key.
+pub enum Seen {
+    /// Redis refused it and cannot admit it for this long (ms).
+    Refused { wait_ms: i64 },
+    /// Its denial expired and a probe is asking Redis: wait on this, then look again.
+    Probing(Arc<Notify>),
+    /// Its denial expired and nobody is asking: [`DenialCache::claim`] it.
+    Expired,
+    /// Nothing recorded (or only under other rules): ask Redis.
+    Unknown,
 }
 
 impl DenialCache {
@@ -48,41 +73,125 @@ impl DenialCache {
     }
 
     /// Records that `key` is refused until `until_ms` (local milliseconds) under the
-    /// rules of `generation`: the generation the refused call was decided under.
+    /// rules of `generation`: the generation the refused call was decided under. Wakes
+    /// the requests waiting on a probe of `key`.
     pub fn insert(&self, key: &str, until_ms: i64, generation: u64) {
-        let Some(slot) = self.slot(key) else { return };
-        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match slot.as_mut() {
-            Some(denial) if &*denial.key == key => {
-                denial.until_ms = until_ms;
-                denial.generation = generation;
-            }
-            _ => {
-                *slot = Some(Denial {
-                    key: key.into(),
-                    until_ms,
-                    generation,
-                })
-            }
+        let Some(mut slot) = self.lock(key) else {
+            return;
+        };
+        let previous = slot.replace(Denial {
+            key: key.into(),
+            until_ms,
+            generation,
+            probe: None,
+        });
+        drop(slot);
+        if let Some(probe) = previous.filter(|d| &*d.key == key).and_then(|d| d.probe) {
+            probe.notify_waiters();
         }
     }
 
-    /// Milliseconds `key` stays refused at `now_ms` under the rules of `generation`, if
-    /// a live denial is recorded.
-    pub fn refused_for(&self, key: &str, now_ms: i64, generation: u64) -> Option<i64> {
-        let slot = self.slot(key)?;
-        let slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let denial = slot.as_ref()?;
-        (denial.generation == generation && &*denial.key == key && now_ms < denial.until_ms)
-            .then(|| denial.until_ms - now_ms)
+    /// What is known about `key` at `now_ms` under the rules of `generation`.
+    pub fn seen(&self, key: &str, now_ms: i64, generation: u64) -> Seen {
+        let Some(slot) = self.lock(key) else {
+            return Seen::Unknown;
+        };
+        match slot.as_ref() {
+            Some(d) if &*d.key == key && d.generation == generation => {
+                if now_ms < d.until_ms {
+                    Seen::Refused {
+                        wait_ms: d.until_ms - now_ms,
+                    }
+                } else if let Some(probe) = &d.probe {
+                    Seen::Probing(Arc::clone(probe))
+                } else {
+                    Seen::Expired
+                }
+            }
+            _ => Seen::Unknown,
+        }
     }
 
-    fn slot(&self, key: &str) -> Option<&Mutex<Option<Denial>>> {
+    /// Whether `probe` is still asking about `key` (a waiter checks this after
+    /// registering, so that an answer that came in between is not waited for).
+    pub fn is_probing(&self, key: &str, probe: &Arc<Notify>) -> bool {
+        self.lock(key).is_some_and(|slot| {
+            slot.as_ref().is_some_and(|d| {
+                &*d.key == key && d.probe.as_ref().is_some_and(|p| Arc::ptr_eq(p, probe))
+            })
+        })
+    }
+
+    /// Makes the caller the probe of `key`'s expired denial; `None` when the entry is no
+    /// longer an unclaimed expired denial under `generation`.
+    pub fn claim<'a>(&'a self, key: &'a str, now_ms: i64, generation: u64) -> Option<Probe<'a>> {
+        let mut slot = self.lock(key)?;
+        let denial = slot.as_mut().filter(|d| {
+            &*d.key == key
+                && d.generation == generation
+                && d.until_ms <= now_ms
+                && d.probe.is_none()
+        })?;
+        let notify = Arc::new(Notify::new());
+        denial.probe = Some(Arc::clone(&notify));
+        Some(Probe {
+            cache: self,
+            key,
+            notify,
+            forget: false,
+        })
+    }
+
+    fn lock(&self, key: &str) -> Option<MutexGuard<'_, Option<Denial>>> {
         if self.slots.is_empty() {
             return None;
         }
         let index = self.hasher.hash_one(key) as usize % self.slots.len();
-        self.slots.get(index)
+        let slot = self.slots.get(index)?;
+        Some(slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+}
+
+/// The right to ask Redis about an expired denial while others wait. Dropping it hands
+/// the key to the next request (the key is still believed full); [`Probe::forget`]
+/// says it is not, and lets every request ask Redis again.
+pub struct Probe<'a> {
+    cache: &'a DenialCache,
+    key: &'a str,
+    notify: Arc<Notify>,
+    forget: bool,
+}
+
+impl Probe<'_> {
+    pub fn key(&self) -> &str {
+        self.key
+    }
+
+    /// The probe was admitted with room to spare (or refused by another rule): nothing
+    /// is known to be full about this key any more.
+    pub fn forget(mut self) {
+        self.forget = true;
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if let Some(mut slot) = self.cache.lock(self.key) {
+            let ours = slot.as_ref().is_some_and(|d| {
+                &*d.key == self.key
+                    && d.probe
+                        .as_ref()
+                        .is_some_and(|p| Arc::ptr_eq(p, &self.notify))
+            });
+            if ours {
+                if self.forget {
+                    *slot = None;
+                } else if let Some(denial) = slot.as_mut() {
+                    denial.probe = None;
+                }
+            }
+        }
+        self.notify.notify_waiters();
     }
 }
 
@@ -90,27 +199,39 @@ impl DenialCache {
 mod tests {
     use super::*;
 
+    fn refused_for(cache: &DenialCache, key: &str, now_ms: i64, generation: u64) -> Option<i64> {
+        match cache.seen(key, now_ms, generation) {
+            Seen::Refused { wait_ms } => Some(wait_ms),
+            _ => None,
+        }
+    }
+
     #[test]
     fn a_denial_holds_until_its_deadline_and_not_a_millisecond_longer() {
         let cache = DenialCache::new(64);
         cache.insert("k", 1_500, 0);
-        assert_eq!(cache.refused_for("k", 1_000, 0), Some(500));
-        assert_eq!(cache.refused_for("k", 1_499, 0), Some(1));
-        assert_eq!(cache.refused_for("k", 1_500, 0), None);
-        assert_eq!(cache.refused_for("other", 1_000, 0), None);
+        assert_eq!(refused_for(&cache, "k", 1_000, 0), Some(500));
+        assert_eq!(refused_for(&cache, "k", 1_499, 0), Some(1));
+        assert_eq!(refused_for(&cache, "k", 1_500, 0), None);
+        assert!(matches!(cache.seen("k", 1_500, 0), Seen::Expired));
+        assert!(matches!(cache.seen("other", 1_000, 0), Seen::Unknown));
     }
 
     #[test]
     fn a_denial_counts_only_under_the_rules_it_was_made_under() {
         let cache = DenialCache::new(64);
         cache.insert("k", 10_000, 1);
-        assert_eq!(cache.refused_for("k", 0, 1), Some(10_000));
-        assert_eq!(cache.refused_for("k", 0, 2), None);
+        assert_eq!(refused_for(&cache, "k", 0, 1), Some(10_000));
+        assert!(matches!(cache.seen("k", 0, 2), Seen::Unknown));
+        assert!(
+            cache.claim("k", 20_000, 2).is_none(),
+            "no probe across generations"
+        );
         // A refusal decided under the old rules and recorded late does not count.
         cache.insert("late", 10_000, 1);
-        assert_eq!(cache.refused_for("late", 0, 2), None);
+        assert_eq!(refused_for(&cache, "late", 0, 2), None);
         cache.insert("k", 10_000, 2);
-        assert_eq!(cache.refused_for("k", 0, 2), Some(10_000));
+        assert_eq!(refused_for(&cache, "k", 0, 2), Some(10_000));
     }
 
     #[test]
@@ -118,15 +239,15 @@ mod tests {
         let cache = DenialCache::new(1);
         cache.insert("a", 10_000, 0);
         cache.insert("b", 10_000, 0);
-        assert_eq!(cache.refused_for("a", 0, 0), None);
-        assert_eq!(cache.refused_for("b", 0, 0), Some(10_000));
+        assert!(matches!(cache.seen("a", 0, 0), Seen::Unknown));
+        assert_eq!(refused_for(&cache, "b", 0, 0), Some(10_000));
         // Bounded: however many keys, never more live entries than slots.
         let cache = DenialCache::new(16);
         for i in 0..10_000 {
             cache.insert(&format!("key-{i}"), 10_000, 0);
         }
         let live = (0..10_000)
-            .filter(|i| cache.refused_for(&format!("key-{i}"), 0, 0).is_some())
+            .filter(|i| refused_for(&cache, &format!("key-{i}"), 0, 0).is_some())
             .count();
         assert!((1..=16).contains(&live), "{live} live denials in 16 slots");
     }
@@ -136,7 +257,65 @@ mod tests {
         let cache = DenialCache::new(8);
         cache.insert("k", 1_000, 0);
         cache.insert("k", 3_000, 0);
-        assert_eq!(cache.refused_for("k", 2_000, 0), Some(1_000));
+        assert_eq!(refused_for(&cache, "k", 2_000, 0), Some(1_000));
+    }
+
+    #[test]
+    fn an_expired_denial_has_one_probe_and_the_others_wait_for_it() {
+        let cache = DenialCache::new(8);
+        cache.insert("k", 1_000, 0);
+        assert!(cache.claim("k", 999, 0).is_none(), "not expired yet");
+        let probe = cache
+            .claim("k", 1_000, 0)
+            .expect("the first request probes");
+        assert!(cache.claim("k", 1_000, 0).is_none(), "only one probe");
+        let Seen::Probing(notify) = cache.seen("k", 1_000, 0) else {
+            panic!("others see the probe")
+        };
+        assert!(cache.is_probing("k", &notify));
+        // The probe was refused again: a new denial, and the probe is over.
+        cache.insert("k", 2_000, 0);
+        assert!(!cache.is_probing("k", &notify));
+        drop(probe);
+        assert_eq!(
+            refused_for(&cache, "k", 1_500, 0),
+            Some(500),
+            "a late drop keeps it"
+        );
+    }
+
+    #[test]
+    fn a_probe_hands_over_when_dropped_and_clears_the_key_when_forgotten() {
+        let cache = DenialCache::new(8);
+        cache.insert("k", 1_000, 0);
+        drop(cache.claim("k", 1_000, 0));
+        assert!(
+            matches!(cache.seen("k", 1_000, 0), Seen::Expired),
+            "next one probes"
+        );
+        cache
+            .claim("k", 1_000, 0)
+            .expect("claimable again")
+            .forget();
+        assert!(
+            matches!(cache.seen("k", 1_000, 0), Seen::Unknown),
+            "forgotten"
+        );
+    }
+
+    #[tokio::test]
+    async fn waiters_wake_when_the_probe_ends() {
+        let cache = DenialCache::new(8);
+        cache.insert("k", 1_000, 0);
+        let probe = cache.claim("k", 1_000, 0).expect("probe");
+        let Seen::Probing(notify) = cache.seen("k", 1_000, 0) else {
+            panic!("probing")
+        };
+        let notified = notify.notified();
+        drop(probe);
+        tokio::time::timeout(std::time::Duration::from_secs(5), notified)
+            .await
+            .expect("woken");
     }
 
     #[test]
@@ -144,6 +323,6 @@ mod tests {
         let cache = DenialCache::new(0);
         assert!(!cache.is_enabled());
         cache.insert("k", 10_000, 0);
-        assert_eq!(cache.refused_for("k", 0, 0), None);
+        assert!(matches!(cache.seen("k", 0, 0), Seen::Unknown));
     }
 }

@@ -35,7 +35,7 @@ use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use backend::{Decision, ScriptBackend};
 pub use clock::{Clock, ManualClock};
-use denial::DenialCache;
+use denial::{DenialCache, Probe, Seen};
 pub use keys::Caller;
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
@@ -281,14 +281,18 @@ impl Limiter {
             .map(|rule| keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let sent_ms = self.clock.local_ms(self.epoch);
-        if let Some(refusal) = self.local_refusal(&enforced, algorithm, &keys, sent_ms, generation)
+        let probes = match self
+            .consult_denials(&enforced, algorithm, &keys, generation)
+            .await
         {
-            enforced.rejects[refusal.rule].inc();
-            enforced.local_refusals[refusal.rule].inc();
-            return Err(Rejection::Refused(Box::new(refusal)));
-        }
-
+            Ok(probes) => probes,
+            Err(refusal) => {
+                enforced.rejects[refusal.rule].inc();
+                enforced.local_refusals[refusal.rule].inc();
+                return Err(Rejection::Refused(Box::new(refusal)));
+            }
+        };
+        let sent_ms = self.clock.local_ms(self.epoch);
         let member = format!(
             "{:016x}{:x}",
             self.instance_tag,
@@ -310,7 +314,8 @@ impl Limiter {
 
         let failure = match reply.map(|raw| backend::decode(&raw, policy.rules.len())) {
             Ok(Some(decision)) => {
-                return self.record(&enforced, algorithm, decision, &keys, sent_ms, generation)
+                self.learn(&decision, &keys, probes, sent_ms, generation);
+                return Self::record(&enforced, algorithm, decision);
             }
             Ok(None) => {
                 self.metrics.redis_error(RedisPurpose::Limiter);
@@ -336,50 +341,117 @@ impl Limiter {
         }
     }
 
-    /// A refusal from the denial cache: the first rule with a live denial answers; the
-    /// wait is the longest among them (each no later than Redis's own).
-    fn local_refusal(
-        &self,
+    /// Asks the denial cache first. A live denial of any key refuses locally: the first
+    /// such rule answers, with the longest of their waits (each no later than Redis's
+    /// own). A key whose denial expired is probed by one request at a time; the others
+    /// wait for its answer, at most the limiter's timeout, and look again. Returns the
+    /// probes this request holds, to be settled with Redis's answer.
+    async fn consult_denials<'k>(
+        &'k self,
         enforced: &Enforced,
         algorithm: Algorithm,
-        keys: &[String],
-        now_ms: i64,
+        keys: &'k [String],
         generation: u64,
-    ) -> Option<Refusal> {
+    ) -> Result<Vec<Probe<'k>>, Refusal> {
         if !self.denials.is_enabled() {
-            return None;
+            return Ok(Vec::new());
         }
-        let mut refusal: Option<Refusal> = None;
-        for (rule, key) in keys.iter().enumerate() {
-            let Some(wait) = self.denials.refused_for(key, now_ms, generation) else {
-                continue;
-            };
-            let wait = wait.max(1) as u64;
-            match refusal.as_mut() {
-                Some(refusal) => refusal.longest_wait_ms = refusal.longest_wait_ms.max(wait),
-                None => {
-                    refusal = Some(Refusal {
-                        policy: Arc::clone(&enforced.policy),
-                        algorithm,
-                        rule,
-                        own_wait_ms: wait,
-                        longest_wait_ms: wait,
-                        local: true,
-                    })
+        let deadline = tokio::time::Instant::now() + self.redis.timeout(RedisPurpose::Limiter);
+        loop {
+            let now = self.clock.local_ms(self.epoch);
+            let mut refusal: Option<Refusal> = None;
+            let mut probing = None;
+            let mut expired = Vec::new();
+            for (rule, key) in keys.iter().enumerate() {
+                match self.denials.seen(key, now, generation) {
+                    Seen::Refused { wait_ms } => {
+                        let wait = wait_ms.max(1) as u64;
+                        match refusal.as_mut() {
+                            Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
+                            None => {
+                                refusal = Some(Refusal {
+                                    policy: Arc::clone(&enforced.policy),
+                                    algorithm,
+                                    rule,
+                                    own_wait_ms: wait,
+                                    longest_wait_ms: wait,
+                                    local: true,
+                                })
+                            }
+                        }
+                    }
+                    Seen::Probing(notify) => {
+                        probing.get_or_insert((key, notify));
+                    }
+                    Seen::Expired => expired.push(key),
+                    Seen::Unknown => {}
                 }
             }
+            if let Some(refusal) = refusal {
+                return Err(refusal);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(Vec::new()); // waited long enough: just ask Redis
+            }
+            if let Some((key, notify)) = probing {
+                let notified = notify.notified();
+                // Registered before looking again, so an answer in between is not missed.
+                if self.denials.is_probing(key, &notify) {
+                    let _ = tokio::time::timeout_at(deadline, notified).await;
+                }
+                continue;
+            }
+            let probes: Vec<Probe<'k>> = expired
+                .iter()
+                .filter_map(|key| self.denials.claim(key, now, generation))
+                .collect();
+            if probes.len() == expired.len() {
+                return Ok(probes);
+            }
+            // Someone claimed one first: drop ours (handing them on) and look again.
         }
-        refusal
+    }
+
+    /// Teaches the denial cache what Redis answered: a refusal is recorded for the
+    /// refusing rule's key; a probe whose key was admitted with no room left hands over
+    /// to the next request, any other probe's key is forgotten.
+    fn learn(
+        &self,
+        decision: &Decision,
+        keys: &[String],
+        probes: Vec<Probe<'_>>,
+        sent_ms: i64,
+        generation: u64,
+    ) {
+        let full = match *decision {
+            Decision::Refused {
+                rule,
+                retry_after_ms,
+                ..
+            } => {
+                self.denials.insert(
+                    &keys[rule],
+                    sent_ms.saturating_add(retry_after_ms.max(1)),
+                    generation,
+                );
+                Some(rule)
+            }
+            Decision::Admitted {
+                tightest,
+                remaining,
+            } => (remaining <= 0).then_some(tightest),
+        };
+        for probe in probes {
+            if full.is_none_or(|rule| probe.key() != keys[rule]) {
+                probe.forget();
+            }
+        }
     }
 
     fn record(
-        &self,
         enforced: &Enforced,
         algorithm: Algorithm,
         decision: Decision,
-        keys: &[String],
-        sent_ms: i64,
-        generation: u64,
     ) -> Result<Admission, Rejection> {
         match decision {
             Decision::Admitted {
@@ -405,8 +477,6 @@ impl Limiter {
             } => {
                 enforced.rejects[rule].inc();
                 let own_wait_ms = retry_after_ms.max(1);
-                self.denials
-                    .insert(&keys[rule], sent_ms.saturating_add(own_wait_ms), generation);
                 Err(Rejection::Refused(Box::new(Refusal {
                     policy: Arc::clone(&enforced.policy),
                     algorithm,

@@ -503,3 +503,66 @@ async fn re_applying_unchanged_rules_keeps_the_denials_and_a_real_change_retires
         "raised to 2: Redis admits the second request"
     );
 }
+
+/// After a denial expires, concurrent callers queue behind one probe at a time: still
+/// exactly the freed slot is admitted, and the other refusals never reach Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_behind_an_expired_denial_get_exactly_the_freed_slot() {
+    let threshold = 5;
+    let engine = engine(
+        Algorithm::SlidingWindow,
+        vec![rule(
+            "only",
+            KeySource::Literal("all".into()),
+            1_000,
+            threshold,
+        )],
+    )
+    .await;
+    let burst = |size: u64| {
+        let tasks: Vec<_> = (0..size)
+            .map(|i| {
+                let limiter = Arc::clone(&engine.limiter);
+                tokio::spawn(async move {
+                    limiter
+                        .check("p", None, &caller(i as i64 + 1))
+                        .await
+                        .is_ok()
+                })
+            })
+            .collect();
+        async move {
+            let mut admitted = 0;
+            for task in tasks {
+                admitted += u64::from(task.await.unwrap());
+            }
+            admitted
+        }
+    };
+    let limiter_calls = || {
+        engine
+            .metrics
+            .redis_calls
+            .with_label_values(&["limiter"])
+            .get()
+    };
+    // Five admissions one millisecond apart fill the window; then it refuses.
+    for _ in 0..threshold {
+        assert!(engine.check(&caller(1)).await.is_ok());
+        engine.clock.advance_ms(1);
+    }
+    assert_eq!(burst(50).await, 0);
+    // The oldest entry expires: exactly one slot is free.
+    engine.clock.advance_ms(1_000 - threshold as i64);
+    let calls_before = limiter_calls();
+    assert_eq!(burst(200).await, 1, "the window freed exactly one slot");
+    let calls = limiter_calls() - calls_before;
+    assert!(
+        calls <= 5,
+        "{calls} limiter calls for 200 callers: one probe admitted, one refused, the rest local"
+    );
+    assert_eq!(
+        engine.counter("decisions", &["p", "only", "reject"]),
+        50 + 199
+    );
+}
