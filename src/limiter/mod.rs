@@ -412,9 +412,11 @@ impl Limiter {
         }
     }
 
-    /// Teaches the denial cache what Redis answered: a refusal is recorded for the
-    /// refusing rule's key; a probe whose key was admitted with no room left hands over
-    /// to the next request, any other probe's key is forgotten.
+    /// Teaches the denial cache what Redis answered. A refusal is recorded for the
+    /// refusing rule's key. A probe's key is forgotten only when the answer shows it has
+    /// room (admitted, and the tightest rule still had some left, or the probe's rule
+    /// came before the tightest and so had more); otherwise (it took the last slot, or
+    /// another rule refused and its own state is unknown) the next request probes.
     fn learn(
         &self,
         decision: &Decision,
@@ -423,7 +425,7 @@ impl Limiter {
         sent_ms: i64,
         generation: u64,
     ) {
-        let full = match *decision {
+        let admitted = match *decision {
             Decision::Refused {
                 rule,
                 retry_after_ms,
@@ -434,15 +436,20 @@ impl Limiter {
                     sent_ms.saturating_add(retry_after_ms.max(1)),
                     generation,
                 );
-                Some(rule)
+                None
             }
             Decision::Admitted {
                 tightest,
                 remaining,
-            } => (remaining <= 0).then_some(tightest),
+            } => Some((tightest, remaining)),
         };
         for probe in probes {
-            if full.is_none_or(|rule| probe.key() != keys[rule]) {
+            // The tightest rule is the first with the fewest left: an earlier rule has
+            // more than it, a later one at least as many.
+            let has_room = admitted.is_some_and(|(tightest, remaining)| {
+                remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest)
+            });
+            if has_room {
                 probe.forget();
             }
         }
