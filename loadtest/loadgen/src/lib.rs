@@ -98,6 +98,21 @@ pub struct Config {
     pub probe: Option<String>,
 }
 
+/// Knobs added after [`Config`], kept apart so that existing struct literals of it still
+/// compile. [`run`] uses the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Fetch dev-login tokens from this base URL instead of the first target: lets a
+    /// target that issues no tokens (the bench's ceiling server) be driven with tokens
+    /// from an app instance sharing its JWT secret.
+    pub session_target: Option<String>,
+    /// Create this (empty) file when the measured phase begins, after the logins and
+    /// the listing wait, so a caller can sample the servers over exactly that phase.
+    pub started_file: Option<std::path::PathBuf>,
+    /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
+    pub purchase_path: Option<String>,
+}
+
 /// What happened to one request.
 #[derive(Debug, Clone)]
 struct Record {
@@ -203,6 +218,10 @@ fn ip_of(index: u32) -> String {
 }
 
 pub async fn run(config: Config) -> anyhow::Result<Report> {
+    run_with(config, Options::default()).await
+}
+
+pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report> {
     anyhow::ensure!(!config.targets.is_empty(), "at least one target");
     anyhow::ensure!(
         config.users > 0 && config.ips > 0,
@@ -227,8 +246,14 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             Some(stores) => Some(order_count(stores, item_id).await?),
             None => None,
         };
-        (item_id, tokens(&client, &config).await?, orders_before)
+        let session_target = options.session_target.as_deref();
+        let session_target = session_target.unwrap_or(&config.targets[0]);
+        let tokens = tokens(&client, &config, session_target.trim_end_matches('/')).await?;
+        (item_id, tokens, orders_before)
     };
+    if let Some(path) = &options.started_file {
+        std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
+    }
     let tokens = Arc::new(tokens);
 
     let ledger = Arc::new(Mutex::new(Vec::<Record>::new()));
@@ -241,6 +266,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         config: config.clone(),
         tokens,
         item_id,
+        purchase_path: options.purchase_path.unwrap_or_else(|| "/seckill".into()),
         start,
         ledger: Arc::clone(&ledger),
     });
@@ -342,6 +368,7 @@ struct Shared {
     config: Config,
     tokens: Arc<HashMap<i64, String>>,
     item_id: i64,
+    purchase_path: String,
     start: Instant,
     ledger: Arc<Mutex<Vec<Record>>>,
 }
@@ -361,7 +388,7 @@ impl Shared {
             Some(path) => self.client.get(format!("{target}{path}")),
             None => self
                 .client
-                .post(format!("{target}/seckill"))
+                .post(format!("{target}{}", self.purchase_path))
                 .bearer_auth(token)
                 .json(&serde_json::json!({ "itemId": self.item_id })),
         };
@@ -439,6 +466,8 @@ async fn create_item(
 }
 
 /// Instances reload their item catalog every second: wait until each one lists the item.
+/// A target without a catalog (`/api/items` is 404: the bench's ceiling server) is not
+/// waited for.
 async fn wait_until_listed(
     client: &reqwest::Client,
     targets: &[String],
@@ -448,14 +477,15 @@ async fn wait_until_listed(
     for target in targets {
         loop {
             let listed = async {
-                let body: serde_json::Value = client
+                let response = client
                     .get(format!("{target}/api/items"))
                     .send()
                     .await
-                    .ok()?
-                    .json()
-                    .await
                     .ok()?;
+                if response.status() == 404 {
+                    return Some(true);
+                }
+                let body: serde_json::Value = response.json().await.ok()?;
                 Some(
                     body["items"]
                         .as_array()?
@@ -476,8 +506,11 @@ async fn wait_until_listed(
     Ok(())
 }
 
-async fn tokens(client: &reqwest::Client, config: &Config) -> anyhow::Result<HashMap<i64, String>> {
-    let target = &config.targets[0];
+async fn tokens(
+    client: &reqwest::Client,
+    config: &Config,
+    target: &str,
+) -> anyhow::Result<HashMap<i64, String>> {
     let users = (0..config.users).map(|i| config.first_user + i64::from(i));
     let fetched: Vec<anyhow::Result<(i64, String)>> = futures_util::stream::iter(users)
         .map(|user| async move {
