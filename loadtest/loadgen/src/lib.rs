@@ -111,6 +111,10 @@ pub struct Options {
     pub started_file: Option<std::path::PathBuf>,
     /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
     pub purchase_path: Option<String>,
+    /// Open model only: at most this many requests in flight. A send that falls due
+    /// while the cap is reached is dropped and counted (`Report::dropped`), so an
+    /// overloaded server sees bounded concurrency instead of a pile of new connections.
+    pub max_in_flight: Option<usize>,
 }
 
 /// What happened to one request.
@@ -152,6 +156,8 @@ pub struct Report {
     pub by_status: BTreeMap<String, u64>,
     pub by_dimension: BTreeMap<String, u64>,
     pub by_code: BTreeMap<String, u64>,
+    /// Open model: sends skipped because `max_in_flight` requests were outstanding.
+    pub dropped: u64,
     pub checks: Vec<Check>,
 }
 
@@ -187,6 +193,9 @@ impl Report {
         println!("by status:    {}", line(&self.by_status));
         println!("by dimension: {}", line(&self.by_dimension));
         println!("by code:      {}", line(&self.by_code));
+        if self.dropped > 0 {
+            println!("dropped:      {} sends (too many in flight)", self.dropped);
+        }
         for check in &self.checks {
             println!(
                 "[{}] {}: {}",
@@ -289,6 +298,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
     });
 
     let max = config.max_requests.unwrap_or(u64::MAX);
+    let mut dropped = 0;
     match config.load {
         Load::Concurrency(workers) => {
             let tasks: Vec<_> = (0..workers.max(1))
@@ -320,12 +330,17 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
             let mut in_flight = futures_util::stream::FuturesUnordered::new();
             let mut next = Instant::now();
             let mut n = 0;
+            let cap = options.max_in_flight.unwrap_or(usize::MAX);
             while n < max && Instant::now() < deadline {
                 // Catch up on every send that is due, then wait for the next one while
                 // collecting answers: the send schedule never waits for answers.
                 while next <= Instant::now() && n < max {
-                    let shared = Arc::clone(&shared);
-                    in_flight.push(tokio::spawn(async move { shared.fire(n).await }));
+                    if in_flight.len() < cap {
+                        let shared = Arc::clone(&shared);
+                        in_flight.push(tokio::spawn(async move { shared.fire(n).await }));
+                    } else {
+                        dropped += 1;
+                    }
                     n += 1;
                     next += interval;
                 }
@@ -351,6 +366,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
             .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
     );
     let mut report = summarize(item_id, &records, seconds);
+    report.dropped = dropped;
     if config.probe.is_some() {
         return Ok(report);
     }
@@ -579,6 +595,7 @@ fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Report {
         by_status,
         by_dimension,
         by_code,
+        dropped: 0,
         checks: Vec::new(),
     }
 }

@@ -83,6 +83,10 @@ struct Args {
     /// POST purchases to this path instead of /seckill.
     #[arg(long)]
     purchase_path: Option<String>,
+    /// Open model: at most this many requests in flight; sends due beyond it are
+    /// dropped and counted.
+    #[arg(long, requires = "rate")]
+    max_in_flight: Option<usize>,
 }
 
 fn limit(count: u64, seconds: f64) -> Limit {
@@ -138,6 +142,7 @@ async fn main() {
         session_target: args.session_target.clone(),
         started_file: args.started_file.clone(),
         purchase_path: args.purchase_path.clone(),
+        max_in_flight: args.max_in_flight,
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,
