@@ -4,6 +4,8 @@
 //! Every request's send and receive instants are kept. A limiter breach is reported
 //! only when it is certain: `limit + 1` admissions of one key whose first send and last
 //! receive lie less than one window apart were necessarily decided inside one window.
+//! "Less" by a margin ([`clock_slack`]): the limiter decides on Redis's clock, truncated
+//! to milliseconds, which is not the one we measure with.
 //! "Admitted by the limiter" means an answer that is not a 429 and carries
 //! `X-RateLimit-Remaining`; answers given before the limiter (bad input, unknown item,
 //! the sold-out fast path) carry no such header and do not count.
@@ -600,6 +602,15 @@ fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Report {
     }
 }
 
+/// How much shorter than the window a span must be for its admissions to be certainly
+/// inside one window: 1 ms because the limiter's clock (Redis `TIME`) is truncated to
+/// milliseconds (a span of 999.8 ms can cover decisions 1000 ms apart, the first one
+/// expired by then), plus 0.1 % of the window for that clock running at another rate
+/// than our monotonic one (NTP slews by at most 0.05 %).
+fn clock_slack(window: Duration) -> Duration {
+    Duration::from_millis(1) + window / 1000
+}
+
 /// The first certain breach of `limit` among admissions grouped by `key`, if any.
 fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
     records: &[Record],
@@ -635,7 +646,7 @@ fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
             }
             let last_received = admissions[window[0]].1;
             let span = last_received.saturating_sub(admissions[i].0);
-            if span < limit.window {
+            if span + clock_slack(limit.window) < limit.window {
                 return Some(format!(
                     "{key}: {k} admissions between {:.3} s and {:.3} s, {:.3} s apart (limit {} per {:?})",
                     admissions[i].0.as_secs_f64(),
@@ -791,6 +802,30 @@ mod tests {
             admitted(1, 60_000, 60_010),
         ];
         assert!(certain_breach(&records, limit, by_user).is_none());
+        // 1001 admissions of a 1000-per-second limit 999.8 ms apart: the millisecond
+        // clock may have put the first and the last 1000 ms apart, so not certain.
+        let api = Limit {
+            count: 1000,
+            window: Duration::from_secs(1),
+        };
+        let records: Vec<_> = (0..1001)
+            .map(|i| {
+                let mut r = admitted(1, 0, 0);
+                r.sent = Duration::from_micros(i * 999);
+                r.received = r.sent + Duration::from_micros(800);
+                r
+            })
+            .collect();
+        assert!(certain_breach(&records, api, by_user).is_none());
+        let squeezed: Vec<_> = records
+            .into_iter()
+            .map(|mut r| {
+                r.sent /= 2;
+                r.received = r.sent + Duration::from_micros(800);
+                r
+            })
+            .collect();
+        assert!(certain_breach(&squeezed, api, by_user).is_some());
         // Three admissions are within the limit, and other users do not add up.
         let records: Vec<_> = (0..6)
             .map(|i| admitted(i % 2, i as u64, i as u64 + 1))
