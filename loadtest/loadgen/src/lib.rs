@@ -4,6 +4,8 @@
 //! Every request's send and receive instants are kept. A limiter breach is reported
 //! only when it is certain: `limit + 1` admissions of one key whose first send and last
 //! receive lie less than one window apart were necessarily decided inside one window.
+//! "Less" by a margin ([`clock_slack`]): the limiter decides on Redis's clock, truncated
+//! to milliseconds, which is not the one we measure with.
 //! "Admitted by the limiter" means an answer that is not a 429 and carries
 //! `X-RateLimit-Remaining`; answers given before the limiter (bad input, unknown item,
 //! the sold-out fast path) carry no such header and do not count.
@@ -98,6 +100,25 @@ pub struct Config {
     pub probe: Option<String>,
 }
 
+/// Knobs added after [`Config`], kept apart so that existing struct literals of it still
+/// compile. [`run`] uses the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Fetch dev-login tokens from this base URL instead of the first target: lets a
+    /// target that issues no tokens (the bench's ceiling server) be driven with tokens
+    /// from an app instance sharing its JWT secret.
+    pub session_target: Option<String>,
+    /// Create this (empty) file when the measured phase begins, after the logins and
+    /// the listing wait, so a caller can sample the servers over exactly that phase.
+    pub started_file: Option<std::path::PathBuf>,
+    /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
+    pub purchase_path: Option<String>,
+    /// Open model only: at most this many requests in flight. A send that falls due
+    /// while the cap is reached is dropped and counted (`Report::dropped`), so an
+    /// overloaded server sees bounded concurrency instead of a pile of new connections.
+    pub max_in_flight: Option<usize>,
+}
+
 /// What happened to one request.
 #[derive(Debug, Clone)]
 struct Record {
@@ -137,6 +158,8 @@ pub struct Report {
     pub by_status: BTreeMap<String, u64>,
     pub by_dimension: BTreeMap<String, u64>,
     pub by_code: BTreeMap<String, u64>,
+    /// Open model: sends skipped because `max_in_flight` requests were outstanding.
+    pub dropped: u64,
     pub checks: Vec<Check>,
 }
 
@@ -172,6 +195,9 @@ impl Report {
         println!("by status:    {}", line(&self.by_status));
         println!("by dimension: {}", line(&self.by_dimension));
         println!("by code:      {}", line(&self.by_code));
+        if self.dropped > 0 {
+            println!("dropped:      {} sends (too many in flight)", self.dropped);
+        }
         for check in &self.checks {
             println!(
                 "[{}] {}: {}",
@@ -203,6 +229,10 @@ fn ip_of(index: u32) -> String {
 }
 
 pub async fn run(config: Config) -> anyhow::Result<Report> {
+    run_with(config, Options::default()).await
+}
+
+pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report> {
     anyhow::ensure!(!config.targets.is_empty(), "at least one target");
     anyhow::ensure!(
         config.users > 0 && config.ips > 0,
@@ -227,8 +257,14 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             Some(stores) => Some(order_count(stores, item_id).await?),
             None => None,
         };
-        (item_id, tokens(&client, &config).await?, orders_before)
+        let session_target = options.session_target.as_deref();
+        let session_target = session_target.unwrap_or(&config.targets[0]);
+        let tokens = tokens(&client, &config, session_target.trim_end_matches('/')).await?;
+        (item_id, tokens, orders_before)
     };
+    if let Some(path) = &options.started_file {
+        std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
+    }
     let tokens = Arc::new(tokens);
 
     let ledger = Arc::new(Mutex::new(Vec::<Record>::new()));
@@ -241,6 +277,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         config: config.clone(),
         tokens,
         item_id,
+        purchase_path: options.purchase_path.unwrap_or_else(|| "/seckill".into()),
         start,
         ledger: Arc::clone(&ledger),
     });
@@ -263,6 +300,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     });
 
     let max = config.max_requests.unwrap_or(u64::MAX);
+    let mut dropped = 0;
     match config.load {
         Load::Concurrency(workers) => {
             let tasks: Vec<_> = (0..workers.max(1))
@@ -294,12 +332,17 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             let mut in_flight = futures_util::stream::FuturesUnordered::new();
             let mut next = Instant::now();
             let mut n = 0;
+            let cap = options.max_in_flight.unwrap_or(usize::MAX);
             while n < max && Instant::now() < deadline {
                 // Catch up on every send that is due, then wait for the next one while
                 // collecting answers: the send schedule never waits for answers.
                 while next <= Instant::now() && n < max {
-                    let shared = Arc::clone(&shared);
-                    in_flight.push(tokio::spawn(async move { shared.fire(n).await }));
+                    if in_flight.len() < cap {
+                        let shared = Arc::clone(&shared);
+                        in_flight.push(tokio::spawn(async move { shared.fire(n).await }));
+                    } else {
+                        dropped += 1;
+                    }
                     n += 1;
                     next += interval;
                 }
@@ -325,6 +368,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
     );
     let mut report = summarize(item_id, &records, seconds);
+    report.dropped = dropped;
     if config.probe.is_some() {
         return Ok(report);
     }
@@ -342,6 +386,7 @@ struct Shared {
     config: Config,
     tokens: Arc<HashMap<i64, String>>,
     item_id: i64,
+    purchase_path: String,
     start: Instant,
     ledger: Arc<Mutex<Vec<Record>>>,
 }
@@ -361,7 +406,7 @@ impl Shared {
             Some(path) => self.client.get(format!("{target}{path}")),
             None => self
                 .client
-                .post(format!("{target}/seckill"))
+                .post(format!("{target}{}", self.purchase_path))
                 .bearer_auth(token)
                 .json(&serde_json::json!({ "itemId": self.item_id })),
         };
@@ -439,6 +484,8 @@ async fn create_item(
 }
 
 /// Instances reload their item catalog every second: wait until each one lists the item.
+/// A target without a catalog (`/api/items` is 404: the bench's ceiling server) is not
+/// waited for.
 async fn wait_until_listed(
     client: &reqwest::Client,
     targets: &[String],
@@ -448,14 +495,15 @@ async fn wait_until_listed(
     for target in targets {
         loop {
             let listed = async {
-                let body: serde_json::Value = client
+                let response = client
                     .get(format!("{target}/api/items"))
                     .send()
                     .await
-                    .ok()?
-                    .json()
-                    .await
                     .ok()?;
+                if response.status() == 404 {
+                    return Some(true);
+                }
+                let body: serde_json::Value = response.json().await.ok()?;
                 Some(
                     body["items"]
                         .as_array()?
@@ -476,8 +524,11 @@ async fn wait_until_listed(
     Ok(())
 }
 
-async fn tokens(client: &reqwest::Client, config: &Config) -> anyhow::Result<HashMap<i64, String>> {
-    let target = &config.targets[0];
+async fn tokens(
+    client: &reqwest::Client,
+    config: &Config,
+    target: &str,
+) -> anyhow::Result<HashMap<i64, String>> {
     let users = (0..config.users).map(|i| config.first_user + i64::from(i));
     let fetched: Vec<anyhow::Result<(i64, String)>> = futures_util::stream::iter(users)
         .map(|user| async move {
@@ -546,8 +597,18 @@ fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Report {
         by_status,
         by_dimension,
         by_code,
+        dropped: 0,
         checks: Vec::new(),
     }
+}
+
+/// How much shorter than the window a span must be for its admissions to be certainly
+/// inside one window: 1 ms because the limiter's clock (Redis `TIME`) is truncated to
+/// milliseconds (a span of 999.8 ms can cover decisions 1000 ms apart, the first one
+/// expired by then), plus 0.1 % of the window for that clock running at another rate
+/// than our monotonic one (NTP slews by at most 0.05 %).
+fn clock_slack(window: Duration) -> Duration {
+    Duration::from_millis(1) + window / 1000
 }
 
 /// The first certain breach of `limit` among admissions grouped by `key`, if any.
@@ -585,7 +646,7 @@ fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
             }
             let last_received = admissions[window[0]].1;
             let span = last_received.saturating_sub(admissions[i].0);
-            if span < limit.window {
+            if span + clock_slack(limit.window) < limit.window {
                 return Some(format!(
                     "{key}: {k} admissions between {:.3} s and {:.3} s, {:.3} s apart (limit {} per {:?})",
                     admissions[i].0.as_secs_f64(),
@@ -741,6 +802,30 @@ mod tests {
             admitted(1, 60_000, 60_010),
         ];
         assert!(certain_breach(&records, limit, by_user).is_none());
+        // 1001 admissions of a 1000-per-second limit 999.8 ms apart: the millisecond
+        // clock may have put the first and the last 1000 ms apart, so not certain.
+        let api = Limit {
+            count: 1000,
+            window: Duration::from_secs(1),
+        };
+        let records: Vec<_> = (0..1001)
+            .map(|i| {
+                let mut r = admitted(1, 0, 0);
+                r.sent = Duration::from_micros(i * 999);
+                r.received = r.sent + Duration::from_micros(800);
+                r
+            })
+            .collect();
+        assert!(certain_breach(&records, api, by_user).is_none());
+        let squeezed: Vec<_> = records
+            .into_iter()
+            .map(|mut r| {
+                r.sent /= 2;
+                r.received = r.sent + Duration::from_micros(800);
+                r
+            })
+            .collect();
+        assert!(certain_breach(&squeezed, api, by_user).is_some());
         // Three admissions are within the limit, and other users do not add up.
         let records: Vec<_> = (0..6)
             .map(|i| admitted(i % 2, i as u64, i as u64 + 1))

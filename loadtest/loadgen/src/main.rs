@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use loadgen::{Config, ItemChoice, Limit, Limits, Load, Stores};
+use loadgen::{Config, ItemChoice, Limit, Limits, Load, Options, Stores};
 
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -73,6 +73,20 @@ struct Args {
     /// Baseline mode: GET this path instead of purchasing (no item, no checks).
     #[arg(long)]
     probe: Option<String>,
+    /// Fetch dev-login tokens from this instance instead of the first target (for a
+    /// target that issues none, e.g. the bench's ceiling server).
+    #[arg(long)]
+    session_target: Option<String>,
+    /// Create this file when the measured phase begins (after logins).
+    #[arg(long)]
+    started_file: Option<std::path::PathBuf>,
+    /// POST purchases to this path instead of /seckill.
+    #[arg(long)]
+    purchase_path: Option<String>,
+    /// Open model: at most this many requests in flight; sends due beyond it are
+    /// dropped and counted.
+    #[arg(long, requires = "rate")]
+    max_in_flight: Option<usize>,
 }
 
 fn limit(count: u64, seconds: f64) -> Limit {
@@ -124,7 +138,13 @@ async fn main() {
         progress: !args.quiet,
         probe: args.probe.clone(),
     };
-    let report = match loadgen::run(config).await {
+    let options = Options {
+        session_target: args.session_target.clone(),
+        started_file: args.started_file.clone(),
+        purchase_path: args.purchase_path.clone(),
+        max_in_flight: args.max_in_flight,
+    };
+    let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,
         Err(e) => {
             eprintln!("loadgen: {e:#}");
