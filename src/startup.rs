@@ -121,13 +121,19 @@ impl Application {
             static_dir: settings.static_dir.clone().into(),
         };
 
+        // The request span exists only at `debug` (see `web::request_span`); below that
+        // the middleware is left out altogether, request id and all.
+        let request_spans = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
         let mut server = HttpServer::new(move || {
             App::new()
                 .wrap(actix_web::middleware::from_fn(
                     crate::web::http_metrics::record,
                 ))
                 .wrap(security_headers())
-                .wrap(TracingLogger::<RequestSpan>::new())
+                .wrap(actix_web::middleware::Condition::new(
+                    request_spans,
+                    TracingLogger::<RequestSpan>::new(),
+                ))
                 .app_data(pool.clone())
                 .app_data(redis.clone())
                 .app_data(keys.clone())

@@ -5,9 +5,10 @@
 //! layer then formats every field when the span opens, for every request, even when no
 //! line of that request is ever written. On the refusal path that was measured at a
 //! third of the app's CPU. So the request span is a DEBUG span: at the default `info`
-//! level it is not built at all (one cached callsite check), and with `debug` on every
-//! request gets the full span with its request id. Failures a request causes are logged
-//! at the edge (`ApiError`) whatever the level.
+//! level `startup` leaves the middleware out (and this builder returns a disabled span
+//! should a filter enable it only elsewhere), and with `debug` on every request gets
+//! the full span with its request id. Failures a request causes are logged at the edge
+//! (`ApiError`) whatever the level.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
