@@ -177,6 +177,9 @@ impl RateLimit {
 }
 
 fn requested_algorithm(req: &HttpRequest, param: &str) -> Result<Option<Algorithm>, ApiError> {
+    if req.query_string().is_empty() {
+        return Ok(None);
+    }
     let value = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .ok()
         .and_then(|q| q.0.into_iter().find(|(k, _)| k == param).map(|(_, v)| v));
