@@ -12,9 +12,12 @@
 -- ARGV[1 + 2i]     window of rule i in ms (> 0)
 -- ARGV[2 + 2i]     threshold of rule i (> 0)
 --
--- Returns exactly what the response headers need:
---   admitted: {1, t, remaining}   t = the rule with the fewest requests left after this
---                                 one (1-based; the first on ties), remaining = that count
+-- Returns exactly what the response headers and the denial cache need:
+--   admitted: {1, t, remaining, next}
+--                                 t = the rule with the fewest requests left after this
+--                                 one (1-based; the first on ties), remaining = that count,
+--                                 next = when remaining is 0, ms until t admits again
+--                                 (this request took its last slot), else 0
 --   refused:  {0, r, wait, longest}
 --                                 r = the first refusing rule (1-based), wait = ms until
 --                                 it would admit, longest = the longest wait among all
@@ -34,7 +37,7 @@ if not now then
 end
 
 local refusing, wait, longest = 0, 0, 0
-local tightest, least = 0, 0
+local tightest, least, tightest_threshold = 0, 0, 0
 -- Pass 1 reads only. The windows are kept for pass 2 so ARGV is parsed once.
 local windows = {}
 
@@ -53,7 +56,9 @@ for i = 1, n do
       if w > longest then longest = w end
     elseif refusing == 0 then
       local left = threshold - count - 1
-      if tightest == 0 or left < least then tightest, least = i, left end
+      if tightest == 0 or left < least then
+        tightest, least, tightest_threshold = i, left, threshold
+      end
     end
   end
 end
@@ -69,4 +74,13 @@ for i = 1, n do
   redis.call('ZADD', KEYS[i], now, member)
   redis.call('PEXPIRE', KEYS[i], windows[i])
 end
-return {1, tightest, least}
+local next_ms = 0
+if least == 0 then
+  -- Full again: a slot opens when the threshold-th newest entry (this one included)
+  -- expires.
+  local nth = redis.call('ZRANGE', KEYS[tightest], -tightest_threshold, -tightest_threshold,
+    'WITHSCORES')
+  next_ms = tonumber(nth[2]) + windows[tightest] - now
+  if next_ms < 1 then next_ms = 1 end
+end
+return {1, tightest, least, next_ms}

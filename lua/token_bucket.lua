@@ -15,10 +15,12 @@
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2]
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
 --
--- Returns exactly what the response headers need:
---   admitted: {1, t, remaining}   t = the rule with the fewest whole tokens left after
+-- Returns exactly what the response headers and the denial cache need:
+--   admitted: {1, t, remaining, next}
+--                                 t = the rule with the fewest whole tokens left after
 --                                 this request (1-based; the first on ties), remaining =
---                                 that count
+--                                 that count, next = when remaining is 0, ms until t holds
+--                                 a token again, else 0
 --   refused:  {0, r, wait, longest}
 --                                 r = the first refusing rule (1-based), wait = ms until
 --                                 it holds one token, longest = the longest wait among
@@ -83,4 +85,10 @@ for i = 1, n do
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
-return {1, tightest, least}
+local next_ms = 0
+if least == 0 then
+  local refill_tokens = tonumber(ARGV[3 * tightest + 1])
+  local refill_ms = tonumber(ARGV[3 * tightest + 2])
+  next_ms = math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
+end
+return {1, tightest, least, next_ms}

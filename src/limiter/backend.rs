@@ -18,8 +18,14 @@ pub struct ScriptBackend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Every rule admitted and recorded the request. `tightest` is the rule with the
-    /// fewest requests left (the first on ties), `remaining` that count after this one.
-    Admitted { tightest: usize, remaining: i64 },
+    /// fewest requests left (the first on ties), `remaining` that count after this one;
+    /// when that is 0, `next_slot_ms` is how long until `tightest` admits again (this
+    /// request took its last slot), else 0.
+    Admitted {
+        tightest: usize,
+        remaining: i64,
+        next_slot_ms: i64,
+    },
     /// Nothing was written. `rule` is the first refusing rule and `retry_after_ms` its
     /// own wait; `longest_retry_after_ms` is the longest wait among the refusing rules:
     /// only then would all of them admit.
@@ -93,9 +99,10 @@ pub fn decode(raw: &[i64], rules: usize) -> Option<Decision> {
             .filter(|&i| i < rules)
     };
     match *raw {
-        [1, tightest, remaining] => Some(Decision::Admitted {
+        [1, tightest, remaining, next_slot_ms] => Some(Decision::Admitted {
             tightest: index(tightest)?,
             remaining,
+            next_slot_ms,
         }),
         [0, rule, retry_after_ms, longest_retry_after_ms] => Some(Decision::Refused {
             rule: index(rule)?,
@@ -113,10 +120,11 @@ mod tests {
     #[test]
     fn replies_decode_to_decisions_and_anything_else_is_refused() {
         assert_eq!(
-            decode(&[1, 2, 7], 3),
+            decode(&[1, 2, 7, 0], 3),
             Some(Decision::Admitted {
                 tightest: 1,
-                remaining: 7
+                remaining: 7,
+                next_slot_ms: 0
             })
         );
         assert_eq!(
@@ -127,7 +135,7 @@ mod tests {
                 longest_retry_after_ms: 59_000
             })
         );
-        assert_eq!(decode(&[1, 4, 7], 3), None);
+        assert_eq!(decode(&[1, 4, 7, 0], 3), None);
         assert_eq!(decode(&[0, 0, 1, 1], 3), None);
         assert_eq!(decode(&[1, 1], 3), None);
     }

@@ -136,6 +136,8 @@ pub struct QuotaLeft {
     /// Index into the policy's rules.
     pub rule: usize,
     pub remaining: i64,
+    /// When `remaining` is 0: ms until `rule` admits again, else 0.
+    pub next_slot_ms: i64,
 }
 
 /// The limiter refused: which rule, its message, how long to wait.
@@ -275,22 +277,40 @@ impl Limiter {
                 quota_left: None,
             });
         }
-        let keys = policy
-            .rules
-            .iter()
-            .map(|rule| keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller))
-            .collect::<Result<Vec<_>, _>>()?;
-
-        let probes = match self
-            .consult_denials(&enforced, algorithm, &keys, generation)
-            .await
-        {
-            Ok(probes) => probes,
-            Err(refusal) => {
-                enforced.rejects[refusal.rule].inc();
-                enforced.local_refusals[refusal.rule].inc();
-                return Err(Rejection::Refused(Box::new(refusal)));
+        // The first live denial refuses at once, before the remaining keys are even
+        // built: the cheapest answer of a stampede. Its wait is that rule's own, which
+        // is never later than the longest Redis would give.
+        let now = self.clock.local_ms(self.epoch);
+        let mut keys = Vec::with_capacity(policy.rules.len());
+        let mut contended = false;
+        for (index, rule) in policy.rules.iter().enumerate() {
+            let key = keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller)?;
+            match self.denials.seen(&key, now, generation) {
+                Seen::Refused { wait_ms } => {
+                    let wait = wait_ms.max(1) as u64;
+                    return Err(Self::refuse_locally(
+                        Refusal {
+                            policy: Arc::clone(policy),
+                            algorithm,
+                            rule: index,
+                            own_wait_ms: wait,
+                            longest_wait_ms: wait,
+                            local: true,
+                        },
+                        &enforced,
+                    ));
+                }
+                Seen::Probing(_) | Seen::Expired => contended = true,
+                Seen::Unknown => {}
             }
+            keys.push(key);
+        }
+        let probes = if contended {
+            self.consult_denials(&enforced, algorithm, &keys, generation)
+                .await
+                .map_err(|refusal| Self::refuse_locally(refusal, &enforced))?
+        } else {
+            Vec::new()
         };
         let sent_ms = self.clock.local_ms(self.epoch);
         let member = format!(
@@ -341,10 +361,16 @@ impl Limiter {
         }
     }
 
-    /// Asks the denial cache first. A live denial of any key refuses locally: the first
-    /// such rule answers, with the longest of their waits (each no later than Redis's
-    /// own). A key whose denial expired is probed by one request at a time; the others
-    /// wait for its answer, at most the limiter's timeout, and look again. Returns the
+    fn refuse_locally(refusal: Refusal, enforced: &Enforced) -> Rejection {
+        enforced.rejects[refusal.rule].inc();
+        enforced.local_refusals[refusal.rule].inc();
+        Rejection::Refused(Box::new(refusal))
+    }
+
+    /// When some key's denial expired: a key like that is probed by one request at a
+    /// time; the others wait for its answer, at most the limiter's timeout, and look
+    /// again. A live denial found then refuses locally (the first such rule answers,
+    /// with the longest of their waits, each no later than Redis's own). Returns the
     /// probes this request holds, to be settled with Redis's answer.
     async fn consult_denials<'k>(
         &'k self,
@@ -413,10 +439,11 @@ impl Limiter {
     }
 
     /// Teaches the denial cache what Redis answered. A refusal is recorded for the
-    /// refusing rule's key. A probe's key is forgotten only when the answer shows it has
-    /// room (admitted, and the tightest rule still had some left, or the probe's rule
-    /// came before the tightest and so had more); otherwise (it took the last slot, or
-    /// another rule refused and its own state is unknown) the next request probes.
+    /// refusing rule's key, and so is an admission that took a rule's last slot: that
+    /// key is full until its next slot opens. A probe's key is forgotten only when the
+    /// answer shows it has room (the tightest rule still had some left, or the probe's
+    /// rule came before the tightest and so had more); otherwise (another rule refused
+    /// and its own state is unknown) the next request probes.
     fn learn(
         &self,
         decision: &Decision,
@@ -425,30 +452,38 @@ impl Limiter {
         sent_ms: i64,
         generation: u64,
     ) {
-        let admitted = match *decision {
+        let (full, wait_ms) = match *decision {
             Decision::Refused {
                 rule,
                 retry_after_ms,
                 ..
-            } => {
-                self.denials.insert(
-                    &keys[rule],
-                    sent_ms.saturating_add(retry_after_ms.max(1)),
-                    generation,
-                );
-                None
-            }
+            } => (Some(rule), retry_after_ms),
             Decision::Admitted {
                 tightest,
                 remaining,
-            } => Some((tightest, remaining)),
+                next_slot_ms,
+            } => ((remaining <= 0).then_some(tightest), next_slot_ms),
         };
+        if let Some(rule) = full {
+            self.denials.insert(
+                &keys[rule],
+                sent_ms.saturating_add(wait_ms.max(1)),
+                generation,
+            );
+        }
         for probe in probes {
             // The tightest rule is the first with the fewest left: an earlier rule has
             // more than it, a later one at least as many.
-            let has_room = admitted.is_some_and(|(tightest, remaining)| {
-                remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest)
-            });
+            let has_room = match *decision {
+                Decision::Refused { .. } => false,
+                Decision::Admitted {
+                    tightest,
+                    remaining,
+                    ..
+                } => {
+                    remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest)
+                }
+            };
             if has_room {
                 probe.forget();
             }
@@ -464,6 +499,7 @@ impl Limiter {
             Decision::Admitted {
                 tightest,
                 remaining,
+                next_slot_ms,
             } => {
                 for passes in &enforced.passes {
                     passes.inc();
@@ -474,6 +510,7 @@ impl Limiter {
                     quota_left: Some(QuotaLeft {
                         rule: tightest,
                         remaining,
+                        next_slot_ms,
                     }),
                 })
             }

@@ -35,14 +35,22 @@ async fn a_refused_users_next_requests_are_refused_without_asking_redis(db: PgPo
     ];
     assert_eq!(statuses.map(|s| s.as_u16()), [200, 409, 409]);
 
+    let calls = app.metric_sum(LIMITER_CALLS).await;
+    assert_eq!(calls, 3.0, "every answer so far came from Redis");
+    assert_eq!(app.metric_sum(LOCAL_REFUSALS).await, 0.0);
+
+    // The third admission took the user's last slot: from now on the user is refused
+    // locally, until that slot opens (60 s after the first purchase).
     let first = app.post_seckill(&token, item, "10.9.0.4").await;
     assert_eq!(first.status(), 429);
     let first_wait: u64 = header(&first, "retry-after-ms").parse().unwrap();
+    assert!(
+        (59_000..=60_000).contains(&first_wait),
+        "the slot of the first purchase opens within a minute: {first_wait}"
+    );
     let first_body = json(first).await;
     assert_eq!(first_body["dimension"], "user");
-    let calls = app.metric_sum(LIMITER_CALLS).await;
-    assert_eq!(calls, 4.0, "every answer so far came from Redis");
-    assert_eq!(app.metric_sum(LOCAL_REFUSALS).await, 0.0);
+    assert_eq!(first_body["message"], "No duplicate submissions");
 
     for i in 0..5 {
         let response = app.post_seckill(&token, item, &format!("10.9.1.{i}")).await;
@@ -69,7 +77,7 @@ async fn a_refused_users_next_requests_are_refused_without_asking_redis(db: PgPo
             r#"seckill_limiter_local_refusals_total{dimension="user",policy="seckill"}"#
         )
         .await,
-        5.0
+        6.0
     );
     assert_eq!(
         app.metric_sum(

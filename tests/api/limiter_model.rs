@@ -20,6 +20,8 @@ struct Verdict {
     first_refusing: Option<usize>,
     remaining: Vec<i64>,
     retry_after_ms: Vec<i64>,
+    /// Admitted: per rule left with 0, ms until it admits again.
+    next_slot_ms: Vec<i64>,
 }
 
 impl Verdict {
@@ -42,6 +44,7 @@ impl Verdict {
                 Decision::Admitted {
                     tightest,
                     remaining,
+                    next_slot_ms: self.next_slot_ms[tightest],
                 }
             }
         }
@@ -99,18 +102,26 @@ impl SlidingModel {
                 first_refusing: first,
                 remaining,
                 retry_after_ms: retry,
+                next_slot_ms: vec![0; n],
             };
         }
+        let mut next_slot = vec![0; n];
         for (i, r) in rules.iter().enumerate() {
+            let (w, t) = (r.window_ms as i64, r.threshold as i64);
             let entry = self.log.entry(model_key(i, user)).or_default();
-            entry.retain(|&s| s > now - r.window_ms as i64);
+            entry.retain(|&s| s > now - w);
             entry.push(now);
             remaining[i] -= 1;
+            if remaining[i] == 0 {
+                // Full again: the threshold-th newest entry must expire first.
+                next_slot[i] = (entry[entry.len() - t as usize] + w - now).max(1);
+            }
         }
         Verdict {
             first_refusing: None,
             remaining,
             retry_after_ms: retry,
+            next_slot_ms: next_slot,
         }
     }
 }
@@ -149,18 +160,24 @@ impl BucketModel {
                 first_refusing: first,
                 remaining,
                 retry_after_ms: retry,
+                next_slot_ms: vec![0; n],
             };
         }
+        let mut next_slot = vec![0; n];
         for (i, r) in rules.iter().enumerate() {
-            let rms = r.refill_ms.unwrap() as i64;
+            let (rt, rms) = (r.refill_tokens.unwrap() as i64, r.refill_ms.unwrap() as i64);
             let level = levels[i] - rms;
             self.state.insert(model_key(i, user), (level, now));
             remaining[i] = level / rms;
+            if remaining[i] == 0 {
+                next_slot[i] = (rms - level + rt - 1) / rt;
+            }
         }
         Verdict {
             first_refusing: None,
             remaining,
             retry_after_ms: retry,
+            next_slot_ms: next_slot,
         }
     }
 }
@@ -174,6 +191,7 @@ fn decision_of(result: &Result<seckill::limiter::Admission, Rejection>) -> (Deci
             let decision = Decision::Admitted {
                 tightest: quota.rule,
                 remaining: quota.remaining,
+                next_slot_ms: quota.next_slot_ms,
             };
             (decision, false)
         }

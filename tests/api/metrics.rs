@@ -63,7 +63,13 @@ async fn four_purchase_attempts_by_one_user_show_exactly_one_user_rejection(db: 
             r#"seckill_http_requests_total{method="GET",route="unmatched",status="4xx"}"#,
             1.0,
         ),
-        (r#"seckill_redis_calls_total{purpose="limiter"}"#, 4.0),
+        // The third admission took the user's last slot, so the fourth attempt is
+        // refused by the denial cache without a limiter call.
+        (r#"seckill_redis_calls_total{purpose="limiter"}"#, 3.0),
+        (
+            r#"seckill_limiter_local_refusals_total{dimension="user",policy="seckill"}"#,
+            1.0,
+        ),
         (r#"seckill_redis_calls_total{purpose="pipeline"}"#, 1.0),
         (r#"seckill_limiter_fail_open_total{policy="seckill"}"#, 0.0),
         ("seckill_order_commit_duration_seconds_count", 1.0),
