@@ -5,6 +5,8 @@
 //! `{"code": "...", "message": "..."}` (plus `field` for validation errors). Internal causes
 //! are logged here, once, and never sent to the client.
 
+use std::borrow::Cow;
+
 use actix_web::http::{header::ContentType, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
@@ -100,7 +102,9 @@ impl ApiError {
 #[derive(Serialize)]
 struct ErrorBody<'a> {
     code: &'static str,
-    message: String,
+    /// Borrowed where the text exists already (a rule's message): a stampede's 429s
+    /// are the commonest answer and should not format a copy each.
+    message: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,7 +150,10 @@ impl ResponseError for ApiError {
         }
         let body = ErrorBody {
             code: self.code(),
-            message: self.to_string(),
+            message: match self {
+                Self::RateLimited(refusal) => Cow::Borrowed(refusal.message()),
+                _ => Cow::Owned(self.to_string()),
+            },
             field: match self {
                 Self::Validation { field, .. } => Some(field),
                 _ => None,
