@@ -13,15 +13,18 @@
 -- ARGV[2 + 2i]     threshold of rule i (> 0)
 --
 -- Returns exactly what the response headers and the denial cache need:
---   admitted: {1, t, remaining, next}
+--   admitted: {1, t, remaining, next, late}
 --                                 t = the rule with the fewest requests left after this
 --                                 one (1-based; the first on ties), remaining = that count,
 --                                 next = when remaining is 0, ms until t admits again
 --                                 (this request took its last slot), else 0
---   refused:  {0, r, wait, longest}
+--   refused:  {0, r, wait, longest, late}
 --                                 r = the first refusing rule (1-based), wait = ms until
 --                                 it would admit, longest = the longest wait among all
 --                                 refusing rules (only then would every rule admit)
+--   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
+--          whole milliseconds from that millisecond, so the caller (the denial cache)
+--          subtracts it to know exactly when they end
 --
 -- Cost: a rule that admits costs one ZCOUNT while deciding; a refusing one also one
 -- ZRANGE by rank (O(log n), the threshold-th newest entry is the one whose expiry opens
@@ -31,9 +34,14 @@
 
 local n = #KEYS
 local now = tonumber(ARGV[1])
+-- Microseconds past the millisecond `now` stands for: waits count from that
+-- millisecond, so they end this much sooner after the call than they read.
+local late = 0
 if not now then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  now = tonumber(t[1]) * 1000 + math.floor(us / 1000)
+  late = us % 1000
 end
 
 local refusing, wait, longest = 0, 0, 0
@@ -64,7 +72,7 @@ for i = 1, n do
 end
 
 if refusing > 0 then
-  return {0, refusing, wait, longest}
+  return {0, refusing, wait, longest, late}
 end
 
 -- Pass 2: every rule admits. Trim, record, and let the key expire with its window.
@@ -83,4 +91,4 @@ if least == 0 then
   next_ms = tonumber(nth[2]) + windows[tightest] - now
   if next_ms < 1 then next_ms = 1 end
 end
-return {1, tightest, least, next_ms}
+return {1, tightest, least, next_ms, late}

@@ -16,15 +16,18 @@
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
 --
 -- Returns exactly what the response headers and the denial cache need:
---   admitted: {1, t, remaining, next}
+--   admitted: {1, t, remaining, next, late}
 --                                 t = the rule with the fewest whole tokens left after
 --                                 this request (1-based; the first on ties), remaining =
 --                                 that count, next = when remaining is 0, ms until t holds
 --                                 a token again, else 0
---   refused:  {0, r, wait, longest}
+--   refused:  {0, r, wait, longest, late}
 --                                 r = the first refusing rule (1-based), wait = ms until
 --                                 it holds one token, longest = the longest wait among
 --                                 all refusing rules
+--   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
+--          whole milliseconds from that millisecond, so the caller (the denial cache)
+--          subtracts it to know exactly when they end
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
 -- missing key and a full bucket are the same thing. An empty bucket refills one token
@@ -33,9 +36,14 @@
 
 local n = #KEYS
 local now = tonumber(ARGV[1])
+-- Microseconds past the millisecond `now` stands for: waits count from that
+-- millisecond, so they end this much sooner after the call than they read.
+local late = 0
 if not now then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  now = tonumber(t[1]) * 1000 + math.floor(us / 1000)
+  late = us % 1000
 end
 
 local refusing, wait, longest = 0, 0, 0
@@ -72,7 +80,7 @@ for i = 1, n do
 end
 
 if refusing > 0 then
-  return {0, refusing, wait, longest}
+  return {0, refusing, wait, longest, late}
 end
 
 for i = 1, n do
@@ -91,4 +99,4 @@ if least == 0 then
   local refill_ms = tonumber(ARGV[3 * tightest + 2])
   next_ms = math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
 end
-return {1, tightest, least, next_ms}
+return {1, tightest, least, next_ms, late}

@@ -14,6 +14,8 @@
 #   BENCH_REFUSED_USERS=10000 (users of the scenario refused mostly by api)
 #   BENCH_STAMPEDE_USERS=20000 BENCH_STAMPEDE_RATE=15000 (the stampede's offered req/s)
 #   BENCH_STAMPEDE_MAX_IN_FLIGHT=1024 BENCH_PORT_BASE=18081 (ports BASE..BASE+2)
+#   BENCH_PROFILE="refused_api ceiling_refused" (perf record -g of those runs' servers,
+#   into target/bench/NAME.perf.data; needs linux-perf)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -208,9 +210,15 @@ run_loadgen() {
   while [ ! -e "$started" ] && kill -0 "$lg" 2>/dev/null; do sleep 0.01; done
   # shellcheck disable=SC2086
   before=$(cpu_ticks ${CPU_PIDS:-})
+  local perf=""
+  if [ -n "${CPU_PIDS:-}" ] && [[ " ${BENCH_PROFILE:-} " == *" $name "* ]]; then
+    perf record -F 999 -g -p "${CPU_PIDS// /,}" -o "$OUT/$name.perf.data" >/dev/null 2>&1 &
+    perf=$!
+  fi
   wait "$lg" || rc=$?
   # shellcheck disable=SC2086
   after=$(cpu_ticks ${CPU_PIDS:-})
+  if [ -n "$perf" ]; then kill -INT "$perf" 2>/dev/null || true; wait "$perf" 2>/dev/null || true; fi
   [ -z "${CPU_PIDS:-}" ] || echo "$before $after $CLK_TCK" >"$OUT/$name.cpu"
   rm -f "$started"
   case $rc in

@@ -13,8 +13,17 @@ pub struct ScriptBackend {
     token_bucket: Script,
 }
 
-/// What a script answered: exactly what the response headers need (see the reply
-/// format in the scripts' headers). Rule indexes are 0-based here.
+/// What a script answered (see the reply format in the scripts' headers), with rule
+/// indexes 0-based, and how late in its millisecond the script's clock read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub decision: Decision,
+    /// µs past the millisecond the Redis clock read (0 when the app passed the time):
+    /// every wait ends this much sooner after the call than it reads.
+    pub late_us: i64,
+}
+
+/// The decision itself: exactly what the response headers and the denial cache need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Every rule admitted and recorded the request. `tightest` is the rule with the
@@ -91,26 +100,35 @@ impl ScriptBackend {
 }
 
 /// Reads a script's reply for a policy of `rules` rules; `None` when it is not one.
-pub fn decode(raw: &[i64], rules: usize) -> Option<Decision> {
+pub fn decode(raw: &[i64], rules: usize) -> Option<Reply> {
     let index = |one_based: i64| {
         usize::try_from(one_based)
             .ok()
             .and_then(|i| i.checked_sub(1))
             .filter(|&i| i < rules)
     };
-    match *raw {
-        [1, tightest, remaining, next_slot_ms] => Some(Decision::Admitted {
-            tightest: index(tightest)?,
-            remaining,
-            next_slot_ms,
-        }),
-        [0, rule, retry_after_ms, longest_retry_after_ms] => Some(Decision::Refused {
-            rule: index(rule)?,
-            retry_after_ms,
-            longest_retry_after_ms,
-        }),
-        _ => None,
-    }
+    let (decision, late_us) = match *raw {
+        [1, tightest, remaining, next_slot_ms, late_us] => (
+            Decision::Admitted {
+                tightest: index(tightest)?,
+                remaining,
+                next_slot_ms,
+            },
+            late_us,
+        ),
+        [0, rule, retry_after_ms, longest_retry_after_ms, late_us] => (
+            Decision::Refused {
+                rule: index(rule)?,
+                retry_after_ms,
+                longest_retry_after_ms,
+            },
+            late_us,
+        ),
+        _ => return None,
+    };
+    (0..1000)
+        .contains(&late_us)
+        .then_some(Reply { decision, late_us })
 }
 
 #[cfg(test)]
@@ -119,8 +137,9 @@ mod tests {
 
     #[test]
     fn replies_decode_to_decisions_and_anything_else_is_refused() {
+        let decision = |raw: &[i64]| decode(raw, 3).map(|reply| reply.decision);
         assert_eq!(
-            decode(&[1, 2, 7, 0], 3),
+            decision(&[1, 2, 7, 0, 0]),
             Some(Decision::Admitted {
                 tightest: 1,
                 remaining: 7,
@@ -128,15 +147,17 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(&[0, 1, 900, 59_000], 3),
+            decision(&[0, 1, 900, 59_000, 999]),
             Some(Decision::Refused {
                 rule: 0,
                 retry_after_ms: 900,
                 longest_retry_after_ms: 59_000
             })
         );
-        assert_eq!(decode(&[1, 4, 7, 0], 3), None);
-        assert_eq!(decode(&[0, 0, 1, 1], 3), None);
-        assert_eq!(decode(&[1, 1], 3), None);
+        assert_eq!(decode(&[0, 1, 900, 59_000, 999], 3).unwrap().late_us, 999);
+        assert_eq!(decision(&[1, 4, 7, 0, 0]), None);
+        assert_eq!(decision(&[0, 0, 1, 1, 0]), None);
+        assert_eq!(decision(&[0, 1, 1, 1, 1000]), None);
+        assert_eq!(decision(&[1, 1, 0, 0]), None);
     }
 }

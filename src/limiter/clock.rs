@@ -22,24 +22,29 @@ impl Clock {
         }
     }
 
-    /// Milliseconds since `epoch` on this instance, for deadlines kept in memory (the
+    /// Microseconds since `epoch` on this instance, for deadlines kept in memory (the
     /// denial cache): monotonic, except that a manual clock is followed exactly, so
     /// tests that move time move those deadlines too.
-    pub fn local_ms(&self, epoch: std::time::Instant) -> i64 {
+    pub fn local_us(&self, epoch: std::time::Instant) -> i64 {
         match self {
-            Self::Manual(manual) => manual.now_ms(),
+            Self::Manual(manual) => manual.now_ms().saturating_mul(1000),
             Self::Redis | Self::System => {
-                i64::try_from(epoch.elapsed().as_millis()).unwrap_or(i64::MAX)
+                i64::try_from(epoch.elapsed().as_micros()).unwrap_or(i64::MAX)
             }
         }
     }
 
-    /// The timestamp to pass to a script, or `None` for the Redis clock.
-    pub fn now_ms(&self) -> Option<i64> {
+    /// The timestamp to pass to a script (`None` for the Redis clock), and how many µs
+    /// past that millisecond it really is: the script's waits count from the
+    /// millisecond, so they end that much sooner than they read.
+    pub fn script_now(&self) -> (Option<i64>, i64) {
         match self {
-            Self::Redis => None,
-            Self::System => Some(chrono::Utc::now().timestamp_millis()),
-            Self::Manual(manual) => Some(manual.now_ms()),
+            Self::Redis => (None, 0),
+            Self::System => {
+                let us = chrono::Utc::now().timestamp_micros();
+                (Some(us.div_euclid(1000)), us.rem_euclid(1000))
+            }
+            Self::Manual(manual) => (Some(manual.now_ms()), 0),
         }
     }
 }

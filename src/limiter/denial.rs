@@ -10,7 +10,11 @@
 //!
 //! So until `sent + T` the instance refuses K locally, exactly as Redis would, at the
 //! cost of a lock and a string compare. Measured from the send time, the local deadline
-//! is never later than Redis's own (the script ran after the send).
+//! is never later than Redis's own (the script ran after the send). Deadlines are kept
+//! in microseconds: Redis's clock reads whole milliseconds, so T counts from the start
+//! of the millisecond the script ran in, and the script says how far into it it was
+//! (`late`), which comes off the deadline; without that, a local refusal could outlast
+//! Redis's by up to a millisecond.
 //!
 //! The table has a fixed number of slots, each holding at most one denial; a newer one
 //! evicts whatever shares its slot. Eviction is always safe: a key not found here is
@@ -41,7 +45,7 @@ pub struct DenialCache {
 
 struct Denial {
     key: Box<str>,
-    until_ms: i64,
+    until_us: i64,
     generation: u64,
     /// Set while one request asks Redis about this expired denial; the others wait on it.
     probe: Option<Arc<Notify>>,
@@ -49,8 +53,8 @@ struct Denial {
 
 /// What the cache knows about a key.
 pub enum Seen {
-    /// Redis refused it and cannot admit it for this long (ms).
-    Refused { wait_ms: i64 },
+    /// Redis refused it and cannot admit it for this long (µs).
+    Refused { wait_us: i64 },
     /// Its denial expired and a probe is asking Redis: wait on this, then look again.
     Probing(Arc<Notify>),
     /// Its denial expired and nobody is asking: [`DenialCache::claim`] it.
@@ -72,16 +76,16 @@ impl DenialCache {
         !self.slots.is_empty()
     }
 
-    /// Records that `key` is refused until `until_ms` (local milliseconds) under the
+    /// Records that `key` is refused until `until_us` (local microseconds) under the
     /// rules of `generation`: the generation the refused call was decided under. Wakes
     /// the requests waiting on a probe of `key`.
-    pub fn insert(&self, key: &str, until_ms: i64, generation: u64) {
+    pub fn insert(&self, key: &str, until_us: i64, generation: u64) {
         let Some(mut slot) = self.lock(key) else {
             return;
         };
         let previous = slot.replace(Denial {
             key: key.into(),
-            until_ms,
+            until_us,
             generation,
             probe: None,
         });
@@ -91,16 +95,16 @@ impl DenialCache {
         }
     }
 
-    /// What is known about `key` at `now_ms` under the rules of `generation`.
-    pub fn seen(&self, key: &str, now_ms: i64, generation: u64) -> Seen {
+    /// What is known about `key` at `now_us` under the rules of `generation`.
+    pub fn seen(&self, key: &str, now_us: i64, generation: u64) -> Seen {
         let Some(slot) = self.lock(key) else {
             return Seen::Unknown;
         };
         match slot.as_ref() {
             Some(d) if &*d.key == key && d.generation == generation => {
-                if now_ms < d.until_ms {
+                if now_us < d.until_us {
                     Seen::Refused {
-                        wait_ms: d.until_ms - now_ms,
+                        wait_us: d.until_us - now_us,
                     }
                 } else if let Some(probe) = &d.probe {
                     Seen::Probing(Arc::clone(probe))
@@ -124,12 +128,12 @@ impl DenialCache {
 
     /// Makes the caller the probe of `key`'s expired denial; `None` when the entry is no
     /// longer an unclaimed expired denial under `generation`.
-    pub fn claim<'a>(&'a self, key: &'a str, now_ms: i64, generation: u64) -> Option<Probe<'a>> {
+    pub fn claim<'a>(&'a self, key: &'a str, now_us: i64, generation: u64) -> Option<Probe<'a>> {
         let mut slot = self.lock(key)?;
         let denial = slot.as_mut().filter(|d| {
             &*d.key == key
                 && d.generation == generation
-                && d.until_ms <= now_ms
+                && d.until_us <= now_us
                 && d.probe.is_none()
         })?;
         let notify = Arc::new(Notify::new());
@@ -199,9 +203,9 @@ impl Drop for Probe<'_> {
 mod tests {
     use super::*;
 
-    fn refused_for(cache: &DenialCache, key: &str, now_ms: i64, generation: u64) -> Option<i64> {
-        match cache.seen(key, now_ms, generation) {
-            Seen::Refused { wait_ms } => Some(wait_ms),
+    fn refused_for(cache: &DenialCache, key: &str, now_us: i64, generation: u64) -> Option<i64> {
+        match cache.seen(key, now_us, generation) {
+            Seen::Refused { wait_us } => Some(wait_us),
             _ => None,
         }
     }

@@ -280,14 +280,14 @@ impl Limiter {
         // The first live denial refuses at once, before the remaining keys are even
         // built: the cheapest answer of a stampede. Its wait is that rule's own, which
         // is never later than the longest Redis would give.
-        let now = self.clock.local_ms(self.epoch);
+        let now = self.clock.local_us(self.epoch);
         let mut keys = Vec::with_capacity(policy.rules.len());
         let mut contended = false;
         for (index, rule) in policy.rules.iter().enumerate() {
             let key = keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller)?;
             match self.denials.seen(&key, now, generation) {
-                Seen::Refused { wait_ms } => {
-                    let wait = wait_ms.max(1) as u64;
+                Seen::Refused { wait_us } => {
+                    let wait = whole_ms(wait_us);
                     return Err(Self::refuse_locally(
                         Refusal {
                             policy: Arc::clone(policy),
@@ -312,19 +312,16 @@ impl Limiter {
         } else {
             Vec::new()
         };
-        let sent_ms = self.clock.local_ms(self.epoch);
+        let sent_us = self.clock.local_us(self.epoch);
+        let (now_ms, app_late_us) = self.clock.script_now();
         let member = format!(
             "{:016x}{:x}",
             self.instance_tag,
             self.sequence.fetch_add(1, Ordering::Relaxed)
         );
-        let invocation = self.backend.invocation(
-            algorithm,
-            &keys,
-            &policy.rules,
-            self.clock.now_ms(),
-            &member,
-        );
+        let invocation = self
+            .backend
+            .invocation(algorithm, &keys, &policy.rules, now_ms, &member);
         let started = Instant::now();
         let reply = self
             .redis
@@ -333,9 +330,12 @@ impl Limiter {
         enforced.latency[algorithm as usize].observe(started.elapsed().as_secs_f64());
 
         let failure = match reply.map(|raw| backend::decode(&raw, policy.rules.len())) {
-            Ok(Some(decision)) => {
-                self.learn(&decision, &keys, probes, sent_ms, generation);
-                return Self::record(&enforced, algorithm, decision);
+            Ok(Some(reply)) => {
+                // When the waits started: the send, less how far into its millisecond
+                // the clock that counted them was.
+                let started_us = sent_us - app_late_us - reply.late_us;
+                self.learn(&reply.decision, &keys, probes, started_us, generation);
+                return Self::record(&enforced, algorithm, reply.decision);
             }
             Ok(None) => {
                 self.metrics.redis_error(RedisPurpose::Limiter);
@@ -384,14 +384,14 @@ impl Limiter {
         }
         let deadline = tokio::time::Instant::now() + self.redis.timeout(RedisPurpose::Limiter);
         loop {
-            let now = self.clock.local_ms(self.epoch);
+            let now = self.clock.local_us(self.epoch);
             let mut refusal: Option<Refusal> = None;
             let mut probing = None;
             let mut expired = Vec::new();
             for (rule, key) in keys.iter().enumerate() {
                 match self.denials.seen(key, now, generation) {
-                    Seen::Refused { wait_ms } => {
-                        let wait = wait_ms.max(1) as u64;
+                    Seen::Refused { wait_us } => {
+                        let wait = whole_ms(wait_us);
                         match refusal.as_mut() {
                             Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
                             None => {
@@ -449,7 +449,7 @@ impl Limiter {
         decision: &Decision,
         keys: &[String],
         probes: Vec<Probe<'_>>,
-        sent_ms: i64,
+        started_us: i64,
         generation: u64,
     ) {
         let (full, wait_ms) = match *decision {
@@ -467,7 +467,7 @@ impl Limiter {
         if let Some(rule) = full {
             self.denials.insert(
                 &keys[rule],
-                sent_ms.saturating_add(wait_ms.max(1)),
+                started_us.saturating_add(wait_ms.max(1).saturating_mul(1000)),
                 generation,
             );
         }
@@ -532,6 +532,12 @@ impl Limiter {
             }
         }
     }
+}
+
+/// A local wait in whole milliseconds for the headers, rounded up (≥ 1): never later
+/// than Redis's own answer, which counts whole milliseconds from an earlier start.
+fn whole_ms(wait_us: i64) -> u64 {
+    (wait_us.max(1) as u64).div_ceil(1000)
 }
 
 /// Logs a fail-open burst once, then at most every 10 s with the number suppressed:
