@@ -31,15 +31,16 @@
 //! admitted and took the last slot (the key's remaining count is 0), the next request
 //! probes; otherwise the key is forgotten and requests go to Redis freely again.
 
-use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use foldhash::fast::RandomState;
 use tokio::sync::Notify;
 
 pub struct DenialCache {
     slots: Box<[Mutex<Option<Denial>>]>,
-    /// Random keys: a client cannot aim its keys at one slot to evict someone's denial.
+    /// Seeded at random per process, so a client cannot aim its keys at one slot to
+    /// evict someone's denial (which would only cost a Redis call anyway).
     hasher: RandomState,
 }
 
@@ -68,7 +69,7 @@ impl DenialCache {
     pub fn new(slots: usize) -> Self {
         Self {
             slots: (0..slots).map(|_| Mutex::new(None)).collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
         }
     }
 
