@@ -219,17 +219,19 @@ async fn token_bucket_admits_exactly_capacity_under_concurrency() {
     exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(Algorithm::TokenBucket).await;
 }
 
-/// Rule 1 keyed by user, rule 2 shared by everyone, rule 3 keyed by user again.
+/// Rule 1 keyed by user, rule 2 shared by everyone (2 per minute), rule 3 keyed by user
+/// again: the middle one refuses first.
+fn first_second_third() -> Vec<RuleConfig> {
+    vec![
+        rule("first", KeySource::User, 60_000, 10),
+        rule("second", KeySource::Literal("shared".into()), 60_000, 2),
+        rule("third", KeySource::User, 60_000, 10),
+    ]
+}
+
+/// The script's all-or-nothing, so asked of Redis every time (no denial cache).
 async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Algorithm) {
-    let engine = engine(
-        algorithm,
-        vec![
-            rule("first", KeySource::User, 60_000, 10),
-            rule("second", KeySource::Literal("shared".into()), 60_000, 2),
-            rule("third", KeySource::User, 60_000, 10),
-        ],
-    )
-    .await;
+    let engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
     assert!(engine.check(&caller(1)).await.is_ok());
     engine.clock.advance_ms(5);
     assert!(engine.check(&caller(2)).await.is_ok()); // fills "second"
@@ -267,16 +269,7 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
 /// Asked of Redis (no denial cache), a refusal leaves every key exactly as it was: the
 /// serialized value (`DUMP`) and the absolute expiry (`PEXPIRETIME`).
 async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algorithm) {
-    let engine = engine_with_denial_cache(
-        algorithm,
-        vec![
-            rule("first", KeySource::User, 60_000, 10),
-            rule("second", KeySource::Literal("shared".into()), 60_000, 2),
-            rule("third", KeySource::User, 60_000, 10),
-        ],
-        0,
-    )
-    .await;
+    let engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
     assert!(engine.check(&caller(1)).await.is_ok());
     engine.clock.advance_ms(7);
     assert!(engine.check(&caller(1)).await.is_ok());
@@ -361,7 +354,10 @@ async fn with_two_full_rules_retry_after_is_the_longer_wait() {
 #[tokio::test]
 async fn sliding_window_counts_same_millisecond_requests_and_readmits_after_the_window() {
     let algorithm = Algorithm::SlidingWindow;
-    let engine = engine(algorithm, vec![rule("only", KeySource::User, 60_000, 2)]).await;
+    // The script's own waits: asked of Redis every time (no denial cache).
+    let engine =
+        engine_with_denial_cache(algorithm, vec![rule("only", KeySource::User, 60_000, 2)], 0)
+            .await;
     // The clock is frozen: all three requests share one millisecond.
     assert!(engine.check(&caller(1)).await.is_ok());
     assert!(engine.check(&caller(1)).await.is_ok());
@@ -394,7 +390,8 @@ async fn token_bucket_refills_at_the_configured_rate() {
     let mut bucket = rule("only", KeySource::User, 60_000, 3);
     bucket.refill_tokens = Some(1);
     bucket.refill_ms = Some(1_000);
-    let engine = engine(algorithm, vec![bucket]).await;
+    // The script's own refill: asked of Redis every time (no denial cache).
+    let engine = engine_with_denial_cache(algorithm, vec![bucket], 0).await;
     for expected_left in [2, 1, 0] {
         let admission = engine.check(&caller(1)).await.expect("a token is left");
         assert_eq!(admission.quota_left.unwrap().remaining, expected_left);
