@@ -169,19 +169,9 @@ fn refused(
     }
 }
 
-async fn exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(algorithm: Algorithm) {
-    let threshold = 25;
-    let engine = engine(
-        algorithm,
-        vec![rule(
-            "only",
-            KeySource::Literal("all".into()),
-            60_000,
-            threshold,
-        )],
-    )
-    .await;
-    let tasks: Vec<_> = (0..threshold * 10)
+/// `count` callers (users 1..=count) checked at the same time; how many were admitted.
+async fn concurrent_checks(engine: &Engine, count: u64) -> u64 {
+    let tasks: Vec<_> = (0..count)
         .map(|i| {
             let limiter = Arc::clone(&engine.limiter);
             tokio::spawn(async move {
@@ -196,7 +186,22 @@ async fn exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(algor
     for task in tasks {
         admitted += u64::from(task.await.unwrap());
     }
-    assert_eq!(admitted, threshold);
+    admitted
+}
+
+async fn exactly_threshold_of_ten_times_threshold_concurrent_requests_pass(algorithm: Algorithm) {
+    let threshold = 25;
+    let engine = engine(
+        algorithm,
+        vec![rule(
+            "only",
+            KeySource::Literal("all".into()),
+            60_000,
+            threshold,
+        )],
+    )
+    .await;
+    assert_eq!(concurrent_checks(&engine, threshold * 10).await, threshold);
     assert_eq!(engine.counter("fail_open", &["p"]), 0);
     assert_eq!(
         engine.counter("decisions", &["p", "only", "pass"]),
@@ -514,26 +519,6 @@ async fn concurrent_callers_behind_an_expired_denial_get_exactly_the_freed_slot(
         )],
     )
     .await;
-    let burst = |size: u64| {
-        let tasks: Vec<_> = (0..size)
-            .map(|i| {
-                let limiter = Arc::clone(&engine.limiter);
-                tokio::spawn(async move {
-                    limiter
-                        .check("p", None, &caller(i as i64 + 1))
-                        .await
-                        .is_ok()
-                })
-            })
-            .collect();
-        async move {
-            let mut admitted = 0;
-            for task in tasks {
-                admitted += u64::from(task.await.unwrap());
-            }
-            admitted
-        }
-    };
     let limiter_calls = || {
         engine
             .metrics
@@ -546,11 +531,15 @@ async fn concurrent_callers_behind_an_expired_denial_get_exactly_the_freed_slot(
         assert!(engine.check(&caller(1)).await.is_ok());
         engine.clock.advance_ms(1);
     }
-    assert_eq!(burst(50).await, 0);
+    assert_eq!(concurrent_checks(&engine, 50).await, 0);
     // The oldest entry expires: exactly one slot is free.
     engine.clock.advance_ms(1_000 - threshold as i64);
     let calls_before = limiter_calls();
-    assert_eq!(burst(200).await, 1, "the window freed exactly one slot");
+    assert_eq!(
+        concurrent_checks(&engine, 200).await,
+        1,
+        "the window freed exactly one slot"
+    );
     let calls = limiter_calls() - calls_before;
     assert!(
         calls <= 5,
