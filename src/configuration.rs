@@ -254,6 +254,13 @@ impl Settings {
                 "is the local default `dev-admin-token`, which is public",
             ));
         }
+        let tokens = crate::identity::AdminTokens::parse(&self.admin_token);
+        if tokens.secrets().any(|secret| secret.chars().count() < 32) {
+            return Err(UnsafeSetting::new(
+                "SECKILL_ADMIN_TOKEN",
+                "every admin secret (the part after `name:`) must be at least 32 characters long",
+            ));
+        }
         Ok(())
     }
 
@@ -304,9 +311,35 @@ mod tests {
         Settings {
             environment: Environment::Production,
             jwt_secret: SecretString::from("a-production-secret-of-at-least-32-bytes"),
-            admin_token: SecretString::from("ops:a-long-random-admin-token"),
+            admin_token: SecretString::from("ops:a-long-random-admin-token-of-32-chars"),
             ..Settings::default()
         }
+    }
+
+    #[test]
+    fn production_refuses_a_short_admin_secret_and_names_the_setting() {
+        for weak in [
+            "ops:x",
+            "x",
+            "ops:a-long-random-admin-token-of-32",
+            "ops:x,ci:short",
+        ] {
+            let settings = Settings {
+                admin_token: SecretString::from(weak),
+                ..production()
+            };
+            let refusal = settings
+                .check_production_safety()
+                .expect_err("a secret under 32 characters is refused");
+            assert_eq!(refusal.setting, "SECKILL_ADMIN_TOKEN", "{weak}");
+        }
+        let strong = Settings {
+            admin_token: SecretString::from(
+                "ops:0123456789abcdef0123456789abcdef,ci:fedcba9876543210fedcba9876543210",
+            ),
+            ..production()
+        };
+        assert_eq!(strong.check_production_safety(), Ok(()));
     }
 
     #[test]

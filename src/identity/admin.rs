@@ -48,6 +48,11 @@ impl AdminTokens {
         Self(tokens)
     }
 
+    /// Every configured secret (for the production-safety check of their strength).
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(_, secret)| secret.expose_secret())
+    }
+
     /// The name of the token that matches, comparing in constant time so response
     /// timing does not reveal how much of a guess was right.
     fn authenticate(&self, presented: &str) -> Option<&str> {

@@ -105,6 +105,9 @@ pub struct OrdersQuery {
     per_page: Option<i64>,
 }
 
+/// The last page `GET /admin/api/orders` serves: 20 million orders at 200 a page.
+const MAX_PAGE: i64 = 100_000;
+
 /// `GET /admin/api/orders?item=&user=&from=&to=&page=&perPage=`: newest first.
 pub async fn orders(
     _admin: Admin,
@@ -114,8 +117,13 @@ pub async fn orders(
     let q = query.into_inner();
     let page = q.page.unwrap_or(1);
     let per_page = q.per_page.unwrap_or(50);
-    if page < 1 {
-        return Err(ApiError::validation("page", "page starts at 1"));
+    // Bounded so that the offset, (page - 1) × perPage, always fits: an unbounded page
+    // overflowed it (a panic in debug builds, a negative OFFSET and a 500 in release).
+    if !(1..=MAX_PAGE).contains(&page) {
+        return Err(ApiError::validation(
+            "page",
+            format!("page must be between 1 and {MAX_PAGE}"),
+        ));
     }
     if !(1..=200).contains(&per_page) {
         return Err(ApiError::validation(

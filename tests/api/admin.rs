@@ -397,3 +397,23 @@ async fn every_admin_path_needs_the_token_first(db: PgPool) {
         404
     );
 }
+
+#[sqlx::test]
+async fn order_paging_beyond_any_offset_is_a_validation_error(db: PgPool) {
+    let app = spawn_app(&db).await;
+    for (query, field) in [
+        ("page=9223372036854775807", "page"),
+        ("page=4611686018427387904&perPage=200", "page"),
+        ("page=0", "page"),
+        ("perPage=201", "perPage"),
+    ] {
+        let response = admin_get(&app, &format!("/admin/api/orders?{query}")).await;
+        assert_eq!(response.status(), 400, "{query}");
+        let body = json(response).await;
+        assert_eq!(body["code"], "VALIDATION_FAILED", "{query}");
+        assert_eq!(body["field"], field, "{query}");
+    }
+    let last_allowed = admin_get(&app, "/admin/api/orders?page=100000&perPage=200").await;
+    assert_eq!(last_allowed.status(), 200);
+    assert_eq!(json(last_allowed).await["orders"], json!([]));
+}
