@@ -54,6 +54,7 @@ pub struct Limiter {
     instance_tag: u64,
     sequence: AtomicU64,
     fail_open_log: BurstLog,
+    fail_closed_log: BurstLog,
 }
 
 /// The policies in force, each with its metric handles resolved, and the generation
@@ -203,7 +204,8 @@ impl Limiter {
             epoch: Instant::now(),
             instance_tag: uuid::Uuid::new_v4().as_u64_pair().0,
             sequence: AtomicU64::new(0),
-            fail_open_log: BurstLog::default(),
+            fail_open_log: BurstLog::new("failing open"),
+            fail_closed_log: BurstLog::new("failing closed"),
         })
     }
 
@@ -355,7 +357,7 @@ impl Limiter {
             }
             FailMode::Closed => {
                 enforced.fail_closed.inc();
-                tracing::warn!(policy = %policy.name, error = %failure, "limiter unavailable, failing closed");
+                self.fail_closed_log.warn(&policy.name, &failure);
                 Err(Rejection::Unavailable)
             }
         }
@@ -540,17 +542,27 @@ fn whole_ms(wait_us: i64) -> u64 {
     (wait_us.max(1) as u64).div_ceil(1000)
 }
 
-/// Logs a fail-open burst once, then at most every 10 s with the number suppressed:
-/// during an outage every request fails open, and a line per request would bury the
-/// log (and the disk) exactly when someone needs to read it.
-#[derive(Default)]
+/// Logs a burst of limiter failures once, then at most every 10 s with the number
+/// suppressed: during an outage every request fails (open or closed), and a line per
+/// request would bury the log (and the disk) exactly when someone needs to read it.
 struct BurstLog {
+    /// What the failures mean for requests, e.g. "failing open".
+    outcome: &'static str,
     last_logged_ms: AtomicI64,
     suppressed: AtomicU64,
 }
 
 impl BurstLog {
     const QUIET_MS: i64 = 10_000;
+
+    fn new(outcome: &'static str) -> Self {
+        Self {
+            outcome,
+            // Far enough in the past that the first failure is logged at once.
+            last_logged_ms: AtomicI64::new(i64::MIN / 2),
+            suppressed: AtomicU64::new(0),
+        }
+    }
 
     fn warn(&self, policy: &str, error: &str) {
         let now = chrono::Utc::now().timestamp_millis();
@@ -566,7 +578,8 @@ impl BurstLog {
                 policy,
                 error,
                 suppressed,
-                "limiter unavailable, failing open"
+                "limiter unavailable, {}",
+                self.outcome
             );
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
