@@ -41,12 +41,21 @@ pub fn client_ip(req: &HttpRequest) -> Result<ClientIp, ApiError> {
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))
 }
 
-/// The caller's `X-Client-Id`, if any. An invalid one is a 400, not a silent fallback
-/// to the IP: the caller meant to be someone.
+/// The caller's `X-Client-Id`, if any, believed only from a trusted proxy (the same
+/// list as `X-Forwarded-For`): from anyone else it is text the client chose, and a fresh
+/// id per request would buy a fresh quota (and a Redis key) each time, so the caller is
+/// keyed by address instead. From a trusted proxy an invalid one is a 400, not a silent
+/// fallback to the IP: the caller meant to be someone.
 pub fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
     let Some(value) = req.headers().get(CLIENT_ID_HEADER) else {
         return Ok(None);
     };
+    let trusted = req
+        .app_data::<web::Data<TrustedProxies>>()
+        .is_some_and(|proxies| proxies.is_trusted_peer(req));
+    if !trusted {
+        return Ok(None);
+    }
     let raw = value.to_str().unwrap_or("\u{0}");
     ClientId::parse(raw)
         .map(Some)

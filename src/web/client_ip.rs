@@ -25,6 +25,12 @@ impl TrustedProxies {
         self.0.contains(&canonical(ip))
     }
 
+    /// Whether the request comes straight from a trusted proxy, whose identity headers
+    /// (`X-Forwarded-For`, `X-Client-Id`) we believe.
+    pub fn is_trusted_peer(&self, req: &HttpRequest) -> bool {
+        req.peer_addr().is_some_and(|peer| self.contains(peer.ip()))
+    }
+
     pub fn client_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
         let peer = req.peer_addr()?.ip();
         Some(ClientIp::new(self.resolve(peer, req.headers())))

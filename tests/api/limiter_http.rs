@@ -287,3 +287,60 @@ async fn forwarded_for_counts_only_from_a_trusted_proxy(db: PgPool) {
         assert_eq!(response.status(), 200, "request {i}");
     }
 }
+
+#[sqlx::test]
+async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
+    })
+    .await;
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(ip))
+            .build()
+            .unwrap()
+    };
+
+    // 127.0.0.2 is not a trusted proxy: a fresh X-Client-Id each time buys nothing, the
+    // address is the key, and no key is made per claimed id.
+    let untrusted = from([127, 0, 0, 2]);
+    for i in 0..5 {
+        let response = untrusted
+            .get(app.url("/api/limited"))
+            .header("X-Client-Id", format!("fresh-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            if i < 3 { 200 } else { 429 },
+            "request {i}"
+        );
+    }
+    let mut redis = app.redis().await;
+    let pattern = format!("{}:{{limited}}:*", app.settings.redis_key_prefix);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys,
+        [format!(
+            "{}:{{limited}}:sliding_window:client:ip:127.0.0.2",
+            app.settings.redis_key_prefix
+        )]
+    );
+
+    // 127.0.0.1 is trusted: each client id gets its own quota.
+    let trusted = from([127, 0, 0, 1]);
+    for i in 0..6 {
+        let response = trusted
+            .get(app.url("/api/limited"))
+            .header("X-Client-Id", format!("own-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+    }
+}
