@@ -93,6 +93,9 @@ pub struct Settings {
 
     /// Per-probe timeout of `GET /health/ready`.
     pub readiness_timeout_ms: u64,
+    /// Longest a request body may take to arrive (from the end of its headers): a body
+    /// that drips in slower answers 408 `REQUEST_TIMEOUT` instead of holding a worker.
+    pub body_timeout_ms: u64,
 
     /// Peers whose `X-Forwarded-For` is believed. A list, or one comma-separated string
     /// (`SECKILL_TRUSTED_PROXIES=127.0.0.1,::1,10.0.0.5`).
@@ -166,6 +169,7 @@ impl Default for Settings {
             dev_login: None,
             admin_token: SecretString::from(""),
             readiness_timeout_ms: 500,
+            body_timeout_ms: 5_000,
             trusted_proxies: vec![
                 IpAddr::from([127, 0, 0, 1]),
                 IpAddr::from(std::net::Ipv6Addr::LOCALHOST),

@@ -24,6 +24,9 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive within the body deadline (`body_timeout_ms`).
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     #[error("no such resource")]
     NotFound,
     #[error("method not allowed on this resource")]
@@ -79,6 +82,7 @@ impl ApiError {
             Self::Validation { .. } => "VALIDATION_FAILED",
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Unauthenticated => "UNAUTHENTICATED",
@@ -121,6 +125,7 @@ impl ResponseError for ApiError {
             Self::MalformedJson(_) | Self::Validation { .. } => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::NotFound | Self::ItemNotFound => StatusCode::NOT_FOUND,
             Self::SaleNotStarted
             | Self::SaleEnded

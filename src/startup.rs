@@ -116,6 +116,9 @@ impl Application {
         let stats = web::Data::from(stats);
         let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
+        let body_timeout = web::Data::new(crate::web::json::BodyTimeout(Duration::from_millis(
+            settings.body_timeout_ms,
+        )));
         let options = RouteOptions {
             dev_login: settings.dev_login_enabled(),
             static_dir: settings.static_dir.clone().into(),
@@ -138,6 +141,7 @@ impl Application {
                 .app_data(redis.clone())
                 .app_data(keys.clone())
                 .app_data(readiness.clone())
+                .app_data(body_timeout.clone())
                 .app_data(metrics.clone())
                 .app_data(limiter.clone())
                 .app_data(proxies.clone())

@@ -20,6 +20,16 @@ use crate::error::ApiError;
 /// Largest JSON body accepted. Every body we take is a handful of fields.
 pub const JSON_LIMIT_BYTES: usize = 16 * 1024;
 
+/// How long a body may take to arrive (`body_timeout_ms`), as app data; 5 s when unset.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
+
+impl Default for BodyTimeout {
+    fn default() -> Self {
+        Self(std::time::Duration::from_secs(5))
+    }
+}
+
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -39,6 +49,13 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         let mut payload = payload.take();
+        // actix bounds the wait for the headers, not for the body: a client announcing
+        // 16 KiB and sending a byte now and then would hold this request for hours.
+        let deadline = req
+            .app_data::<actix_web::web::Data<BodyTimeout>>()
+            .map(|timeout| *timeout.get_ref())
+            .unwrap_or_default()
+            .0;
         Box::pin(async move {
             if !is_json {
                 return Err(ApiError::UnsupportedMediaType);
@@ -49,16 +66,22 @@ where
             if declared_len.is_some_and(|len| len > JSON_LIMIT_BYTES) {
                 return Err(too_large);
             }
-            let mut body = BytesMut::with_capacity(declared_len.unwrap_or(0));
-            while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::MalformedJson(format!("could not read the body: {e}"))
-                })?;
-                if body.len() + chunk.len() > JSON_LIMIT_BYTES {
-                    return Err(too_large);
+            let read = async {
+                let mut body = BytesMut::with_capacity(declared_len.unwrap_or(0));
+                while let Some(chunk) = payload.next().await {
+                    let chunk = chunk.map_err(|e| {
+                        ApiError::MalformedJson(format!("could not read the body: {e}"))
+                    })?;
+                    if body.len() + chunk.len() > JSON_LIMIT_BYTES {
+                        return Err(too_large);
+                    }
+                    body.extend_from_slice(&chunk);
                 }
-                body.extend_from_slice(&chunk);
-            }
+                Ok(body)
+            };
+            let body = tokio::time::timeout(deadline, read)
+                .await
+                .map_err(|_| ApiError::RequestTimeout)??;
             let value: T = parse(&body)?;
             value.validate().map_err(first_violation)?;
             Ok(JsonBody(value))

@@ -95,3 +95,52 @@ async fn a_wrong_method_is_a_json_method_not_allowed(db: PgPool) {
         .unwrap();
     assert_error(response, 405, "METHOD_NOT_ALLOWED").await;
 }
+
+/// A body that drips in (16 000 bytes announced, one sent per 200 ms) gets 408 in our
+/// envelope once the body deadline passes, instead of holding a worker for hours.
+#[sqlx::test]
+async fn a_slow_drip_body_gets_request_timeout(db: PgPool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let app = crate::helpers::spawn_app_with(&db, |s| s.body_timeout_ms = 1_000).await;
+    let token = app.token_for(7).await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /seckill HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 16000\r\n\r\n{{"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    // Drip one byte every 200 ms (time itself is what is tested), reading whatever
+    // comes back; give up after 10 s.
+    while started.elapsed() < std::time::Duration::from_secs(10) {
+        let _ = socket.write_all(b" ").await;
+        match tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            socket.read(&mut buffer),
+        )
+        .await
+        {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                answer.extend_from_slice(&buffer[..n]);
+                if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
+                    break;
+                }
+            }
+            Ok(Err(_)) => break,
+            Err(_) => {}
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.starts_with("HTTP/1.1 408"),
+        "after {:?}: {text}",
+        started.elapsed()
+    );
+    assert!(text.contains(r#""code":"REQUEST_TIMEOUT""#), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
