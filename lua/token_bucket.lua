@@ -30,7 +30,8 @@
 --          subtracts it to know exactly when they end
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
--- missing key and a full bucket are the same thing. An empty bucket refills one token
+-- missing key and a full bucket are the same thing. `refilled_at` never moves back: a
+-- caller whose clock is behind it gets no refill and waits from the bucket's time. An empty bucket refills one token
 -- within ceil(refill_ms / refill_tokens) ms, so once a refusal is known and the longest
 -- wait so far covers that, a later rule cannot change the reply and is skipped.
 
@@ -48,28 +49,34 @@ end
 
 local refusing, wait, longest = 0, 0, 0
 local tightest, least = 0, 0
--- Pass 1 reads only; the levels are kept for pass 2.
-local levels = {}
+-- Pass 1 reads only; the levels and the buckets' times are kept for pass 2.
+local levels, stamps = {}, {}
+-- With app clocks (ARGV[1] set), another instance's clock may be ahead of this one: a
+-- bucket's time never moves back (or the ahead instance would refill the skew again on
+-- its next call), so waits count from the bucket's time, and no rule can be skipped.
+local skewed = ARGV[1] ~= ''
 
 for i = 1, n do
   local refill_tokens = tonumber(ARGV[3 * i + 1])
   local refill_ms = tonumber(ARGV[3 * i + 2])
-  if refusing == 0 or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
+  if refusing == 0 or skewed
+      or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
     local full = tonumber(ARGV[3 * i]) * refill_ms
     local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at')
     local level = tonumber(state[1])
     local at = tonumber(state[2])
     if level == nil or at == nil then
-      level = full
+      level, at = full, now
     else
       local elapsed = now - at
       if elapsed > 0 then level = level + elapsed * refill_tokens end
       if level > full then level = full end
+      if at < now then at = now end
     end
-    levels[i] = level
+    levels[i], stamps[i] = level, at
     if level < refill_ms then
-      -- ceil((refill_ms - level) / refill_tokens) in integers
-      local w = math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
+      -- ceil((refill_ms - level) / refill_tokens) in integers, from the bucket's time
+      local w = (at - now) + math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
       if refusing == 0 then refusing, wait = i, w end
       if w > longest then longest = w end
     elseif refusing == 0 then
@@ -88,8 +95,9 @@ for i = 1, n do
   local refill_tokens = tonumber(ARGV[3 * i + 1])
   local refill_ms = tonumber(ARGV[3 * i + 2])
   local level = levels[i] - refill_ms
-  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', now)
-  local ttl = math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
+  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i])
+  local ttl = (stamps[i] - now)
+    + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
@@ -97,6 +105,7 @@ local next_ms = 0
 if least == 0 then
   local refill_tokens = tonumber(ARGV[3 * tightest + 1])
   local refill_ms = tonumber(ARGV[3 * tightest + 2])
-  next_ms = math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
+  next_ms = (stamps[tightest] - now)
+    + math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
 end
 return {1, tightest, least, next_ms, late}

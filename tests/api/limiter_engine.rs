@@ -612,3 +612,45 @@ async fn a_redis_outage_is_logged_once_per_burst_when_failing_closed() {
         "one warning for a burst of 50 failures"
     );
 }
+
+/// Two instances whose app clocks are 30 s apart share one token bucket (10 per 60 s):
+/// the slow one must never move the bucket's time back, or the fast one refills the
+/// skew again on every call. Over 120 s at most capacity + rate × 120 s = 30 pass.
+#[tokio::test]
+async fn skewed_app_clocks_never_refill_a_token_bucket_twice() {
+    let mut bucket = rule("only", KeySource::Literal("all".into()), 60_000, 10);
+    bucket.refill_tokens = Some(10);
+    bucket.refill_ms = Some(60_000);
+    let fast = engine_with_denial_cache(Algorithm::TokenBucket, vec![bucket.clone()], 0).await;
+    let mut policies = BTreeMap::new();
+    policies.insert(
+        "p".to_string(),
+        PolicyConfig {
+            algorithm: Algorithm::TokenBucket,
+            fail_mode: FailMode::Open,
+            enabled: true,
+            rules: vec![bucket],
+        },
+    );
+    let slow_clock = ManualClock::starting_at(fast.clock.now_ms() - 30_000);
+    let slow = Limiter::new(
+        fast.redis.clone(),
+        &LimiterSettings {
+            policies,
+            denial_cache_slots: 0,
+            ..LimiterSettings::default()
+        },
+        Arc::clone(&fast.metrics),
+    )
+    .expect("valid policies")
+    .with_clock(Clock::Manual(slow_clock.clone()));
+
+    let mut admitted = 0;
+    for step in 0..480 {
+        let limiter = if step % 2 == 0 { &fast.limiter } else { &slow };
+        admitted += u32::from(limiter.check("p", None, &caller(1)).await.is_ok());
+        fast.clock.advance_ms(250);
+        slow_clock.advance_ms(250);
+    }
+    assert!(admitted <= 30, "{admitted} of 480 admitted in 120 s");
+}
