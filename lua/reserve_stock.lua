@@ -8,6 +8,8 @@
 -- KEYS[2]  the item's buyers (set of user ids)
 -- KEYS[3]  the item's pending reservations (sorted set: member "<user>:<order id>",
 --          score = deadline in ms on the Redis clock)
+-- KEYS[4]  the stock counter's version (bumped with the counter, so the reconciler's
+--          drift repair sees that it moved)
 -- ARGV[1]  user id
 -- ARGV[2]  sale start, ms since the epoch
 -- ARGV[3]  sale end, ms since the epoch (exclusive)
@@ -32,6 +34,7 @@ local stock = redis.call('GET', KEYS[1])
 if not stock then return {-5, 0} end
 if tonumber(stock) <= 0 then return {-4, 0} end
 local left = redis.call('DECR', KEYS[1])
+redis.call('INCR', KEYS[4])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1] .. ':' .. ARGV[4])
 return {1, left}

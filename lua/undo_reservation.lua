@@ -12,6 +12,8 @@
 -- KEYS[3]  success counter        KEYS[4]  the user's success marker
 -- KEYS[5]  orders hash (user -> order id)
 -- KEYS[6]  pending reservations (sorted set, member "<user>:<order id>")
+-- KEYS[7]  the stock counter's version (bumped with every write to the counter, so the
+--          reconciler's drift repair sees that it moved)
 -- ARGV[1]  user id
 -- ARGV[2]  this attempt's order id
 -- ARGV[3]  mode:
@@ -29,8 +31,10 @@ if redis.call('ZREM', KEYS[6], user .. ':' .. order) == 0 then
 end
 if mode == 'sold_out' then
   redis.call('SET', KEYS[1], 0)
+  redis.call('INCR', KEYS[7])
 else
   redis.call('INCR', KEYS[1])
+  redis.call('INCR', KEYS[7])
 end
 if mode ~= 'keep_buyer' then
   redis.call('SREM', KEYS[2], user)

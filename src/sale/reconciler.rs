@@ -101,8 +101,8 @@ impl Sale {
     }
 
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
-        let (stock, pending) = self.redis.stock_and_pending(item.id).await?;
-        let Some(stock) = stock else {
+        let snapshot = self.redis.stock_snapshot(item.id).await?;
+        let Some(stock) = snapshot.stock else {
             self.restore(item).await?;
             self.metrics
                 .reconciler_repairs
@@ -111,12 +111,17 @@ impl Sale {
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
             return Ok(());
         };
-        let pending_orders: Vec<_> = pending.iter().map(|r| r.order).collect();
+        let pending_orders: Vec<_> = snapshot.pending.iter().map(|r| r.order).collect();
         let (orders, committed_pending) =
             postgres::order_counts(&self.pool, item.id, &pending_orders).await?;
-        let uncommitted = pending.len() as i64 - committed_pending;
+        let uncommitted = snapshot.pending.len() as i64 - committed_pending;
         let expected = i64::from(item.total_stock) - orders - uncommitted;
-        if stock != expected && self.redis.set_stock_if(item.id, stock, expected).await? {
+        if stock != expected
+            && self
+                .redis
+                .set_stock_if(item.id, &snapshot, expected)
+                .await?
+        {
             self.metrics
                 .reconciler_repairs
                 .with_label_values(&["drift"])

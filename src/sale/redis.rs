@@ -47,6 +47,21 @@ impl ItemKeys {
     pub fn pending(&self) -> String {
         format!("{}:pending", self.base)
     }
+    /// Bumped by every write to the stock counter (see `StockSnapshot`).
+    pub fn version(&self) -> String {
+        format!("{}:stock-version", self.base)
+    }
+}
+
+/// An item's stock as the reconciler reads it: the counter, the reservations behind it,
+/// and the counter's version, which every reservation, undo and repair bumps. The drift
+/// repair compares versions, not values: a value can come back (one unit taken, another
+/// given back) while the reservations behind it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StockSnapshot {
+    pub stock: Option<i64>,
+    pub pending: Vec<PendingReservation>,
+    pub version: i64,
 }
 
 /// A reservation waiting for its order commit, as recorded in the pending set.
@@ -145,6 +160,7 @@ impl SaleRedis {
             .key(keys.stock())
             .key(keys.buyers())
             .key(keys.pending())
+            .key(keys.version())
             .arg(user.get())
             .arg(item.starts_at.timestamp_millis())
             .arg(item.ends_at.timestamp_millis())
@@ -207,6 +223,7 @@ impl SaleRedis {
             .key(keys.marker(reservation.user))
             .key(keys.orders())
             .key(keys.pending())
+            .key(keys.version())
             .arg(reservation.user.get())
             .arg(reservation.order.to_string())
             .arg(mode)
@@ -254,39 +271,40 @@ impl SaleRedis {
             .collect())
     }
 
-    /// Stock counter and pending reservations, read atomically.
-    pub async fn stock_and_pending(
-        &self,
-        item: ItemId,
-    ) -> anyhow::Result<(Option<i64>, Vec<PendingReservation>)> {
+    /// Stock counter, pending reservations and the stock's version, read atomically.
+    pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
         let keys = self.keys(item);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .get(keys.stock())
-            .zrange(keys.pending(), 0, -1);
-        let (stock, members): (Option<i64>, Vec<String>) = self
+            .zrange(keys.pending(), 0, -1)
+            .get(keys.version());
+        let (stock, members, version): (Option<i64>, Vec<String>, Option<i64>) = self
             .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
-        Ok((
+        Ok(StockSnapshot {
             stock,
-            members
+            pending: members
                 .iter()
                 .filter_map(|m| PendingReservation::parse(m))
                 .collect(),
-        ))
+            version: version.unwrap_or(0),
+        })
     }
 
-    /// Sets the stock counter to `new` only if it still holds `expected`.
+    /// Sets the stock counter to `new` only if nothing moved it since `snapshot`.
     pub async fn set_stock_if(
         &self,
         item: ItemId,
-        expected: i64,
+        snapshot: &StockSnapshot,
         new: i64,
     ) -> anyhow::Result<bool> {
+        let keys = self.keys(item);
         let mut invocation = self.set_stock_if.prepare_invoke();
         invocation
-            .key(self.keys(item).stock())
-            .arg(expected)
+            .key(keys.stock())
+            .key(keys.version())
+            .arg(snapshot.version)
             .arg(new);
         let set: i64 = self
             .call(RedisPurpose::Other, "repair stock", &invocation)

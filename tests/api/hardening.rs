@@ -329,3 +329,58 @@ async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPo
         Some(0)
     );
 }
+
+/// The drift repair's compare-and-set must not succeed after an ABA: between its read
+/// and its write one purchase took a unit and another's failed commit gave one back, so
+/// the counter reads the same while the reservations behind it changed.
+#[tokio::test]
+async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
+    use seckill::domain::UserId;
+    use seckill::sale::item::{Item, ItemId};
+    use seckill::sale::redis::{PendingReservation, SaleRedis, Undo};
+
+    let settings = crate::helpers::redis_test_settings();
+    let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
+    let store = seckill::store::RedisStore::connect(&settings, metrics)
+        .await
+        .unwrap();
+    let sale = SaleRedis::new(store, std::time::Duration::from_secs(60));
+    let now = chrono::Utc::now();
+    let item = Item {
+        id: ItemId::try_from(1).unwrap(),
+        name: "aba".into(),
+        price_cents: 1,
+        total_stock: 10,
+        remaining_stock: 10,
+        starts_at: now - chrono::Duration::minutes(1),
+        ends_at: now + chrono::Duration::hours(1),
+        paused: false,
+    };
+    assert!(sale.restore(item.id, 10, &[]).await.unwrap());
+
+    let snapshot = sale.stock_snapshot(item.id).await.unwrap();
+    assert_eq!(snapshot.stock, Some(10));
+    // A: user 1 reserves; B: user 2 reserves and its commit fails, the unit comes back.
+    let one = PendingReservation {
+        user: UserId::try_from(1).unwrap(),
+        order: uuid::Uuid::new_v4(),
+    };
+    let two = PendingReservation {
+        user: UserId::try_from(2).unwrap(),
+        order: uuid::Uuid::new_v4(),
+    };
+    sale.reserve(&item, one.user, one.order).await.unwrap();
+    sale.reserve(&item, two.user, two.order).await.unwrap();
+    assert!(sale.undo(item.id, two, Undo::Release).await.unwrap());
+    sale.undo(item.id, one, Undo::Release).await.unwrap();
+    assert_eq!(sale.stock_snapshot(item.id).await.unwrap().stock, Some(10));
+
+    assert!(
+        !sale.set_stock_if(item.id, &snapshot, 7).await.unwrap(),
+        "the counter moved since the snapshot: the repair waits for the next round"
+    );
+    assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(10)]);
+    let fresh = sale.stock_snapshot(item.id).await.unwrap();
+    assert!(sale.set_stock_if(item.id, &fresh, 7).await.unwrap());
+    assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(7)]);
+}
