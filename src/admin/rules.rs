@@ -30,6 +30,13 @@ pub struct RuleStore {
 pub enum RuleChangeError {
     #[error("no policy named {0:?}")]
     UnknownPolicy(String),
+    /// The change names a rule the policy does not have (`index` into the change's rules).
+    #[error("policy {policy:?} has no rule {rule:?}")]
+    UnknownRule {
+        policy: String,
+        rule: String,
+        index: usize,
+    },
     #[error(transparent)]
     Invalid(#[from] PolicyError),
     #[error(transparent)]
@@ -81,15 +88,16 @@ impl RuleStore {
             .collect())
     }
 
-    /// Validates and stores a new version of one policy, with its audit row, and tells
-    /// every instance. Returns the stored policy.
-    pub async fn update(
+    /// Changes one policy: `apply` turns the stored policy into the new one, inside one
+    /// transaction holding the policy's row lock, so concurrent changes of different
+    /// rules all stand (each applies to the other's result, never to a stale copy). The
+    /// result is validated, stored with its audit row, and announced to every instance.
+    pub async fn change(
         &self,
         name: &str,
-        new: PolicyConfig,
         who: &str,
+        apply: impl FnOnce(PolicyConfig) -> Result<PolicyConfig, RuleChangeError>,
     ) -> Result<PolicyConfig, RuleChangeError> {
-        crate::limiter::Policy::parse(name, &new)?;
         let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
         let old = sqlx::query_scalar!(
             r#"SELECT config AS "config: Json<PolicyConfig>" FROM limiter_policies WHERE name = $1 FOR UPDATE"#,
@@ -99,6 +107,8 @@ impl RuleStore {
         .await
         .map_err(anyhow::Error::from)?
         .ok_or_else(|| RuleChangeError::UnknownPolicy(name.to_string()))?;
+        let new = apply(old.0.clone())?;
+        crate::limiter::Policy::parse(name, &new)?;
         sqlx::query!(
             "UPDATE limiter_policies SET config = $2, updated_at = now() WHERE name = $1",
             name,

@@ -268,6 +268,46 @@ pub struct RuleChange {
     message: Option<String>,
 }
 
+impl PolicyChange {
+    /// The stored policy with this change merged in (named rules only).
+    fn apply(
+        &self,
+        policy: &str,
+        mut config: PolicyConfig,
+    ) -> Result<PolicyConfig, RuleChangeError> {
+        if let Some(algorithm) = self.algorithm {
+            config.algorithm = algorithm;
+        }
+        if let Some(enabled) = self.enabled {
+            config.enabled = enabled;
+        }
+        for (index, rc) in self.rules.iter().enumerate() {
+            let rule: &mut RuleConfig = config
+                .rules
+                .iter_mut()
+                .find(|r| r.name == rc.name)
+                .ok_or_else(|| RuleChangeError::UnknownRule {
+                    policy: policy.to_string(),
+                    rule: rc.name.clone(),
+                    index,
+                })?;
+            if let Some(window_ms) = rc.window_ms {
+                rule.window_ms = window_ms;
+                rule.refill_ms = None; // the token bucket follows the window
+            }
+            if let Some(threshold) = rc.threshold {
+                rule.threshold = threshold;
+                rule.capacity = None;
+                rule.refill_tokens = None;
+            }
+            if let Some(message) = &rc.message {
+                rule.message = message.clone();
+            }
+        }
+        Ok(config)
+    }
+}
+
 /// `PUT /admin/api/policies/{name}`: validated like settings, audited, and in force on
 /// every instance within about half a second.
 pub async fn update_policy(
@@ -278,46 +318,14 @@ pub async fn update_policy(
 ) -> Result<HttpResponse, ApiError> {
     let name = name.into_inner();
     let change = body.0;
-    let mut config = rules
-        .load()
-        .await?
-        .remove(&name)
-        .ok_or(ApiError::NotFound)?;
-    if let Some(algorithm) = change.algorithm {
-        config.algorithm = algorithm;
-    }
-    if let Some(enabled) = change.enabled {
-        config.enabled = enabled;
-    }
-    for (index, rc) in change.rules.iter().enumerate() {
-        let rule: &mut RuleConfig = config
-            .rules
-            .iter_mut()
-            .find(|r| r.name == rc.name)
-            .ok_or_else(|| {
-                ApiError::validation(
-                    format!("rules[{index}].name"),
-                    format!("policy {name:?} has no rule {:?}", rc.name),
-                )
-            })?;
-        if let Some(window_ms) = rc.window_ms {
-            rule.window_ms = window_ms;
-            rule.refill_ms = None; // the token bucket follows the window
-        }
-        if let Some(threshold) = rc.threshold {
-            rule.threshold = threshold;
-            rule.capacity = None;
-            rule.refill_tokens = None;
-        }
-        if let Some(message) = &rc.message {
-            rule.message = message.clone();
-        }
-    }
     let stored = rules
-        .update(&name, config, &admin.name)
+        .change(&name, &admin.name, |config| change.apply(&name, config))
         .await
         .map_err(|e| match e {
             RuleChangeError::UnknownPolicy(_) => ApiError::NotFound,
+            RuleChangeError::UnknownRule { index, .. } => {
+                ApiError::validation(format!("rules[{index}].name"), e.to_string())
+            }
             RuleChangeError::Invalid(invalid) => {
                 ApiError::validation(invalid_field(&invalid), invalid.to_string())
             }

@@ -417,3 +417,46 @@ async fn order_paging_beyond_any_offset_is_a_validation_error(db: PgPool) {
     assert_eq!(last_allowed.status(), 200);
     assert_eq!(json(last_allowed).await["orders"], json!([]));
 }
+
+/// Concurrent edits of different rules of one policy all stand: each is a
+/// read-modify-write of the stored policy under its row lock, never a merge into a copy
+/// read before another edit committed.
+#[sqlx::test]
+async fn concurrent_edits_of_one_policy_are_all_kept(db: PgPool) {
+    let app = spawn_app(&db).await;
+    for round in 1..=8u64 {
+        let edits = [
+            ("api", 1_000 + round),
+            ("user", 3 + round),
+            ("ip", 5 + round),
+        ];
+        let responses = futures_util::future::join_all(edits.iter().map(|(rule, threshold)| {
+            put_policy(
+                &app,
+                "seckill",
+                json!({ "rules": [{ "name": rule, "threshold": threshold }] }),
+            )
+        }))
+        .await;
+        for response in responses {
+            assert_eq!(response.status(), 200, "round {round}");
+        }
+        let stored = json(admin_get(&app, "/admin/api/policies").await).await;
+        let seckill = stored["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "seckill")
+            .unwrap()
+            .clone();
+        for (rule, threshold) in edits {
+            let found = seckill["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == rule)
+                .unwrap();
+            assert_eq!(found["threshold"], threshold, "round {round}: {rule} lost");
+        }
+    }
+}
