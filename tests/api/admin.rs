@@ -45,6 +45,18 @@ async fn put_policy(app: &TestApp, name: &str, body: serde_json::Value) -> reqwe
     .await
 }
 
+/// One policy as `GET /admin/api/policies` lists it.
+async fn stored_policy(app: &TestApp, name: &str) -> serde_json::Value {
+    let policies = json(admin_get(app, "/admin/api/policies").await).await;
+    policies["policies"]
+        .as_array()
+        .expect("a list of policies")
+        .iter()
+        .find(|p| p["name"] == name)
+        .expect("the policy is listed")
+        .clone()
+}
+
 #[sqlx::test]
 async fn a_rule_changed_through_one_instance_is_in_force_on_the_other(db: PgPool) {
     let first = spawn_app(&db).await;
@@ -177,14 +189,7 @@ async fn invalid_rules_are_refused_and_change_nothing(db: PgPool) {
         404
     );
 
-    let policies = json(admin_get(&app, "/admin/api/policies").await).await;
-    let seckill = policies["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "seckill")
-        .unwrap()
-        .clone();
+    let seckill = stored_policy(&app, "seckill").await;
     assert_eq!(
         seckill["rules"][1],
         json!({
@@ -441,14 +446,7 @@ async fn concurrent_edits_of_one_policy_are_all_kept(db: PgPool) {
         for response in responses {
             assert_eq!(response.status(), 200, "round {round}");
         }
-        let stored = json(admin_get(&app, "/admin/api/policies").await).await;
-        let seckill = stored["policies"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "seckill")
-            .unwrap()
-            .clone();
+        let seckill = stored_policy(&app, "seckill").await;
         for (rule, threshold) in edits {
             let found = seckill["rules"]
                 .as_array()

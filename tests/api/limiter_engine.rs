@@ -26,6 +26,30 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
 }
 
+/// Limiter settings with one policy `p` and `slots` slots of denial cache.
+pub fn one_policy(
+    algorithm: Algorithm,
+    fail_mode: FailMode,
+    rules: Vec<RuleConfig>,
+    slots: usize,
+) -> LimiterSettings {
+    let mut policies = BTreeMap::new();
+    policies.insert(
+        "p".to_string(),
+        PolicyConfig {
+            algorithm,
+            fail_mode,
+            enabled: true,
+            rules,
+        },
+    );
+    LimiterSettings {
+        policies,
+        denial_cache_slots: slots,
+        ..LimiterSettings::default()
+    }
+}
+
 /// A limiter with one policy `p`, its own key prefix, a frozen clock and the default
 /// denial cache.
 pub async fn engine(algorithm: Algorithm, rules: Vec<RuleConfig>) -> Engine {
@@ -48,21 +72,7 @@ pub async fn engine_with_denial_cache(
     let redis = RedisStore::connect(&settings, Arc::clone(&metrics))
         .await
         .expect("redis");
-    let mut policies = BTreeMap::new();
-    policies.insert(
-        "p".to_string(),
-        PolicyConfig {
-            algorithm,
-            fail_mode: FailMode::Open,
-            enabled: true,
-            rules,
-        },
-    );
-    let limiter_settings = LimiterSettings {
-        policies,
-        denial_cache_slots: slots,
-        ..LimiterSettings::default()
-    };
+    let limiter_settings = one_policy(algorithm, FailMode::Open, rules, slots);
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let limiter = Limiter::new(redis.clone(), &limiter_settings, Arc::clone(&metrics))
         .expect("valid policies")
@@ -575,22 +585,14 @@ async fn a_redis_outage_is_logged_once_per_burst_when_failing_closed() {
     let store = RedisStore::connect(&settings, Arc::clone(&metrics))
         .await
         .expect("redis");
-    let mut policies = BTreeMap::new();
-    policies.insert(
-        "p".to_string(),
-        PolicyConfig {
-            algorithm: Algorithm::SlidingWindow,
-            fail_mode: FailMode::Closed,
-            enabled: true,
-            rules: vec![rule("only", KeySource::User, 60_000, 10)],
-        },
-    );
     let limiter = Limiter::new(
         store,
-        &LimiterSettings {
-            policies,
-            ..LimiterSettings::default()
-        },
+        &one_policy(
+            Algorithm::SlidingWindow,
+            FailMode::Closed,
+            vec![rule("only", KeySource::User, 60_000, 10)],
+            0,
+        ),
         metrics,
     )
     .expect("valid policies");
@@ -622,24 +624,10 @@ async fn skewed_app_clocks_never_refill_a_token_bucket_twice() {
     bucket.refill_tokens = Some(10);
     bucket.refill_ms = Some(60_000);
     let fast = engine_with_denial_cache(Algorithm::TokenBucket, vec![bucket.clone()], 0).await;
-    let mut policies = BTreeMap::new();
-    policies.insert(
-        "p".to_string(),
-        PolicyConfig {
-            algorithm: Algorithm::TokenBucket,
-            fail_mode: FailMode::Open,
-            enabled: true,
-            rules: vec![bucket],
-        },
-    );
     let slow_clock = ManualClock::starting_at(fast.clock.now_ms() - 30_000);
     let slow = Limiter::new(
         fast.redis.clone(),
-        &LimiterSettings {
-            policies,
-            denial_cache_slots: 0,
-            ..LimiterSettings::default()
-        },
+        &one_policy(Algorithm::TokenBucket, FailMode::Open, vec![bucket], 0),
         Arc::clone(&fast.metrics),
     )
     .expect("valid policies")

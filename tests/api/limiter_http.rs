@@ -245,22 +245,25 @@ async fn without_redis_a_fail_closed_route_refuses_and_recovers(db: PgPool) {
     );
 }
 
+/// An HTTP client connecting from `ip` (a loopback address other than 127.0.0.1 is an
+/// untrusted peer).
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .build()
+        .expect("a client")
+}
+
 #[sqlx::test]
 async fn forwarded_for_counts_only_from_a_trusted_proxy(db: PgPool) {
     let app = spawn_app_with(&db, |s| {
         s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
     })
     .await;
-    let from = |ip: [u8; 4]| {
-        reqwest::Client::builder()
-            .local_address(std::net::IpAddr::from(ip))
-            .build()
-            .unwrap()
-    };
 
     // 127.0.0.2 is not a trusted proxy: its X-Forwarded-For is ignored, so every request
     // counts against 127.0.0.2 itself whatever address it claims.
-    let untrusted = from([127, 0, 0, 2]);
+    let untrusted = client_from([127, 0, 0, 2]);
     for i in 0..4 {
         let response = untrusted
             .get(app.url("/api/limited"))
@@ -276,7 +279,7 @@ async fn forwarded_for_counts_only_from_a_trusted_proxy(db: PgPool) {
     }
 
     // 127.0.0.1 is trusted: each forwarded address gets its own quota.
-    let trusted = from([127, 0, 0, 1]);
+    let trusted = client_from([127, 0, 0, 1]);
     for i in 0..6 {
         let response = trusted
             .get(app.url("/api/limited"))
@@ -294,16 +297,10 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
         s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
     })
     .await;
-    let from = |ip: [u8; 4]| {
-        reqwest::Client::builder()
-            .local_address(std::net::IpAddr::from(ip))
-            .build()
-            .unwrap()
-    };
 
     // 127.0.0.2 is not a trusted proxy: a fresh X-Client-Id each time buys nothing, the
     // address is the key, and no key is made per claimed id.
-    let untrusted = from([127, 0, 0, 2]);
+    let untrusted = client_from([127, 0, 0, 2]);
     for i in 0..5 {
         let response = untrusted
             .get(app.url("/api/limited"))
@@ -333,7 +330,7 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
     );
 
     // 127.0.0.1 is trusted: each client id gets its own quota.
-    let trusted = from([127, 0, 0, 1]);
+    let trusted = client_from([127, 0, 0, 1]);
     for i in 0..6 {
         let response = trusted
             .get(app.url("/api/limited"))
