@@ -78,6 +78,16 @@ pub struct Settings {
     /// Kept short on purpose: a request waiting for a connection longer than this
     /// fails cleanly instead of outliving the client's own timeout.
     pub database_acquire_timeout_ms: u64,
+    /// Connections reserved for order commits (a pool of their own), so that reads,
+    /// however many, can never push a commit into the acquire timeout.
+    pub database_commit_connections: u32,
+    /// Server-side `statement_timeout` of the app's sessions: a statement the app gave up
+    /// on (see `order_commit_timeout_ms`) cannot go on running, holding an item's row
+    /// lock, for longer than this.
+    pub database_statement_timeout_ms: u64,
+    /// Server-side `idle_in_transaction_session_timeout`: a transaction whose client went
+    /// away between statements is aborted after this, not left holding locks.
+    pub database_idle_in_transaction_timeout_ms: u64,
 
     /// `tracing` filter directive, e.g. `info` or `seckill=debug,info`.
     pub log_level: String,
@@ -113,7 +123,8 @@ pub struct Settings {
     /// Create a demo item at start-up when there is no item at all (`make run` does).
     pub seed_demo_item: bool,
     /// How long a reservation may stay pending before the reconciler settles it from
-    /// Postgres. Must exceed the commit timeout, or live purchases would be undone.
+    /// Postgres. Must exceed the longest an order transaction can live (see
+    /// [`Settings::check_timeouts`]), or live purchases would be undone.
     pub reservation_deadline_ms: u64,
     /// How often (one instance at a time) the reconciler runs.
     pub reconcile_interval_ms: u64,
@@ -162,6 +173,9 @@ impl Default for Settings {
             database_url: SecretString::from("postgres://postgres@127.0.0.1:5433/seckill"),
             database_max_connections: 20,
             database_acquire_timeout_ms: 2_000,
+            database_commit_connections: 8,
+            database_statement_timeout_ms: 5_000,
+            database_idle_in_transaction_timeout_ms: 5_000,
             log_level: "info".into(),
             log_format: None,
             jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
@@ -268,6 +282,33 @@ impl Settings {
         Ok(())
     }
 
+    /// Refuses timeouts under which the reconciler could undo a live purchase. An order
+    /// transaction outlives its request's commit timeout by at most one statement
+    /// (`statement_timeout`, which also bounds the COMMIT) and one idle gap
+    /// (`idle_in_transaction_session_timeout`) before Postgres ends it; the pipeline
+    /// before it takes at most one Redis timeout. The reservation deadline must be later.
+    pub fn check_timeouts(&self) -> anyhow::Result<()> {
+        let longest_order = self.order_commit_timeout_ms
+            + self.database_statement_timeout_ms
+            + self.database_idle_in_transaction_timeout_ms
+            + self.redis_timeout_ms;
+        anyhow::ensure!(
+            self.reservation_deadline_ms > longest_order,
+            "reservation_deadline_ms ({}) must exceed order_commit_timeout_ms + \
+             database_statement_timeout_ms + database_idle_in_transaction_timeout_ms + \
+             redis_timeout_ms ({longest_order}), or the reconciler could undo a purchase \
+             whose order is still being committed",
+            self.reservation_deadline_ms
+        );
+        anyhow::ensure!(
+            self.database_statement_timeout_ms > 0
+                && self.database_idle_in_transaction_timeout_ms > 0,
+            "database_statement_timeout_ms and database_idle_in_transaction_timeout_ms \
+             must be positive (0 would turn the server-side timeouts off)"
+        );
+        Ok(())
+    }
+
     pub fn dev_login_enabled(&self) -> bool {
         self.dev_login
             .unwrap_or(self.environment == Environment::Local)
@@ -344,6 +385,25 @@ mod tests {
             ..production()
         };
         assert_eq!(strong.check_production_safety(), Ok(()));
+    }
+
+    #[test]
+    fn the_reservation_deadline_must_outlast_every_order_transaction() {
+        assert!(Settings::default().check_timeouts().is_ok());
+        let tight = Settings {
+            reservation_deadline_ms: 15_500,
+            ..Settings::default()
+        };
+        let refusal = tight.check_timeouts().unwrap_err().to_string();
+        assert!(
+            refusal.contains("reservation_deadline_ms (15500)"),
+            "{refusal}"
+        );
+        let just_above = Settings {
+            reservation_deadline_ms: 15_501,
+            ..Settings::default()
+        };
+        assert!(just_above.check_timeouts().is_ok());
     }
 
     #[test]

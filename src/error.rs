@@ -60,6 +60,13 @@ pub enum ApiError {
     /// The order could not be placed; the cause is logged.
     #[error("the order could not be placed, please try again")]
     OrderFailed(anyhow::Error),
+    /// The order's COMMIT is still running: it is not lost and not yet sure. The body
+    /// carries the order id to look for in `GET /api/orders/mine`.
+    #[error("your order is being confirmed; check your orders in a few seconds")]
+    OrderPending { order_id: uuid::Uuid },
+    /// Too many purchases of this user with an `Idempotency-Key` are in flight at once.
+    #[error("too many purchases in progress, wait for one to finish")]
+    TooManyPending,
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady { down: Vec<&'static str> },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -95,6 +102,8 @@ impl ApiError {
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrderFailed(_) => "ORDER_FAILED",
+            Self::OrderPending { .. } => "ORDER_PENDING",
+            Self::TooManyPending => "TOO_MANY_PENDING",
             Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
             Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
             Self::NotReady { .. } => "NOT_READY",
@@ -117,6 +126,8 @@ struct ErrorBody<'a> {
     dimension: Option<&'a str>,
     #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
+    #[serde(rename = "orderId", skip_serializing_if = "Option::is_none")]
+    order_id: Option<uuid::Uuid>,
 }
 
 impl ResponseError for ApiError {
@@ -135,9 +146,12 @@ impl ResponseError for ApiError {
             | Self::IdempotencyInProgress => StatusCode::CONFLICT,
             Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::OrderPending { .. } => StatusCode::ACCEPTED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) | Self::SignInLocked { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::SignInLocked { .. } | Self::TooManyPending => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::NotReady { .. } | Self::LimiterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -176,6 +190,10 @@ impl ResponseError for ApiError {
                 Self::SignInLocked { retry_after_ms } => Some(*retry_after_ms),
                 _ => None,
             },
+            order_id: match self {
+                Self::OrderPending { order_id } => Some(*order_id),
+                _ => None,
+            },
         };
         let mut builder = HttpResponse::build(self.status_code());
         if matches!(self, Self::Unauthenticated) {
@@ -208,6 +226,7 @@ impl From<SaleError> for ApiError {
             SaleError::SoldOut => Self::SoldOut,
             SaleError::Limited(rejection) => rejection.into(),
             SaleError::OrderFailed(cause) => Self::OrderFailed(cause),
+            SaleError::OrderPending(order_id) => Self::OrderPending { order_id },
         }
     }
 }

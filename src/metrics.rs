@@ -41,7 +41,7 @@ impl RedisPurpose {
 }
 
 /// How a purchase ended: the label of `seckill_sale_outcomes_total`.
-pub const SALE_OUTCOMES: [&str; 11] = [
+pub const SALE_OUTCOMES: [&str; 12] = [
     "created",
     "sold_out",
     "already_purchased",
@@ -52,6 +52,7 @@ pub const SALE_OUTCOMES: [&str; 11] = [
     "rate_limited",
     "limiter_unavailable",
     "order_failed",
+    "order_pending",
     "idempotent_replay",
 ];
 
@@ -98,8 +99,13 @@ pub struct Metrics {
     pub stock_remaining: IntGaugeVec,
     /// Items this instance knows to be sold out (answered from memory).
     pub sold_out_items: IntGauge,
-    /// Postgres pool connections by state (`in_use`, `idle`), read at scrape time.
+    /// Postgres pool connections by pool (`main`, `commit`) and state (`in_use`,
+    /// `idle`), read at scrape time.
     pub db_pool: IntGaugeVec,
+    /// Order commits that found no connection in the commit pool within the acquire
+    /// timeout. Reads have a pool of their own, so this stays 0 unless commits alone
+    /// outrun `database_commit_connections`.
+    pub commit_pool_timeouts: IntCounter,
     /// Per item on sale, every 15 s: orders in Postgres and the Redis success counter.
     /// They must agree; an alert fires when they do not for two minutes.
     pub consistency_postgres_orders: IntGaugeVec,
@@ -213,9 +219,17 @@ impl Metrics {
             },
             db_pool: gauge(
                 "db_pool_connections",
-                "Postgres pool connections by state",
-                &["state"],
+                "Postgres pool connections by pool and state",
+                &["pool", "state"],
             )?,
+            commit_pool_timeouts: {
+                let metric = IntCounter::new(
+                    "order_commit_pool_timeouts_total",
+                    "Order commits that waited past the acquire timeout for a connection",
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
             consistency_postgres_orders: gauge(
                 "consistency_postgres_orders",
                 "Orders in Postgres per item on sale",
@@ -236,8 +250,10 @@ impl Metrics {
         for kind in ["settled", "released", "drift", "rebuilt"] {
             metrics.reconciler_repairs.with_label_values(&[kind]);
         }
-        for state in ["in_use", "idle"] {
-            metrics.db_pool.with_label_values(&[state]);
+        for pool in ["main", "commit"] {
+            for state in ["in_use", "idle"] {
+                metrics.db_pool.with_label_values(&[pool, state]);
+            }
         }
         Ok(metrics)
     }

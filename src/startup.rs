@@ -39,11 +39,9 @@ impl Application {
     /// and the items, and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         settings.check_production_safety()?;
-        anyhow::ensure!(
-            settings.reservation_deadline_ms > settings.order_commit_timeout_ms,
-            "reservation_deadline_ms must exceed order_commit_timeout_ms, or live purchases would be undone"
-        );
-        let pool = postgres::pool(&settings)?;
+        settings.check_timeouts()?;
+        let pool = postgres::pool(&settings, settings.database_max_connections)?;
+        let commit_pool = postgres::pool(&settings, settings.database_commit_connections)?;
         postgres::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
         let redis = RedisStore::connect(&settings, Arc::clone(&metrics)).await?;
@@ -68,6 +66,7 @@ impl Application {
         );
         let sale = Arc::new(Sale::new(
             pool.clone(),
+            commit_pool,
             sale_redis,
             Arc::clone(&limiter),
             Arc::clone(&metrics),

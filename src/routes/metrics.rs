@@ -5,18 +5,22 @@ use sqlx::PgPool;
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::sale::Sale;
 
 pub async fn metrics(
     metrics: web::Data<Metrics>,
     pool: web::Data<PgPool>,
+    sale: web::Data<Sale>,
 ) -> Result<HttpResponse, ApiError> {
-    // The pool's state is read when Prometheus asks, not sampled in the background.
-    let idle = pool.num_idle() as i64;
-    metrics.db_pool.with_label_values(&["idle"]).set(idle);
-    metrics
-        .db_pool
-        .with_label_values(&["in_use"])
-        .set(i64::from(pool.size()) - idle);
+    // The pools' state is read when Prometheus asks, not sampled in the background.
+    for (name, pool) in [("main", pool.get_ref()), ("commit", sale.commit_pool())] {
+        let idle = pool.num_idle() as i64;
+        metrics.db_pool.with_label_values(&[name, "idle"]).set(idle);
+        metrics
+            .db_pool
+            .with_label_values(&[name, "in_use"])
+            .set(i64::from(pool.size()) - idle);
+    }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(metrics.render()?))

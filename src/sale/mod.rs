@@ -9,13 +9,17 @@
 //!    clock, one order per user, stock left; decrement, mark the buyer, and record the
 //!    reservation as pending with a deadline;
 //! 4. the success pipeline (MULTI/EXEC): counter, per-user marker, order hash;
-//! 5. the Postgres commit: conditional decrement + order insert, one transaction;
+//! 5. the Postgres commit: conditional decrement + order insert, one transaction, on a
+//!    pool of its own;
 //! 6. the pending record is cleared.
 //!
 //! When step 5 does not succeed, Redis is repaired to agree with Postgres
-//! (`lua/undo_reservation.lua`). When the process dies between 3 and 6, the
-//! [`reconciler`] finds the overdue pending record and settles it from Postgres.
-//! Postgres is the final guard against overselling throughout.
+//! (`lua/undo_reservation.lua`). When its COMMIT goes unanswered, Postgres is asked what
+//! became of the transaction (`txid_status`): committed is a success, aborted is undone,
+//! still running is left pending (the client hears 202 `ORDER_PENDING`). When the
+//! process dies between 3 and 6, the [`reconciler`] finds the overdue pending record and
+//! settles it from Postgres the same way. Postgres is the final guard against
+//! overselling throughout.
 
 pub mod catalog;
 pub mod idempotency;
@@ -36,9 +40,10 @@ use crate::domain::UserId;
 use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Limiter, Rejection};
 use crate::metrics::{Metrics, RedisPurpose};
+use anyhow::Context;
 use catalog::Catalog;
 use item::{Item, ItemId, NewItem, SalePhase};
-use postgres::{CommitError, Order};
+use postgres::{CommitError, Order, TxId, TxStatus};
 use redis::{PendingReservation, Reservation, SaleRedis, Undo};
 use sold_out::SoldOutBoard;
 
@@ -62,6 +67,10 @@ pub enum SaleError {
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     #[error("the order could not be placed: {0:#}")]
     OrderFailed(anyhow::Error),
+    /// The order's COMMIT is still running in Postgres: it may yet land. The reservation
+    /// stays pending and the reconciler settles it either way.
+    #[error("the order is still being committed")]
+    OrderPending(Uuid),
 }
 
 impl SaleError {
@@ -69,9 +78,15 @@ impl SaleError {
     /// not found, sold out, already purchased, not started, ended. A paused sale, a
     /// limiter refusal and a failed order are worth retrying.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Self::Paused | Self::Limited(_) | Self::OrderFailed(_))
+        !matches!(
+            self,
+            Self::Paused | Self::Limited(_) | Self::OrderFailed(_) | Self::OrderPending(_)
+        )
     }
 }
+
+/// How long the question "what became of this transaction?" may take.
+const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
@@ -106,6 +121,9 @@ impl From<Rejection> for PurchaseFailure {
 
 pub struct Sale {
     pool: PgPool,
+    /// Order commits only: reads and admin work use `pool` and can never make a commit
+    /// wait for a connection.
+    commit_pool: PgPool,
     redis: SaleRedis,
     catalog: Catalog,
     board: SoldOutBoard,
@@ -117,6 +135,7 @@ pub struct Sale {
 impl Sale {
     pub fn new(
         pool: PgPool,
+        commit_pool: PgPool,
         redis: SaleRedis,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
@@ -124,6 +143,7 @@ impl Sale {
     ) -> Self {
         Self {
             pool,
+            commit_pool,
             redis,
             catalog: Catalog::default(),
             board: SoldOutBoard::default(),
@@ -131,6 +151,10 @@ impl Sale {
             metrics,
             commit_timeout,
         }
+    }
+
+    pub fn commit_pool(&self) -> &PgPool {
+        &self.commit_pool
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -240,6 +264,7 @@ impl Sale {
                 SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
                 SaleError::Limited(_) => "limiter_unavailable",
                 SaleError::OrderFailed(_) => "order_failed",
+                SaleError::OrderPending(_) => "order_pending",
             },
         });
         result
@@ -354,17 +379,16 @@ impl Sale {
             user,
             order: order_id,
         } = reservation;
-        let commit = postgres::commit_order(&self.pool, order_id, user, item.id);
         let timer = self.metrics.order_commit.start_timer();
-        let outcome = tokio::time::timeout(self.commit_timeout, commit).await;
+        let outcome = postgres::commit_order(
+            &self.commit_pool,
+            order_id,
+            user,
+            item.id,
+            self.commit_timeout,
+        )
+        .await;
         timer.observe_duration();
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(_) => Err(CommitError::Unknown(anyhow::anyhow!(
-                "no answer within {:?}",
-                self.commit_timeout
-            ))),
-        };
         match outcome {
             Ok(order) => Ok(order),
             Err(CommitError::SoldOut) => {
@@ -382,23 +406,49 @@ impl Sale {
                 Err(SaleError::AlreadyPurchased)
             }
             Err(CommitError::Failed(e)) => {
+                if is_pool_timeout(&e) {
+                    self.metrics.commit_pool_timeouts.inc();
+                }
                 self.repair(item, reservation, Undo::Release).await;
                 Err(SaleError::OrderFailed(e))
             }
-            Err(CommitError::Unknown(e)) => match postgres::order_by_id(&self.pool, order_id).await
-            {
-                Ok(Some(order)) => Ok(order),
-                Ok(None) => {
-                    self.repair(item, reservation, Undo::Release).await;
-                    Err(SaleError::OrderFailed(e))
+            Err(CommitError::Unknown { order, txid, cause }) => {
+                match self.transaction_status(txid).await {
+                    Ok(TxStatus::Committed) => Ok(order),
+                    Ok(TxStatus::Aborted) => {
+                        self.repair(item, reservation, Undo::Release).await;
+                        Err(SaleError::OrderFailed(cause))
+                    }
+                    // Still running, or Postgres cannot say: the order may yet land. The
+                    // reservation stays pending with its transaction id; the reconciler
+                    // asks again after the deadline, by when Postgres's own timeouts
+                    // have ended the transaction.
+                    status => {
+                        tracing::warn!(
+                            item.id = %item.id, order.id = %order_id, txid = txid.0,
+                            status = ?status.as_ref().map_err(|e| format!("{e:#}")),
+                            error = %format!("{cause:#}"),
+                            "order commit unanswered: left pending for the reconciler"
+                        );
+                        if let Err(e) = self.redis.note_in_doubt(item.id, reservation, txid).await {
+                            tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");
+                        }
+                        Err(SaleError::OrderPending(order_id))
+                    }
                 }
-                // Cannot tell: the reservation stays pending and the reconciler decides
-                // once Postgres answers again. Postgres still guards the stock.
-                Err(lookup) => Err(SaleError::OrderFailed(
-                    e.context(format!("order lookup failed too: {lookup:#}")),
-                )),
-            },
+            }
         }
+    }
+
+    /// What became of an order transaction, asked on the commit pool within a second
+    /// (the question is one index lookup in Postgres's commit log).
+    async fn transaction_status(&self, txid: TxId) -> anyhow::Result<TxStatus> {
+        tokio::time::timeout(
+            TX_STATUS_TIMEOUT,
+            postgres::transaction_status(&self.commit_pool, txid),
+        )
+        .await
+        .context("txid_status did not answer in time")?
     }
 
     /// Undoes a reservation and tells every instance when stock came back.
@@ -490,11 +540,21 @@ impl Sale {
     }
 }
 
+/// Whether a commit failed because no pooled connection came within the acquire timeout.
+fn is_pool_timeout(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<sqlx::Error>(),
+        Some(sqlx::Error::PoolTimedOut)
+    )
+}
+
 /// A fault-injection point: with the `failpoints` feature a test configures `point` as
-/// `return(<user id>)`, and that user's purchase stops here as if the process had died
-/// (no repair, no cleanup). Without the feature this is a constant `false`.
+/// `return(<user id>)`, and this answers true for that user's purchase only, which then
+/// fails as the point says (`sale::before_commit` / `sale::after_commit`: as if the
+/// process had died, no repair, no cleanup; `sale::commit_unanswered`: the COMMIT's
+/// answer is lost). Without the feature this is a constant `false`.
 #[cfg(feature = "failpoints")]
-fn crash_point(point: &str, user: UserId) -> bool {
+pub(crate) fn crash_point(point: &str, user: UserId) -> bool {
     fail::eval(point, |target| {
         target.as_deref() == Some(user.to_string().as_str())
     })
@@ -503,6 +563,6 @@ fn crash_point(point: &str, user: UserId) -> bool {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-fn crash_point(_point: &str, _user: UserId) -> bool {
+pub(crate) fn crash_point(_point: &str, _user: UserId) -> bool {
     false
 }

@@ -1,6 +1,8 @@
 //! The sale's Postgres side: items and orders. Postgres is the final truth: the
 //! conditional decrement and `UNIQUE (user_id, item_id)` hold whatever Redis believes.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -245,6 +247,20 @@ pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Resu
     .transpose()
 }
 
+/// Postgres's id of an order's transaction, taken inside it (`txid_current()`), so that
+/// a COMMIT whose answer never came can be asked about later (`txid_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxId(pub i64);
+
+/// What Postgres says became of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxStatus {
+    Committed,
+    Aborted,
+    /// Still running: a COMMIT waiting (on a lock, a trigger, a synchronous standby).
+    InProgress,
+}
+
 /// Why an order commit did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -254,54 +270,99 @@ pub enum CommitError {
     /// The user already holds an order of this item.
     #[error("the user already has an order of this item")]
     AlreadyPurchased,
-    /// Failed before COMMIT was sent: nothing was written.
+    /// Failed or gave up before COMMIT was sent: nothing was written, and nothing will
+    /// be (the transaction is rolled back, by Postgres's idle timeout at the latest).
     #[error("order commit failed: {0:#}")]
     Failed(anyhow::Error),
-    /// COMMIT was sent and no answer came back: the order may or may not exist.
-    #[error("order commit outcome unknown: {0:#}")]
-    Unknown(anyhow::Error),
+    /// COMMIT was sent and no answer came back: the order may or may not exist. `order`
+    /// is what it will be if the transaction `txid` commits.
+    #[error("order commit outcome unknown: {cause:#}")]
+    Unknown {
+        order: Order,
+        txid: TxId,
+        cause: anyhow::Error,
+    },
 }
 
-/// One transaction: take a unit from Postgres's stock and record the order.
+/// One transaction: take a unit from Postgres's stock and record the order, within
+/// `timeout`. Giving up before COMMIT is sent is a clean failure; after, the outcome is
+/// [`CommitError::Unknown`] and carries the transaction id to ask about.
 pub async fn commit_order(
     pool: &PgPool,
     order_id: Uuid,
     user: UserId,
     item: ItemId,
+    timeout: Duration,
 ) -> Result<Order, CommitError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let failed = |e: sqlx::Error| CommitError::Failed(e.into());
-    let mut tx = pool.begin().await.map_err(failed)?;
-    let decremented = sqlx::query!(
-        "UPDATE items SET remaining_stock = remaining_stock - 1 WHERE id = $1 AND remaining_stock > 0",
-        item.get()
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(failed)?;
-    if decremented.rows_affected() == 0 {
-        return Err(CommitError::SoldOut);
-    }
-    let created_at = sqlx::query_scalar!(
-        "INSERT INTO orders (id, user_id, item_id) VALUES ($1, $2, $3) RETURNING created_at",
-        order_id,
-        user.get(),
-        item.get()
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(
-        |e| match e.as_database_error().and_then(|d| d.constraint()) {
-            Some(ONE_ORDER_PER_USER_AND_ITEM) => CommitError::AlreadyPurchased,
-            _ => failed(e),
-        },
-    )?;
-    tx.commit()
+    let write = async {
+        let mut tx = pool.begin().await.map_err(failed)?;
+        let txid = sqlx::query_scalar!(
+            r#"UPDATE items SET remaining_stock = remaining_stock - 1
+               WHERE id = $1 AND remaining_stock > 0
+               RETURNING txid_current() AS "txid!""#,
+            item.get()
+        )
+        .fetch_optional(&mut *tx)
         .await
-        .map_err(|e| CommitError::Unknown(e.into()))?;
-    Ok(Order {
+        .map_err(failed)?
+        .ok_or(CommitError::SoldOut)?;
+        let created_at = sqlx::query_scalar!(
+            "INSERT INTO orders (id, user_id, item_id) VALUES ($1, $2, $3) RETURNING created_at",
+            order_id,
+            user.get(),
+            item.get()
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(
+            |e| match e.as_database_error().and_then(|d| d.constraint()) {
+                Some(ONE_ORDER_PER_USER_AND_ITEM) => CommitError::AlreadyPurchased,
+                _ => failed(e),
+            },
+        )?;
+        Ok((tx, TxId(txid), created_at))
+    };
+    let (tx, txid, created_at) =
+        tokio::time::timeout_at(deadline, write)
+            .await
+            .map_err(|_| {
+                CommitError::Failed(anyhow::anyhow!(
+                    "no answer within {timeout:?}, before COMMIT"
+                ))
+            })??;
+    let order = Order {
         id: order_id,
         user_id: user,
         item_id: item,
         created_at,
-    })
+    };
+    let unknown = |order: Order, cause: anyhow::Error| CommitError::Unknown { order, txid, cause };
+    match tokio::time::timeout_at(deadline, tx.commit()).await {
+        Ok(Ok(())) if super::crash_point("sale::commit_unanswered", user) => Err(unknown(
+            order,
+            anyhow::anyhow!("injected: the COMMIT's answer was lost"),
+        )),
+        Ok(Ok(())) => Ok(order),
+        Ok(Err(e)) => Err(unknown(order, e.into())),
+        Err(_) => Err(unknown(
+            order,
+            anyhow::anyhow!("no answer to COMMIT within {timeout:?}"),
+        )),
+    }
+}
+
+/// What became of transaction `txid`, from any session (`txid_status`).
+pub async fn transaction_status(pool: &PgPool, txid: TxId) -> anyhow::Result<TxStatus> {
+    let status = sqlx::query_scalar!(r#"SELECT txid_status($1) AS "status""#, txid.0)
+        .fetch_one(pool)
+        .await?;
+    match status.as_deref() {
+        Some("committed") => Ok(TxStatus::Committed),
+        Some("aborted") => Ok(TxStatus::Aborted),
+        Some("in progress") => Ok(TxStatus::InProgress),
+        // NULL: too old to be known (wrapped around); never the case within a deadline.
+        other => anyhow::bail!("txid_status({}) answered {other:?}", txid.0),
+    }
 }

@@ -5,11 +5,14 @@
 //! whose sale is open or ended less than an hour ago:
 //! - each reservation pending past its deadline is looked up in Postgres: its order
 //!   exists → the record is cleared (`settled`); it does not → the reservation is undone,
-//!   stock back, buyer mark and pipeline writes removed (`released`);
+//!   stock back, buyer mark and pipeline writes removed (`released`), unless its COMMIT
+//!   went unanswered and `txid_status` says the transaction is not over (then it waits
+//!   for the next round);
 //! - for each unended item, Redis stock + pending reservations not yet committed +
-//!   Postgres orders must equal the total stock. A difference is logged, counted
-//!   (`drift`) and repaired with a compare-and-set, so a purchase racing the check wins
-//!   and the repair waits for the next round;
+//!   Postgres orders must equal the total stock, and with nothing pending the buyers set
+//!   and the success counter must match Postgres's orders. A difference is logged,
+//!   counted (`drift`) and repaired with a compare-and-set, so a purchase racing the
+//!   check wins and the repair waits for the next round;
 //! - a missing stock counter (Redis restarted without data) is rebuilt from Postgres
 //!   (`rebuilt`).
 
@@ -19,7 +22,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::item::Item;
-use super::postgres;
+use super::postgres::{self, TxStatus};
 use super::redis::Undo;
 use super::Sale;
 use crate::metrics::RedisPurpose;
@@ -77,37 +80,50 @@ impl Sale {
     }
 
     async fn settle_overdue(&self, item: &Item) -> anyhow::Result<()> {
-        for reservation in self.redis.overdue(item.id).await? {
+        let overdue = self.redis.overdue(item.id).await?;
+        let in_doubt = self.redis.in_doubt(item.id, &overdue).await?;
+        for (reservation, txid) in overdue.into_iter().zip(in_doubt) {
             if postgres::order_by_id(&self.pool, reservation.order)
                 .await?
                 .is_some()
             {
                 self.redis.settle(item.id, reservation).await?;
-                self.metrics
-                    .reconciler_repairs
-                    .with_label_values(&["settled"])
-                    .inc();
+                self.count_repair("settled");
                 tracing::info!(item.id = %item.id, user.id = %reservation.user, "pending reservation had its order: settled");
-            } else if self.redis.undo(item.id, reservation, Undo::Release).await? {
-                self.metrics
-                    .reconciler_repairs
-                    .with_label_values(&["released"])
-                    .inc();
-                tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
-                self.announce(item.id, false).await;
+            } else {
+                // No order visible. A COMMIT that went unanswered is asked about: it may
+                // have committed without being visible yet (a synchronous standby), or
+                // still be running. Without a record the transaction is over: Postgres's
+                // own timeouts end it before the reservation deadline.
+                let status = match txid {
+                    Some(txid) => postgres::transaction_status(&self.pool, txid).await?,
+                    None => TxStatus::Aborted,
+                };
+                if status != TxStatus::Aborted {
+                    tracing::info!(item.id = %item.id, order.id = %reservation.order, ?status, "in-doubt commit not over yet: asking again next round");
+                    continue;
+                }
+                if self.redis.undo(item.id, reservation, Undo::Release).await? {
+                    self.count_repair("released");
+                    tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
+                    self.announce(item.id, false).await;
+                }
+            }
+            if txid.is_some() {
+                self.redis.forget_in_doubt(item.id, reservation).await?;
             }
         }
         Ok(())
     }
 
+    /// Makes Redis agree with Postgres on the item's stock and, when no reservation is
+    /// pending, on its buyers and success counter too (with reservations in flight those
+    /// two depend on how far each purchase got; the next quiet round repairs them).
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
         let snapshot = self.redis.stock_snapshot(item.id).await?;
         let Some(stock) = snapshot.stock else {
             self.restore(item).await?;
-            self.metrics
-                .reconciler_repairs
-                .with_label_values(&["rebuilt"])
-                .inc();
+            self.count_repair("rebuilt");
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
             return Ok(());
         };
@@ -116,19 +132,42 @@ impl Sale {
             postgres::order_counts(&self.pool, item.id, &pending_orders).await?;
         let uncommitted = snapshot.pending.len() as i64 - committed_pending;
         let expected = i64::from(item.total_stock) - orders - uncommitted;
-        if stock != expected
+        let sold = if snapshot.pending.is_empty() {
+            let mut buyers = postgres::buyers(&self.pool, item.id).await?;
+            buyers.sort_unstable();
+            Some(buyers)
+        } else {
+            None
+        };
+        let sold_drifted = sold
+            .as_ref()
+            .is_some_and(|buyers| *buyers != snapshot.buyers || orders != snapshot.success);
+        if (stock != expected || sold_drifted)
             && self
                 .redis
-                .set_stock_if(item.id, &snapshot, expected)
+                .repair_if_unmoved(
+                    item.id,
+                    &snapshot,
+                    expected,
+                    sold.as_deref().map(|buyers| (buyers, orders)),
+                )
                 .await?
         {
-            self.metrics
-                .reconciler_repairs
-                .with_label_values(&["drift"])
-                .inc();
-            tracing::warn!(item.id = %item.id, redis = stock, expected, orders, uncommitted, "stock drift repaired");
+            self.count_repair("drift");
+            tracing::warn!(
+                item.id = %item.id, redis = stock, expected, orders, uncommitted,
+                redis_buyers = snapshot.buyers.len(), redis_success = snapshot.success,
+                "drift repaired"
+            );
             self.announce(item.id, expected <= 0).await;
         }
         Ok(())
+    }
+
+    fn count_repair(&self, kind: &str) {
+        self.metrics
+            .reconciler_repairs
+            .with_label_values(&[kind])
+            .inc();
     }
 }

@@ -11,6 +11,7 @@ use redis::Script;
 use uuid::Uuid;
 
 use super::item::{Item, ItemId};
+use super::postgres::TxId;
 use crate::domain::UserId;
 use crate::metrics::RedisPurpose;
 use crate::store::redis::Request;
@@ -51,18 +52,30 @@ impl ItemKeys {
     pub fn version(&self) -> String {
         format!("{}:stock-version", self.base)
     }
+    /// Order id → Postgres transaction id of each pending reservation whose COMMIT went
+    /// unanswered, so the reconciler can ask Postgres what became of it.
+    pub fn in_doubt(&self) -> String {
+        format!("{}:in-doubt", self.base)
+    }
 }
 
-/// An item's stock as the reconciler reads it: the counter, the reservations behind it,
-/// and the counter's version, which every reservation, undo and repair bumps. The drift
-/// repair compares versions, not values: a value can come back (one unit taken, another
-/// given back) while the reservations behind it changed.
+/// An item's Redis state as the reconciler reads it: the counter, the reservations
+/// behind it, who bought, the success counter, and the counter's version, which every
+/// reservation, undo and repair bumps. The drift repair compares versions, not values: a
+/// value can come back (one unit taken, another given back) while the reservations
+/// behind it changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StockSnapshot {
     pub stock: Option<i64>,
     pub pending: Vec<PendingReservation>,
+    pub buyers: Vec<i64>,
+    pub success: i64,
     pub version: i64,
 }
+
+/// How long an in-doubt record is kept at most: the reconciler removes it once it has
+/// resolved the reservation, well before this.
+const IN_DOUBT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// A reservation waiting for its order commit, as recorded in the pending set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +124,7 @@ pub struct SaleRedis {
     redis: RedisStore,
     reserve: Script,
     undo: Script,
-    set_stock_if: Script,
+    repair: Script,
     /// How long a reservation may stay pending before the reconciler looks at it.
     pending_ms: u64,
 }
@@ -122,7 +135,7 @@ impl SaleRedis {
             redis,
             reserve: Script::new(include_str!("../../lua/reserve_stock.lua")),
             undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
-            set_stock_if: Script::new(include_str!("../../lua/set_stock_if.lua")),
+            repair: Script::new(include_str!("../../lua/repair_item.lua")),
             pending_ms: pending.as_millis() as u64,
         }
     }
@@ -271,45 +284,116 @@ impl SaleRedis {
             .collect())
     }
 
-    /// Stock counter, pending reservations and the stock's version, read atomically.
+    /// Records that `reservation`'s COMMIT went unanswered in transaction `txid`.
+    pub async fn note_in_doubt(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+        txid: TxId,
+    ) -> anyhow::Result<()> {
+        let key = self.keys(item).in_doubt();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .hset(&key, reservation.order.to_string(), txid.0)
+            .ignore()
+            .pexpire(&key, IN_DOUBT_TTL_MS as i64)
+            .ignore();
+        self.call(RedisPurpose::Other, "note an in-doubt commit", &pipe)
+            .await
+    }
+
+    /// The transaction ids recorded for `reservations` (see [`Self::note_in_doubt`]).
+    pub async fn in_doubt(
+        &self,
+        item: ItemId,
+        reservations: &[PendingReservation],
+    ) -> anyhow::Result<Vec<Option<TxId>>> {
+        if reservations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let orders: Vec<String> = reservations.iter().map(|r| r.order.to_string()).collect();
+        let txids: Vec<Option<i64>> = self
+            .call(
+                RedisPurpose::Other,
+                "read in-doubt commits",
+                &*redis::cmd("HMGET")
+                    .arg(self.keys(item).in_doubt())
+                    .arg(&orders),
+            )
+            .await?;
+        Ok(txids.into_iter().map(|t| t.map(TxId)).collect())
+    }
+
+    /// Drops the in-doubt record of a reservation that has been resolved.
+    pub async fn forget_in_doubt(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+    ) -> anyhow::Result<()> {
+        let hdel = redis::cmd("HDEL")
+            .arg(self.keys(item).in_doubt())
+            .arg(reservation.order.to_string())
+            .to_owned();
+        self.call::<i64>(RedisPurpose::Other, "forget an in-doubt commit", &hdel)
+            .await
+            .map(drop)
+    }
+
+    /// Stock counter, pending reservations, buyers, success counter and the stock's
+    /// version, read atomically.
     pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
         let keys = self.keys(item);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .get(keys.stock())
             .zrange(keys.pending(), 0, -1)
+            .smembers(keys.buyers())
+            .get(keys.success())
             .get(keys.version());
-        let (stock, members, version): (Option<i64>, Vec<String>, Option<i64>) = self
+        type Replies = (Option<i64>, Vec<String>, Vec<i64>, Option<i64>, Option<i64>);
+        let (stock, members, mut buyers, success, version): Replies = self
             .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
+        buyers.sort_unstable();
         Ok(StockSnapshot {
             stock,
             pending: members
                 .iter()
                 .filter_map(|m| PendingReservation::parse(m))
                 .collect(),
+            buyers,
+            success: success.unwrap_or(0),
             version: version.unwrap_or(0),
         })
     }
 
-    /// Sets the stock counter to `new` only if nothing moved it since `snapshot`.
-    pub async fn set_stock_if(
+    /// Writes the reconciler's repair (see `lua/repair_item.lua`) only if nothing moved
+    /// the stock since `snapshot`: the stock, and when `sold` is given (no reservation
+    /// was pending) the buyers (sorted) and the success counter too.
+    pub async fn repair_if_unmoved(
         &self,
         item: ItemId,
         snapshot: &StockSnapshot,
-        new: i64,
+        stock: i64,
+        sold: Option<(&[i64], i64)>,
     ) -> anyhow::Result<bool> {
         let keys = self.keys(item);
-        let mut invocation = self.set_stock_if.prepare_invoke();
+        let mut invocation = self.repair.prepare_invoke();
         invocation
             .key(keys.stock())
             .key(keys.version())
+            .key(keys.buyers())
+            .key(keys.success())
             .arg(snapshot.version)
-            .arg(new);
-        let set: i64 = self
-            .call(RedisPurpose::Other, "repair stock", &invocation)
+            .arg(stock);
+        match sold {
+            Some((buyers, orders)) => invocation.arg(orders).arg(buyers),
+            None => invocation.arg(""),
+        };
+        let written: i64 = self
+            .call(RedisPurpose::Other, "repair item", &invocation)
             .await?;
-        Ok(set == 1)
+        Ok(written == 1)
     }
 
     /// Puts an item's stock and buyers into Redis where they are missing, from

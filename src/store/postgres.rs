@@ -20,11 +20,26 @@ use crate::configuration::Settings;
 /// minute and every connection after 30 minutes, so a restarted Postgres or a dropped
 /// NAT entry does not leave stale sockets in the pool for long; and the readiness
 /// probe still asks Postgres on every call.
-pub fn pool(settings: &Settings) -> anyhow::Result<PgPool> {
+///
+/// Every session carries server-side `statement_timeout` and
+/// `idle_in_transaction_session_timeout`: when the app gives up on a statement, Postgres
+/// ends it soon after instead of letting it hold an item's row lock, and the reconciler
+/// can rely on no order transaction outliving the reservation deadline.
+pub fn pool(settings: &Settings, max_connections: u32) -> anyhow::Result<PgPool> {
     let options = PgConnectOptions::from_str(settings.database_url.expose_secret())
-        .context("DATABASE_URL is not a valid Postgres URL")?;
+        .context("DATABASE_URL is not a valid Postgres URL")?
+        .options([
+            (
+                "statement_timeout",
+                settings.database_statement_timeout_ms.to_string(),
+            ),
+            (
+                "idle_in_transaction_session_timeout",
+                settings.database_idle_in_transaction_timeout_ms.to_string(),
+            ),
+        ]);
     Ok(PgPoolOptions::new()
-        .max_connections(settings.database_max_connections)
+        .max_connections(max_connections)
         .acquire_timeout(settings.database_acquire_timeout())
         .test_before_acquire(false)
         .idle_timeout(Duration::from_secs(60))

@@ -6,8 +6,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, pg_orders, pg_remaining, spawn_app_from, spawn_app_with, test_settings,
-    OwnRedis, TestApp,
+    eventually, json, pg_orders, pg_remaining, spawn_app, spawn_app_from, spawn_app_with,
+    test_settings, OwnRedis, TestApp,
 };
 
 async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {
@@ -31,10 +31,13 @@ async fn redis_int(app: &TestApp, cmd: &str, key: &str) -> Option<i64> {
         .unwrap()
 }
 
-/// A quick reconciler: deadlines and periods short enough for a test to watch.
+/// A quick reconciler: deadlines and periods short enough for a test to watch (the
+/// deadline just above what `Settings::check_timeouts` asks for).
 fn fast_reconciler(s: &mut seckill::configuration::Settings) {
     s.order_commit_timeout_ms = 300;
-    s.reservation_deadline_ms = 400;
+    s.database_statement_timeout_ms = 500;
+    s.database_idle_in_transaction_timeout_ms = 500;
+    s.reservation_deadline_ms = 2_000;
     s.reconcile_interval_ms = 200;
 }
 
@@ -376,11 +379,205 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
     assert_eq!(sale.stock_snapshot(item.id).await.unwrap().stock, Some(10));
 
     assert!(
-        !sale.set_stock_if(item.id, &snapshot, 7).await.unwrap(),
+        !sale
+            .repair_if_unmoved(item.id, &snapshot, 7, None)
+            .await
+            .unwrap(),
         "the counter moved since the snapshot: the repair waits for the next round"
     );
     assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(10)]);
     let fresh = sale.stock_snapshot(item.id).await.unwrap();
-    assert!(sale.set_stock_if(item.id, &fresh, 7).await.unwrap());
+    assert!(sale
+        .repair_if_unmoved(item.id, &fresh, 7, None)
+        .await
+        .unwrap());
     assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(7)]);
+}
+
+/// In this test's own database, orders of user 4201 wait 1.5 s at COMMIT and then
+/// commit; orders of user 4202 wait as long and then fail. A deferred constraint trigger
+/// runs inside COMMIT, so the app has sent its COMMIT and hears nothing for 1.5 s.
+async fn slow_commits(db: &PgPool) {
+    sqlx::raw_sql(
+        r#"CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.user_id IN (4201, 4202) THEN PERFORM pg_sleep(1.5); END IF;
+             IF NEW.user_id = 4202 THEN RAISE EXCEPTION 'refused at commit'; END IF;
+             RETURN NULL;
+           END $$;
+           CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON orders
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();"#,
+    )
+    .execute(db)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test]
+async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPool) {
+    slow_commits(&db).await;
+    let app = spawn_app_with(&db, |s| {
+        s.order_commit_timeout_ms = 300;
+        s.database_statement_timeout_ms = 3_000;
+        s.database_idle_in_transaction_timeout_ms = 500;
+        s.reservation_deadline_ms = 4_500;
+        s.reconcile_interval_ms = 200;
+    })
+    .await;
+    let (lands, fails) = (app.open_item(10).await, app.open_item(10).await);
+    let (lander, failer) = (app.token_for(4201).await, app.token_for(4202).await);
+
+    let (landed, failed) = tokio::join!(
+        app.post_seckill(&lander, lands, "10.25.0.1"),
+        app.post_seckill(&failer, fails, "10.25.0.2"),
+    );
+    // At the timeout both COMMITs are still running: nobody is told "failed".
+    for response in [landed, failed] {
+        assert_eq!(response.status(), 202);
+        let body = json(response).await;
+        assert_eq!(body["code"], "ORDER_PENDING", "{body}");
+        assert!(body["orderId"].is_string(), "{body}");
+    }
+
+    for item in [lands, fails] {
+        eventually(
+            "the reconciler resolves the pending reservation",
+            Duration::from_secs(20),
+            || async {
+                (redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await == Some(0))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    for item in [lands, fails] {
+        assert_eq!(
+            redis_int(&app, "HLEN", &app.item_key(item, "in-doubt")).await,
+            Some(0),
+            "the in-doubt records are gone once resolved"
+        );
+    }
+    // The order that committed stands everywhere; the one that failed left no trace.
+    assert_eq!(
+        (pg_orders(&db, lands).await, pg_remaining(&db, lands).await),
+        (1, 9)
+    );
+    assert_eq!(
+        (pg_orders(&db, fails).await, pg_remaining(&db, fails).await),
+        (0, 10)
+    );
+    let mut conn = app.redis().await;
+    for (item, stock, buyers, success) in [(lands, 9, vec!["4201"], 1), (fails, 10, vec![], 0)] {
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(app.item_key(item, "buyers"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+                members,
+                redis_int(&app, "GET", &app.item_key(item, "success"))
+                    .await
+                    .unwrap_or(0),
+            ),
+            (
+                Some(stock),
+                buyers.iter().map(|b| b.to_string()).collect(),
+                success
+            ),
+            "item {item}: redis agrees with postgres"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn the_reconciler_repairs_buyers_and_the_success_counter_as_well_as_stock(db: PgPool) {
+    let app = spawn_app_with(&db, fast_reconciler).await;
+    let item = app.open_item(10).await;
+    for user in [4301, 4302] {
+        let token = app.token_for(user).await;
+        assert_eq!(
+            app.post_seckill(&token, item, "10.26.0.1").await.status(),
+            200
+        );
+    }
+    let mut conn = app.redis().await;
+    let _: () = redis::pipe()
+        .cmd("SREM")
+        .arg(app.item_key(item, "buyers"))
+        .arg(4301)
+        .ignore()
+        .cmd("SADD")
+        .arg(app.item_key(item, "buyers"))
+        .arg(999)
+        .ignore()
+        .cmd("SET")
+        .arg(app.item_key(item, "success"))
+        .arg(7)
+        .ignore()
+        .cmd("SET")
+        .arg(app.item_key(item, "stock"))
+        .arg(3)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    eventually(
+        "stock, buyers and success counter agree with postgres again",
+        Duration::from_secs(10),
+        || {
+            let mut conn = conn.clone();
+            let app = &app;
+            async move {
+                let mut buyers: Vec<i64> = redis::cmd("SMEMBERS")
+                    .arg(app.item_key(item, "buyers"))
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                buyers.sort();
+                let state = (
+                    redis_int(app, "GET", &app.item_key(item, "stock")).await,
+                    buyers,
+                    redis_int(app, "GET", &app.item_key(item, "success")).await,
+                );
+                (state == (Some(8), vec![4301, 4302], Some(2))).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+#[sqlx::test]
+async fn a_commit_whose_answer_is_lost_but_which_committed_is_a_success(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(5).await;
+    let user = 4401;
+    let token = app.token_for(user).await;
+
+    fail::cfg("sale::commit_unanswered", &format!("return({user})")).unwrap();
+    let response = app.post_seckill(&token, item, "10.27.0.1").await;
+    fail::remove("sale::commit_unanswered");
+    assert_eq!(response.status(), 200, "txid_status said committed");
+    let body = json(response).await;
+    let order: String = sqlx::query_scalar("SELECT id::text FROM orders WHERE user_id = $1")
+        .bind(user)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(body["orderId"], order.as_str());
+    assert_eq!(
+        redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await,
+        Some(0),
+        "settled at once, not left to the reconciler"
+    );
+    assert_eq!(
+        (
+            redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+            redis_int(&app, "GET", &app.item_key(item, "success")).await,
+            pg_remaining(&db, item).await,
+        ),
+        (Some(4), Some(1), 4)
+    );
 }
