@@ -291,6 +291,12 @@ function sentence(text) {
 /** The outcome of a purchase in words, and its tone. */
 function describe(result, item) {
   const name = item ? item.name : 'this item';
+  if (result.status === 202) {
+    return [
+      `Your order for ${name} is being confirmed (order id ${result.data.orderId}). It will appear in My orders within a minute; pressing Buy now again is safe.`,
+      'info',
+    ];
+  }
   if (result.ok) {
     return [`Order placed for ${name}. Order id: ${result.data.orderId}`, 'ok'];
   }
@@ -351,7 +357,9 @@ async function buy(id) {
     headers: { 'Idempotency-Key': key },
     body: { itemId: id },
   });
-  if (result.status !== 0 && result.status < 500) unansweredKeys.delete(id);
+  // An answer settles the key, except "being confirmed" (202): a retry with the same key
+  // is answered from the order once its commit lands.
+  if (result.status !== 0 && result.status < 500 && result.status !== 202) unansweredKeys.delete(id);
 
   inFlight.delete(id);
   const [text, tone] = describe(result, item);
@@ -359,6 +367,8 @@ async function buy(id) {
   if (current) announce(current.outcome, text, tone);
   if (result.status === 401) {
     sessionExpired();
+  } else if (result.status === 202) {
+    setTimeout(loadOrders, 5000);
   } else if (result.ok) {
     loadOrders();
   }
