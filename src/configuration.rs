@@ -128,8 +128,12 @@ pub struct Settings {
     pub reservation_deadline_ms: u64,
     /// How often (one instance at a time) the reconciler runs.
     pub reconcile_interval_ms: u64,
-    /// How long an `Idempotency-Key` and its stored answer are kept.
+    /// How long an `Idempotency-Key`'s stored answer is kept. (A claim in progress lives
+    /// only as long as a purchase can: reservation deadline + commit timeout.)
     pub idempotency_ttl_secs: u64,
+    /// Purchases with an `Idempotency-Key` one user may have in flight at once; more
+    /// answer 429 `TOO_MANY_PENDING`. Bounds the claims one login can make exist.
+    pub idempotency_max_in_flight: u32,
     /// How often the orders-vs-success-counter pair is exported to metrics.
     pub consistency_interval_secs: u64,
     /// Folder of the web pages served at `/` (the shopper page, `/admin/`).
@@ -195,6 +199,7 @@ impl Default for Settings {
             reservation_deadline_ms: 30_000,
             reconcile_interval_ms: 10_000,
             idempotency_ttl_secs: 86_400,
+            idempotency_max_in_flight: 4,
             consistency_interval_secs: 15,
             static_dir: "static".into(),
         }

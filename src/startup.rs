@@ -17,7 +17,7 @@ use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
-use crate::sale::idempotency::Idempotency;
+use crate::sale::idempotency::{Idempotency, IdempotencyLimits};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
 use crate::sale::{reconciler, sold_out, Sale};
@@ -60,6 +60,7 @@ impl Application {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
+        let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
         let sale_redis = SaleRedis::new(
             redis.clone(),
             Duration::from_millis(settings.reservation_deadline_ms),
@@ -70,11 +71,16 @@ impl Application {
             sale_redis,
             Arc::clone(&limiter),
             Arc::clone(&metrics),
-            Duration::from_millis(settings.order_commit_timeout_ms),
+            commit_timeout,
         ));
         let idempotency = Idempotency::new(
             redis.clone(),
-            Duration::from_secs(settings.idempotency_ttl_secs),
+            IdempotencyLimits {
+                answer_ttl: Duration::from_secs(settings.idempotency_ttl_secs),
+                claim_ttl: Duration::from_millis(settings.reservation_deadline_ms) + commit_timeout,
+                stale_after: commit_timeout,
+                max_in_flight: settings.idempotency_max_in_flight,
+            },
         );
         if settings.seed_demo_item {
             seed_demo_item(&pool, &sale).await?;

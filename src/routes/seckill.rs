@@ -14,9 +14,9 @@ use crate::identity::Shopper;
 use crate::limiter::http::client_ip;
 use crate::limiter::Caller;
 use crate::sale::idempotency::{Claim, Idempotency, IdempotencyKey};
-use crate::sale::item::ItemId;
+use crate::sale::item::{Item, ItemId};
 use crate::sale::postgres::Order;
-use crate::sale::Sale;
+use crate::sale::{Sale, SaleError};
 use crate::web::JsonBody;
 
 #[derive(Debug, Deserialize, Validate)]
@@ -49,8 +49,8 @@ impl From<&Order> for OrderBody {
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 
 /// The purchase. Extractors run in argument order: the token is checked (401) before
-/// the body is read (400); then an optional `Idempotency-Key` is claimed, and the rest
-/// is the sale's.
+/// the body is read (400). Then the answers that need no Redis; then an optional
+/// `Idempotency-Key` is claimed, and the rest is the sale's.
 pub async fn purchase(
     shopper: Shopper,
     body: JsonBody<PurchaseRequest>,
@@ -67,31 +67,53 @@ pub async fn purchase(
         client_id: None,
         route: "/seckill".into(),
     };
-    let Some(key) = idempotency_key(&req)? else {
-        return Ok(purchase_response(&sale, &caller, user, item_id)
+    let key = idempotency_key(&req)?;
+    let item = sale.precheck(item_id)?;
+    let order_id = Uuid::new_v4();
+    let Some(key) = key else {
+        return Ok(purchase_response(&sale, &item, user, order_id, &caller)
             .await
             .response);
     };
 
     match idempotency
-        .claim(user, &key, item_id)
+        .claim(user, &key, item.id, order_id)
         .await
         .map_err(ApiError::OrderFailed)?
     {
         Claim::Fresh => {}
-        Claim::InProgress => return Err(ApiError::IdempotencyInProgress),
+        Claim::TooMany => return Err(ApiError::TooManyPending),
         Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
         Claim::Replay { status, body } => {
             sale.record_replay();
             let status = StatusCode::from_u16(status).map_err(|e| ApiError::Internal(e.into()))?;
-            return Ok(HttpResponse::build(status)
-                .content_type(ContentType::json())
-                .insert_header(("Idempotent-Replayed", "true"))
-                .body(body));
+            return Ok(replayed(HttpResponse::build(status), body));
         }
+        Claim::InProgress {
+            order: Some(order),
+            stale: true,
+        } => {
+            // Its request may have died after the commit: the order answers for it.
+            let Some(order) = sale
+                .committed_order(order, user)
+                .await
+                .map_err(ApiError::OrderFailed)?
+            else {
+                return Err(ApiError::IdempotencyInProgress);
+            };
+            sale.record_replay();
+            let body = serde_json::to_string(&OrderBody::from(&order))
+                .map_err(|e| ApiError::Internal(e.into()))?;
+            store_answer(&idempotency, user, &key, item.id, StatusCode::OK, &body).await;
+            return Ok(replayed(HttpResponse::Ok(), body));
+        }
+        Claim::InProgress { .. } => return Err(ApiError::IdempotencyInProgress),
     }
-    let answer = purchase_response(&sale, &caller, user, item_id).await;
-    // Final answers are kept and replayed; anything worth retrying frees the key.
+    let answer = purchase_response(&sale, &item, user, order_id, &caller).await;
+    if answer.pending {
+        // The claim stays: a retry once the commit has landed is answered from the order.
+        return Ok(answer.response);
+    }
     if !answer.is_final {
         if let Err(e) = idempotency.release(user, &key).await {
             tracing::warn!(error = %format!("{e:#}"), "could not release an idempotency key");
@@ -103,49 +125,87 @@ pub async fn purchase(
     let bytes = actix_web::body::to_bytes(body)
         .await
         .map_err(|_| ApiError::Internal(anyhow::anyhow!("unreadable response body")))?;
-    let text = String::from_utf8_lossy(&bytes);
+    store_answer(
+        &idempotency,
+        user,
+        &key,
+        item.id,
+        status,
+        &String::from_utf8_lossy(&bytes),
+    )
+    .await;
+    Ok(head.set_body(bytes).map_into_boxed_body())
+}
+
+/// A stored answer, sent again.
+fn replayed(mut builder: actix_web::HttpResponseBuilder, body: String) -> HttpResponse {
+    builder
+        .content_type(ContentType::json())
+        .insert_header(("Idempotent-Replayed", "true"))
+        .body(body)
+}
+
+/// Keeps a final answer for replays; the answer stands even when Redis cannot keep it.
+async fn store_answer(
+    idempotency: &Idempotency,
+    user: UserId,
+    key: &IdempotencyKey,
+    item: ItemId,
+    status: StatusCode,
+    body: &str,
+) {
     if let Err(e) = idempotency
-        .complete(user, &key, item_id, status.as_u16(), &text)
+        .complete(user, key, item, status.as_u16(), body)
         .await
     {
         tracing::warn!(error = %format!("{e:#}"), "could not store an idempotent answer");
     }
-    Ok(head.set_body(bytes).map_into_boxed_body())
 }
 
-/// A purchase's answer and whether it is final (kept for idempotent replays).
+/// A purchase's answer; whether it is final (kept for idempotent replays) or pending
+/// (its COMMIT still running).
 struct PurchaseAnswer {
     response: HttpResponse,
     is_final: bool,
+    pending: bool,
 }
 
 /// The purchase's answer, success or refusal, with the limiter's headers whenever the
 /// limiter admitted the request.
 async fn purchase_response(
     sale: &Sale,
-    caller: &Caller<'_>,
+    item: &Item,
     user: UserId,
-    item_id: ItemId,
+    order_id: Uuid,
+    caller: &Caller<'_>,
 ) -> PurchaseAnswer {
-    let (mut response, admission, is_final) = match sale.purchase(user, item_id, caller).await {
-        Ok(purchase) => (
-            HttpResponse::Ok().json(OrderBody::from(&purchase.order)),
-            Some(purchase.admission),
-            true,
-        ),
-        Err(failure) => {
-            let is_final = failure.error.is_final();
-            (
-                ApiError::from(failure.error).error_response(),
-                failure.admission,
-                is_final,
-            )
-        }
-    };
+    let (mut response, admission, is_final, pending) =
+        match sale.purchase(item, user, order_id, caller).await {
+            Ok(purchase) => (
+                HttpResponse::Ok().json(OrderBody::from(&purchase.order)),
+                Some(purchase.admission),
+                true,
+                false,
+            ),
+            Err(failure) => {
+                let is_final = failure.error.is_final();
+                let pending = matches!(failure.error, SaleError::OrderPending(_));
+                (
+                    ApiError::from(failure.error).error_response(),
+                    failure.admission,
+                    is_final,
+                    pending,
+                )
+            }
+        };
     if let Some(admission) = admission {
         admission.write_headers(response.headers_mut());
     }
-    PurchaseAnswer { response, is_final }
+    PurchaseAnswer {
+        response,
+        is_final,
+        pending,
+    }
 }
 
 fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {

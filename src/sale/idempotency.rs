@@ -2,19 +2,29 @@
 //! tap) gets the first attempt's answer instead of a second order or a second charge
 //! against the limiter.
 //!
-//! A key is scoped to the user and kept for `idempotency_ttl_secs`. It is claimed with
-//! one `SET … NX GET` before the limiter, so concurrent duplicates are decided by Redis:
-//! exactly one proceeds, the others see it in progress. Final answers (200, 404 and the
-//! 409 sale answers) are stored and replayed byte for byte; anything the client may
-//! retry (400, 401, 429, 5xx) releases the claim.
+//! A key is scoped to the user. It is claimed only after the answers that need no Redis
+//! (unknown item, sale not open, paused, known sold out: cheap to recompute, so they make
+//! no key), and before the limiter, so concurrent duplicates are decided by Redis:
+//! exactly one proceeds, the others see it in progress (`lua/claim_idempotency.lua`).
+//!
+//! A claim lives only as long as a purchase can (reservation deadline + commit timeout),
+//! so a request that died frees its key soon; a claim older than the commit timeout is
+//! stale, and a retry meeting it asks Postgres for the claim's order and answers from it.
+//! Final answers (200 and the 409 sale answers of the reservation step) are stored for
+//! `idempotency_ttl_secs` and replayed byte for byte; anything the client may retry
+//! (429, 5xx, 202 `ORDER_PENDING`) is not stored. A user holds at most
+//! `idempotency_max_in_flight` claims at once.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use redis::Script;
+use uuid::Uuid;
 
 use super::item::ItemId;
 use crate::domain::UserId;
 use crate::metrics::RedisPurpose;
+use crate::store::redis::Request;
 use crate::store::RedisStore;
 
 /// 1 to 64 characters of `[A-Za-z0-9_-]`.
@@ -44,22 +54,43 @@ impl IdempotencyKey {
 pub enum Claim {
     /// Ours: go ahead, then `complete` or `release`.
     Fresh,
-    /// Another request with this key is still running.
-    InProgress,
+    /// Another request with this key is running, or died. `order` is the order it was
+    /// placing; `stale` says it has run longer than a purchase normally takes.
+    InProgress { order: Option<Uuid>, stale: bool },
     /// This key was used for another item.
     Mismatch,
     /// Finished before: answer exactly this.
     Replay { status: u16, body: String },
+    /// The user already has the most purchases in flight that one user may.
+    TooMany,
+}
+
+/// How the key store is tuned (see the `idempotency_*` settings).
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencyLimits {
+    /// How long a final answer is kept.
+    pub answer_ttl: Duration,
+    /// How long a claim lives: as long as a purchase can.
+    pub claim_ttl: Duration,
+    /// Past this age a claim's request is presumed dead.
+    pub stale_after: Duration,
+    /// Claims one user may hold at once.
+    pub max_in_flight: u32,
 }
 
 pub struct Idempotency {
     redis: RedisStore,
-    ttl: Duration,
+    claim: Script,
+    limits: IdempotencyLimits,
 }
 
 impl Idempotency {
-    pub fn new(redis: RedisStore, ttl: Duration) -> Self {
-        Self { redis, ttl }
+    pub fn new(redis: RedisStore, limits: IdempotencyLimits) -> Self {
+        Self {
+            redis,
+            claim: Script::new(include_str!("../../lua/claim_idempotency.lua")),
+            limits,
+        }
     }
 
     fn redis_key(&self, user: UserId, key: &IdempotencyKey) -> String {
@@ -70,49 +101,69 @@ impl Idempotency {
         )
     }
 
-    async fn call<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> anyhow::Result<T> {
+    /// The user's live claims (same hash tag as their keys).
+    fn in_flight_key(&self, user: UserId) -> String {
+        format!(
+            "{}:{{user:{user}}}:idempotency-in-flight",
+            self.redis.prefix()
+        )
+    }
+
+    async fn call<'r, T: redis::FromRedisValue>(
+        &self,
+        request: impl Into<Request<'r>>,
+    ) -> anyhow::Result<T> {
         self.redis
-            .call(RedisPurpose::Idempotency, &cmd)
+            .call(RedisPurpose::Idempotency, request)
             .await
             .context("idempotency key")
     }
 
-    /// Stored values: `p|<item>` while in progress, `d|<item>|<status>|<body>` when done.
+    /// Claims `key` for a purchase of `item` that will place order `order`.
     pub async fn claim(
         &self,
         user: UserId,
         key: &IdempotencyKey,
         item: ItemId,
+        order: Uuid,
     ) -> anyhow::Result<Claim> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(self.redis_key(user, key))
-            .arg(format!("p|{item}"))
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(self.ttl.as_millis() as u64);
-        let previous: Option<String> = self.call(cmd).await?;
-        let Some(previous) = previous else {
-            return Ok(Claim::Fresh);
-        };
+        let mut invocation = self.claim.prepare_invoke();
+        invocation
+            .key(self.redis_key(user, key))
+            .key(self.in_flight_key(user))
+            .arg(format!("{item}|{order}"))
+            .arg(self.limits.claim_ttl.as_millis() as u64)
+            .arg(self.limits.max_in_flight);
+        let (status, previous, now_ms): (i64, String, i64) = self.call(&invocation).await?;
+        match status {
+            1 => return Ok(Claim::Fresh),
+            -1 => return Ok(Claim::TooMany),
+            _ => {}
+        }
         let mut parts = previous.splitn(4, '|');
         let (state, stored_item) = (parts.next(), parts.next());
         if stored_item != Some(item.to_string().as_str()) {
             return Ok(Claim::Mismatch);
         }
-        match (
-            state,
-            parts.next().and_then(|s| s.parse().ok()),
-            parts.next(),
-        ) {
+        match (state, parts.next(), parts.next()) {
             (Some("d"), Some(status), Some(body)) => Ok(Claim::Replay {
-                status,
+                status: status.parse().context("stored status")?,
                 body: body.to_string(),
             }),
-            _ => Ok(Claim::InProgress),
+            (_, order, claimed_at) => {
+                let age_ms = claimed_at
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .map(|t| now_ms - t);
+                Ok(Claim::InProgress {
+                    order: order.and_then(|o| o.parse().ok()),
+                    stale: age_ms
+                        .is_some_and(|age| age >= self.limits.stale_after.as_millis() as i64),
+                })
+            }
         }
     }
 
+    /// Stores the final answer for `answer_ttl` and frees the user's in-flight place.
     pub async fn complete(
         &self,
         user: UserId,
@@ -121,19 +172,31 @@ impl Idempotency {
         status: u16,
         body: &str,
     ) -> anyhow::Result<()> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(self.redis_key(user, key))
+        let record = self.redis_key(user, key);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("SET")
+            .arg(&record)
             .arg(format!("d|{item}|{status}|{body}"))
             .arg("XX")
             .arg("PX")
-            .arg(self.ttl.as_millis() as u64);
-        self.call::<Option<String>>(cmd).await.map(drop)
+            .arg(self.limits.answer_ttl.as_millis() as u64)
+            .ignore()
+            .zrem(self.in_flight_key(user), &record)
+            .ignore();
+        self.call(&pipe).await
     }
 
+    /// Frees the key: the answer is not to be replayed.
     pub async fn release(&self, user: UserId, key: &IdempotencyKey) -> anyhow::Result<()> {
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.redis_key(user, key));
-        self.call::<i64>(cmd).await.map(drop)
+        let record = self.redis_key(user, key);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&record)
+            .ignore()
+            .zrem(self.in_flight_key(user), &record)
+            .ignore();
+        self.call(&pipe).await
     }
 }
 

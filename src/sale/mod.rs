@@ -85,6 +85,22 @@ impl SaleError {
     }
 }
 
+/// The label of a refused purchase in `seckill_sale_outcomes_total`.
+fn outcome(error: &SaleError) -> &'static str {
+    match error {
+        SaleError::ItemNotFound => "not_found",
+        SaleError::NotStarted => "not_started",
+        SaleError::Ended => "ended",
+        SaleError::Paused => "paused",
+        SaleError::AlreadyPurchased => "already_purchased",
+        SaleError::SoldOut => "sold_out",
+        SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
+        SaleError::Limited(_) => "limiter_unavailable",
+        SaleError::OrderFailed(_) => "order_failed",
+        SaleError::OrderPending(_) => "order_pending",
+    }
+}
+
 /// How long the question "what became of this transaction?" may take.
 const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -245,27 +261,45 @@ impl Sale {
         postgres::orders_of_user(&self.pool, user).await
     }
 
+    /// Step 1: the answers that need no Redis call and no quota. A refusal here is
+    /// counted as the purchase's outcome.
+    pub fn precheck(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
+        let checked = self.check_open(item_id);
+        if let Err(error) = &checked {
+            self.metrics.sale_outcome(outcome(error));
+        }
+        checked
+    }
+
+    fn check_open(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
+        let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
+        match item.phase(Utc::now()) {
+            SalePhase::NotStarted => return Err(SaleError::NotStarted),
+            SalePhase::Ended => return Err(SaleError::Ended),
+            SalePhase::Open => {}
+        }
+        if item.paused {
+            return Err(SaleError::Paused);
+        }
+        if self.board.is_sold_out(item.id) {
+            return Err(SaleError::SoldOut);
+        }
+        Ok(item)
+    }
+
+    /// Steps 2 to 6 for an item that passed [`Self::precheck`]: the limiter, then the
+    /// reservation and the order `order_id`.
     pub async fn purchase(
         &self,
+        item: &Item,
         user: UserId,
-        item_id: ItemId,
+        order_id: Uuid,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
-        let result = self.try_purchase(user, item_id, caller).await;
+        let result = self.limited_purchase(item, user, order_id, caller).await;
         self.metrics.sale_outcome(match &result {
             Ok(_) => "created",
-            Err(failure) => match &failure.error {
-                SaleError::ItemNotFound => "not_found",
-                SaleError::NotStarted => "not_started",
-                SaleError::Ended => "ended",
-                SaleError::Paused => "paused",
-                SaleError::AlreadyPurchased => "already_purchased",
-                SaleError::SoldOut => "sold_out",
-                SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
-                SaleError::Limited(_) => "limiter_unavailable",
-                SaleError::OrderFailed(_) => "order_failed",
-                SaleError::OrderPending(_) => "order_pending",
-            },
+            Err(failure) => outcome(&failure.error),
         });
         result
     }
@@ -275,26 +309,22 @@ impl Sale {
         self.metrics.sale_outcome("idempotent_replay");
     }
 
-    async fn try_purchase(
+    /// The order `id` of `user`, if it was committed (a retry meeting a stale claim).
+    pub async fn committed_order(&self, id: Uuid, user: UserId) -> anyhow::Result<Option<Order>> {
+        Ok(postgres::order_by_id(&self.pool, id)
+            .await?
+            .filter(|order| order.user_id == user))
+    }
+
+    async fn limited_purchase(
         &self,
+        item: &Item,
         user: UserId,
-        item_id: ItemId,
+        order_id: Uuid,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
-        let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
-        match item.phase(Utc::now()) {
-            SalePhase::NotStarted => return Err(SaleError::NotStarted.into()),
-            SalePhase::Ended => return Err(SaleError::Ended.into()),
-            SalePhase::Open => {}
-        }
-        if item.paused {
-            return Err(SaleError::Paused.into());
-        }
-        if self.board.is_sold_out(item.id) {
-            return Err(SaleError::SoldOut.into());
-        }
         let admission = self.limiter.check(SECKILL_POLICY, None, caller).await?;
-        match self.reserve_and_order(&item, user).await {
+        match self.reserve_and_order(item, user, order_id).await {
             Ok(order) => Ok(Purchase { order, admission }),
             Err(error) => Err(PurchaseFailure {
                 error,
@@ -304,10 +334,15 @@ impl Sale {
     }
 
     /// Steps 3 to 6, once the limiter has admitted the request.
-    async fn reserve_and_order(&self, item: &Item, user: UserId) -> Result<Order, SaleError> {
+    async fn reserve_and_order(
+        &self,
+        item: &Item,
+        user: UserId,
+        order_id: Uuid,
+    ) -> Result<Order, SaleError> {
         let reservation = PendingReservation {
             user,
-            order: Uuid::new_v4(),
+            order: order_id,
         };
         let mut reserved = self
             .redis
@@ -361,6 +396,10 @@ impl Sale {
             return Err(SaleError::OrderFailed(anyhow::anyhow!(
                 "injected crash after the commit"
             )));
+        }
+        if crash_point("sale::hang_after_commit", user) {
+            // The request never finishes, like one whose process died here.
+            std::future::pending::<()>().await;
         }
         if let Err(e) = self.redis.settle(item.id, reservation).await {
             // The order stands; the reconciler clears the pending record later.
@@ -551,8 +590,8 @@ fn is_pool_timeout(error: &anyhow::Error) -> bool {
 /// A fault-injection point: with the `failpoints` feature a test configures `point` as
 /// `return(<user id>)`, and this answers true for that user's purchase only, which then
 /// fails as the point says (`sale::before_commit` / `sale::after_commit`: as if the
-/// process had died, no repair, no cleanup; `sale::commit_unanswered`: the COMMIT's
-/// answer is lost). Without the feature this is a constant `false`.
+/// process had died, no repair, no cleanup; `sale::hang_after_commit`: the request
+/// never finishes; `sale::commit_unanswered`: the COMMIT's answer is lost). Without the feature this is a constant `false`.
 #[cfg(feature = "failpoints")]
 pub(crate) fn crash_point(point: &str, user: UserId) -> bool {
     fail::eval(point, |target| {

@@ -394,28 +394,47 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
     assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(7)]);
 }
 
-/// In this test's own database, orders of user 4201 wait 1.5 s at COMMIT and then
-/// commit; orders of user 4202 wait as long and then fail. A deferred constraint trigger
-/// runs inside COMMIT, so the app has sent its COMMIT and hears nothing for 1.5 s.
-async fn slow_commits(db: &PgPool) {
-    sqlx::raw_sql(
+/// In this test's own database, orders of the `landing` users wait `seconds` at COMMIT
+/// and then commit; orders of the `failing` users wait as long and then fail. A deferred
+/// constraint trigger runs inside COMMIT, so the app has sent its COMMIT and hears
+/// nothing meanwhile.
+async fn slow_commits(db: &PgPool, seconds: f64, landing: &[i64], failing: &[i64]) {
+    sqlx::raw_sql(&format!(
         r#"CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN
-             IF NEW.user_id IN (4201, 4202) THEN PERFORM pg_sleep(1.5); END IF;
-             IF NEW.user_id = 4202 THEN RAISE EXCEPTION 'refused at commit'; END IF;
+             IF NEW.user_id = ANY(ARRAY[{landing}, {failing}]::bigint[]) THEN
+               PERFORM pg_sleep({seconds});
+             END IF;
+             IF NEW.user_id = ANY(ARRAY[{failing}]::bigint[]) THEN
+               RAISE EXCEPTION 'refused at commit';
+             END IF;
              RETURN NULL;
            END $$;
            CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON orders
              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();"#,
-    )
+        landing = ids(landing),
+        failing = ids(failing),
+    ))
     .execute(db)
     .await
     .unwrap();
 }
 
+/// `[1, 2]` → `1,2`; `[]` → `NULL` (a valid, matching-nothing array element).
+fn ids(users: &[i64]) -> String {
+    if users.is_empty() {
+        return "NULL".into();
+    }
+    users
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[sqlx::test]
 async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPool) {
-    slow_commits(&db).await;
+    slow_commits(&db, 1.5, &[4201], &[4202]).await;
     let app = spawn_app_with(&db, |s| {
         s.order_commit_timeout_ms = 300;
         s.database_statement_timeout_ms = 3_000;
@@ -580,4 +599,163 @@ async fn a_commit_whose_answer_is_lost_but_which_committed_is_a_success(db: PgPo
         ),
         (Some(4), Some(1), 4)
     );
+}
+
+/// Idempotency keys of this app in Redis.
+async fn idempotency_keys(app: &TestApp) -> Vec<String> {
+    let mut conn = app.redis().await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*idempotency*", app.settings.redis_key_prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+#[sqlx::test]
+async fn answers_that_need_no_redis_claim_no_idempotency_key(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let token = app.token_for(4601).await;
+    let sold = app.open_item(1).await;
+    let buyer = app.token_for(4602).await;
+    assert_eq!(
+        app.post_seckill(&buyer, sold, "10.28.0.9").await.status(),
+        200
+    );
+    eventually(
+        "the sale knows the item sold out",
+        Duration::from_secs(10),
+        || async { (app.metric_sum("seckill_sold_out_items").await == 1.0).then_some(()) },
+    )
+    .await;
+    let calls = r#"seckill_redis_calls_total{purpose="idempotency"}"#;
+    let before = app.metric_sum(calls).await;
+
+    let keys: Vec<String> = (0..300).map(|n| format!("unknown-{n}")).collect();
+    let unknown = futures_util::future::join_all(
+        keys.iter()
+            .map(|key| purchase_with_key(&app, &token, 999_999, key)),
+    )
+    .await;
+    assert!(
+        unknown.iter().all(|r| r.status() == 404),
+        "every one is ITEM_NOT_FOUND"
+    );
+    for n in 0..20 {
+        let response = purchase_with_key(&app, &token, sold, &format!("sold-{n}")).await;
+        assert_eq!(json(response).await["code"], "SOLD_OUT");
+    }
+
+    assert_eq!(app.metric_sum(calls).await, before, "no idempotency call");
+    assert_eq!(
+        idempotency_keys(&app).await,
+        Vec::<String>::new(),
+        "no key made"
+    );
+}
+
+#[sqlx::test]
+async fn a_user_may_hold_four_purchases_in_flight_and_the_fifth_is_refused(db: PgPool) {
+    let user = 4701;
+    slow_commits(&db, 2.0, &[user], &[]).await;
+    let app = spawn_app_with(&db, |s| {
+        for rule in &mut s.limiter.policies.get_mut("seckill").unwrap().rules {
+            rule.threshold = 1_000;
+        }
+    })
+    .await;
+    let token = app.token_for(user).await;
+    let mut items = Vec::new();
+    for _ in 0..7 {
+        items.push(app.open_item(5).await);
+    }
+
+    let keys: Vec<String> = (0..6).map(|n| format!("in-flight-{n}")).collect();
+    let answers = futures_util::future::join_all(
+        items[..6]
+            .iter()
+            .zip(&keys)
+            .map(|(item, key)| purchase_with_key(&app, &token, *item, key)),
+    )
+    .await;
+    let mut codes = Vec::new();
+    for answer in answers {
+        let status = answer.status().as_u16();
+        codes.push((
+            status,
+            json(answer).await["code"].as_str().map(String::from),
+        ));
+    }
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            (200, None),
+            (200, None),
+            (200, None),
+            (200, None),
+            (429, Some("TOO_MANY_PENDING".into())),
+            (429, Some("TOO_MANY_PENDING".into())),
+        ]
+    );
+    // Finished purchases free their places.
+    assert_eq!(
+        purchase_with_key(&app, &token, items[6], "after")
+            .await
+            .status(),
+        200
+    );
+}
+
+#[sqlx::test]
+async fn a_purchase_whose_request_died_after_its_commit_is_answered_from_postgres(db: PgPool) {
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(5).await;
+    let user = 4801;
+    let token = app.token_for(user).await;
+
+    fail::cfg("sale::hang_after_commit", &format!("return({user})")).unwrap();
+    let gave_up = app
+        .client
+        .post(app.url("/seckill"))
+        .bearer_auth(&token)
+        .header("X-Forwarded-For", "10.29.0.1")
+        .header("Idempotency-Key", "died")
+        .json(&serde_json::json!({ "itemId": item }))
+        .timeout(Duration::from_secs(1))
+        .send()
+        .await;
+    fail::remove("sale::hang_after_commit");
+    assert!(gave_up.is_err(), "the request never answered");
+    let order: String = sqlx::query_scalar("SELECT id::text FROM orders WHERE user_id = $1")
+        .bind(user)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+
+    let claim = idempotency_keys(&app)
+        .await
+        .into_iter()
+        .find(|k| k.ends_with(":died"))
+        .expect("the claim exists");
+    let ttl = redis_int(&app, "PTTL", &claim).await.unwrap();
+    assert!(
+        (1..=30_300).contains(&ttl),
+        "a claim lives as long as a purchase can (deadline + commit timeout), not a day: {ttl} ms"
+    );
+    let (answer, _) = eventually(
+        "the retry is answered from the order in postgres",
+        Duration::from_secs(10),
+        || async {
+            let retry = purchase_with_key(&app, &token, item, "died").await;
+            (retry.status() == 200).then_some(retry)
+        },
+    )
+    .await;
+    assert_eq!(json(answer).await["orderId"], order.as_str());
+    let replay = purchase_with_key(&app, &token, item, "died").await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.headers()["Idempotent-Replayed"], "true");
+    assert_eq!(pg_orders(&db, item).await, 1);
 }
