@@ -1,10 +1,16 @@
 -- Token bucket over N rules, all-or-nothing, cost 1.
 --
--- Each rule keeps a hash { tokens, refilled_at }. Tokens refill continuously at
+-- Each rule keeps a hash { tokens, refilled_at, scale }. Tokens refill continuously at
 -- `refill_tokens` per `refill_ms` up to `capacity`. To keep the arithmetic in exact
 -- integers (Lua numbers are doubles; fractions drift), `tokens` is stored scaled by
 -- `refill_ms`: one whole token = `refill_ms` units, and each elapsed millisecond adds
 -- `refill_tokens` units. A missing key is a full bucket.
+--
+-- Rules change at run time. `scale` is the `refill_ms` that `tokens` was written with:
+-- when it differs from the rule's, the stored level is converted to the new scale first,
+-- keeping its number of tokens (rounded down to a unit), and the new rule then applies
+-- from `refilled_at` on (refill rate; capacity caps the level). A key without `scale`
+-- (written before it existed) is read in the rule's scale.
 --
 -- A request is admitted only if EVERY rule holds at least one token; otherwise nothing
 -- is written.
@@ -47,6 +53,17 @@ if not now then
   late = us % 1000
 end
 
+-- `level` units of 1/`from` token as units of 1/`to` token, rounded down (never more
+-- than was stored). Whole tokens and the fraction are converted apart, so the products
+-- stay exact (below 2^53) for periods up to ~2^26 ms each; beyond that the fraction may
+-- be off by a unit, never by a token.
+local function rescale(level, from, to)
+  local whole = math.floor(level / from)
+  local part = math.floor((level - whole * from) * to / from)
+  if part >= to then part = to - 1 end
+  return whole * to + part
+end
+
 local refusing, wait, longest = 0, 0, 0
 local tightest, least = 0, 0
 -- Pass 1 reads only; the levels and the buckets' times are kept for pass 2.
@@ -62,12 +79,14 @@ for i = 1, n do
   if refusing == 0 or skewed
       or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
     local full = tonumber(ARGV[3 * i]) * refill_ms
-    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at')
+    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at', 'scale')
     local level = tonumber(state[1])
     local at = tonumber(state[2])
     if level == nil or at == nil then
       level, at = full, now
     else
+      local scale = tonumber(state[3])
+      if scale and scale ~= refill_ms then level = rescale(level, scale, refill_ms) end
       local elapsed = now - at
       if elapsed > 0 then level = level + elapsed * refill_tokens end
       if level > full then level = full end
@@ -95,7 +114,7 @@ for i = 1, n do
   local refill_tokens = tonumber(ARGV[3 * i + 1])
   local refill_ms = tonumber(ARGV[3 * i + 2])
   local level = levels[i] - refill_ms
-  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i])
+  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i], 'scale', refill_ms)
   local ttl = (stamps[i] - now)
     + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
   if ttl < 1 then ttl = 1 end

@@ -140,6 +140,14 @@ impl Engine {
         self.query(redis::cmd("PEXPIRETIME").arg(key)).await
     }
 
+    /// Puts `rules` in force for policy `p` at run time, as an admin edit does (every
+    /// instance then calls `replace_policies` with the new set).
+    pub fn set_rules(&self, algorithm: Algorithm, rules: Vec<RuleConfig>) {
+        let settings = one_policy(algorithm, FailMode::Open, rules, 0);
+        let set = seckill::limiter::PolicySet::parse(&settings.policies).expect("valid rules");
+        self.limiter.replace_policies(set);
+    }
+
     /// `DUMP` of `key`: its exact serialized value, `None` when it does not exist.
     pub async fn dump(&self, key: &str) -> Option<Vec<u8>> {
         self.query(redis::cmd("DUMP").arg(key)).await
@@ -641,4 +649,93 @@ async fn skewed_app_clocks_never_refill_a_token_bucket_twice() {
         slow_clock.advance_ms(250);
     }
     assert!(admitted <= 30, "{admitted} of 480 admitted in 120 s");
+}
+
+/// A bucket of 10 per 60 s left with 3.5 tokens, then its refill period edited to
+/// `refill_ms`: the 3.5 tokens stay 3.5 tokens, whatever scale they were stored in.
+/// Returns what the next calls (at the same instant) got: the remaining count of each
+/// admission, then the refusal's wait.
+async fn tokens_after_a_refill_period_edit(refill_ms: u64) -> (Vec<i64>, u64) {
+    let algorithm = Algorithm::TokenBucket;
+    let bucket = |refill_ms| {
+        let mut bucket = rule("only", KeySource::User, 60_000, 10);
+        bucket.refill_tokens = Some(10);
+        bucket.refill_ms = Some(refill_ms);
+        vec![bucket]
+    };
+    // Asked of Redis every time (no denial cache): the script's own arithmetic.
+    let engine = engine_with_denial_cache(algorithm, bucket(60_000), 0).await;
+    for expected_left in (4..10).rev() {
+        let admission = engine.check(&caller(1)).await.expect("a token is left");
+        assert_eq!(admission.quota_left.unwrap().remaining, expected_left);
+    }
+    // One token per 6 s: 4.5 tokens, and one more call stores 3.5.
+    engine.clock.advance_ms(3_000);
+    let admission = engine.check(&caller(1)).await.expect("a token is left");
+    assert_eq!(admission.quota_left.unwrap().remaining, 3);
+
+    engine.set_rules(algorithm, bucket(refill_ms));
+    let mut remaining = Vec::new();
+    for _ in 0..20 {
+        match engine.check(&caller(1)).await {
+            Ok(admission) => remaining.push(admission.quota_left.unwrap().remaining),
+            Err(rejection) => return (remaining, refused(Err(rejection)).retry_after_ms()),
+        }
+    }
+    panic!("20 admissions from a bucket of 10: {remaining:?}");
+}
+
+#[tokio::test]
+async fn a_lengthened_refill_period_keeps_the_tokens_a_bucket_held() {
+    // Then the missing half token takes 120 s / 10 / 2 = 6 s.
+    assert_eq!(
+        tokens_after_a_refill_period_edit(120_000).await,
+        (vec![2, 1, 0], 6_000)
+    );
+}
+
+#[tokio::test]
+async fn a_shortened_refill_period_keeps_the_tokens_a_bucket_held() {
+    // Then the missing half token takes 30 s / 10 / 2 = 1.5 s.
+    assert_eq!(
+        tokens_after_a_refill_period_edit(30_000).await,
+        (vec![2, 1, 0], 1_500)
+    );
+}
+
+/// A bucket written before `scale` was stored is read in the rule's scale, as before;
+/// the next admission stores the scale.
+#[tokio::test]
+async fn a_bucket_stored_without_its_scale_is_read_in_the_rules_scale() {
+    let algorithm = Algorithm::TokenBucket;
+    let mut bucket = rule("only", KeySource::User, 60_000, 10);
+    bucket.refill_tokens = Some(10);
+    bucket.refill_ms = Some(60_000);
+    let engine = engine_with_denial_cache(algorithm, vec![bucket], 0).await;
+    let key = engine.key(algorithm, "only", "1");
+    let now = engine.clock.now_ms();
+    // Two tokens, scaled by the 60 s refill period.
+    let _: () = engine
+        .query(
+            redis::cmd("HSET")
+                .arg(&key)
+                .arg("tokens")
+                .arg(120_000)
+                .arg("refilled_at")
+                .arg(now),
+        )
+        .await;
+    let admission = engine.check(&caller(1)).await.expect("two tokens");
+    assert_eq!(admission.quota_left.unwrap().remaining, 1);
+    // One token left (60 000 units), at `now`, in a scale of 60 000 (sorted).
+    let mut stored = vec!["60000", "60000", "refilled_at", "scale", "tokens"];
+    let now = now.to_string();
+    stored.push(&now);
+    stored.sort();
+    assert_eq!(engine.snapshot(&key).await, stored);
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        6_000
+    );
 }
