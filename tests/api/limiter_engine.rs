@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use seckill::domain::{ClientIp, UserId};
@@ -13,7 +14,7 @@ use seckill::limiter::{
 use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
 
-use crate::helpers::redis_test_settings;
+use crate::helpers::{eventually, redis_test_settings};
 
 pub fn rule(name: &str, key: KeySource, window_ms: u64, threshold: u64) -> RuleConfig {
     RuleConfig::new(name, key, window_ms, threshold, &format!("{name} says no"))
@@ -146,6 +147,22 @@ impl Engine {
         let settings = one_policy(algorithm, FailMode::Open, rules, 0);
         let set = seckill::limiter::PolicySet::parse(&settings.policies).expect("valid rules");
         self.limiter.replace_policies(set);
+    }
+
+    /// Returns once `ms` of Redis's own time have passed (a marker key set to expire in
+    /// `ms` is gone): every key whose TTL was at most `ms` when this was called has
+    /// expired too. Keys expire by Redis's clock, which the manual clock does not move.
+    pub async fn redis_time_passes(&self, ms: u64) {
+        let marker = format!("{}:marker:{}", self.redis.prefix(), uuid::Uuid::new_v4());
+        let _: () = self
+            .query(redis::cmd("SET").arg(&marker).arg(1).arg("PX").arg(ms))
+            .await;
+        eventually(
+            "the marker key expires",
+            Duration::from_millis(ms) + Duration::from_secs(10),
+            || async { (self.pttl(&marker).await == -2).then_some(()) },
+        )
+        .await;
     }
 
     /// `DUMP` of `key`: its exact serialized value, `None` when it does not exist.
@@ -737,5 +754,34 @@ async fn a_bucket_stored_without_its_scale_is_read_in_the_rules_scale() {
     assert_eq!(
         refused(engine.check(&caller(1)).await).retry_after_ms(),
         6_000
+    );
+}
+
+/// A full window of 3 per 1 s raised to 5 s: its entries now count for 5 s, so the key
+/// must outlive the 1 s TTL it was given. A refused call extends it.
+#[tokio::test]
+async fn a_raised_window_keeps_a_full_key_for_the_whole_new_window() {
+    let algorithm = Algorithm::SlidingWindow;
+    let window = |window_ms| vec![rule("only", KeySource::User, window_ms, 3)];
+    let engine = engine_with_denial_cache(algorithm, window(1_000), 0).await;
+    // The frozen clock: all three in one millisecond.
+    for _ in 0..3 {
+        assert!(engine.check(&caller(1)).await.is_ok());
+    }
+    engine.set_rules(algorithm, window(5_000));
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        5_000
+    );
+
+    // The key's old TTL (at most 1 s of Redis time) has passed; 1 s passes for the
+    // limiter too.
+    engine.redis_time_passes(1_000).await;
+    engine.clock.advance_ms(1_000);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(
+        refusal.retry_after_ms(),
+        4_000,
+        "the three entries still count"
     );
 }
