@@ -785,3 +785,36 @@ async fn a_raised_window_keeps_a_full_key_for_the_whole_new_window() {
         "the three entries still count"
     );
 }
+
+/// An empty bucket (2 per 1 s) whose refill is slowed to 2 per 5 s: it now takes 5 s to
+/// fill, so the key must outlive the 1 s TTL it was given (a missing key is a full
+/// bucket). A refused call extends it.
+#[tokio::test]
+async fn a_slowed_refill_keeps_an_empty_bucket_for_its_whole_refill() {
+    let algorithm = Algorithm::TokenBucket;
+    let bucket = |refill_ms| {
+        let mut bucket = rule("only", KeySource::User, 1_000, 2);
+        bucket.refill_tokens = Some(2);
+        bucket.refill_ms = Some(refill_ms);
+        vec![bucket]
+    };
+    let engine = engine_with_denial_cache(algorithm, bucket(1_000), 0).await;
+    for _ in 0..2 {
+        assert!(engine.check(&caller(1)).await.is_ok());
+    }
+    engine.set_rules(algorithm, bucket(5_000));
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        2_500
+    );
+
+    engine.redis_time_passes(1_000).await;
+    // 1 s refills 2 × 1/5 = 0.4 of a token: 0.6 × 2.5 s to go.
+    engine.clock.advance_ms(1_000);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(
+        refusal.retry_after_ms(),
+        1_500,
+        "the bucket is still nearly empty"
+    );
+}
