@@ -308,8 +308,19 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
 
 /// Asked of Redis (no denial cache), a refusal leaves every key exactly as it was: the
 /// serialized value (`DUMP`) and the absolute expiry (`PEXPIRETIME`).
-async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algorithm) {
-    let engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
+/// With `redis_clock` the scripts read Redis `TIME`, as in production by default.
+async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(
+    algorithm: Algorithm,
+    redis_clock: bool,
+) {
+    let mut engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
+    if redis_clock {
+        let settings = one_policy(algorithm, FailMode::Open, first_second_third(), 0);
+        let limiter = Limiter::new(engine.redis.clone(), &settings, Arc::clone(&engine.metrics))
+            .expect("valid policies")
+            .with_clock(Clock::Redis);
+        engine.limiter = Arc::new(limiter);
+    }
     assert!(engine.check(&caller(1)).await.is_ok());
     engine.clock.advance_ms(7);
     assert!(engine.check(&caller(1)).await.is_ok());
@@ -337,12 +348,22 @@ async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algo
 
 #[tokio::test]
 async fn a_refused_sliding_window_call_writes_nothing() {
-    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow).await;
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow, false).await;
+}
+
+#[tokio::test]
+async fn a_refused_sliding_window_call_writes_nothing_with_the_redis_clock() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow, true).await;
 }
 
 #[tokio::test]
 async fn a_refused_token_bucket_call_writes_nothing() {
-    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket).await;
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket, false).await;
+}
+
+#[tokio::test]
+async fn a_refused_token_bucket_call_writes_nothing_with_the_redis_clock() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket, true).await;
 }
 
 #[tokio::test]
