@@ -2,8 +2,17 @@
 --
 -- Each rule keeps a sorted set of the requests it admitted (score = admission time in
 -- ms, member = the request's unique id). A request is admitted only if EVERY rule has
--- fewer than `threshold` entries inside its window; otherwise nothing at all is written,
--- not even the trimming of expired entries, so a refused request leaves no trace.
+-- fewer than `threshold` entries inside its window; otherwise no entry is written, not
+-- even the trimming of expired entries, so a refused request leaves no trace.
+--
+-- TTL: a key must live as long as its newest entry counts (newest + window - now). An
+-- admission sets it to the window. The one write a refusal may make: after a rule edit
+-- raised the window, a key that meets only refusals would keep its old, shorter TTL and
+-- take its entries with it too soon, so a refused call extends the TTL of each key it
+-- read live entries from when the TTL falls short of that by more than 1 % of the
+-- window (at least 2 ms). Smaller shortfalls are clock noise (the millisecond TIME was
+-- read in; app clocks of different instances) and cost entries at most that much of
+-- their life. With steady rules and the Redis clock a refusal writes nothing.
 --
 -- KEYS[i]          sorted set of rule i (all keys of a policy share one hash tag)
 -- ARGV[1]          now in ms, or "" to read the Redis server clock (TIME)
@@ -28,7 +37,8 @@
 --
 -- Cost: a rule that admits costs one ZCOUNT while deciding; a refusing one also one
 -- ZRANGE by rank (O(log n), the threshold-th newest entry is the one whose expiry opens
--- a slot). A rule's wait never exceeds its window, so once a refusal is known and the
+-- a slot). A refused call also reads PTTL and the newest entry (ZRANGE by rank) of each
+-- key with live entries it read. A rule's wait never exceeds its window, so once a refusal is known and the
 -- longest wait so far covers a later rule's window, that rule cannot change the reply
 -- and is skipped.
 
@@ -46,8 +56,9 @@ end
 
 local refusing, wait, longest = 0, 0, 0
 local tightest, least, tightest_threshold = 0, 0, 0
--- Pass 1 reads only. The windows are kept for pass 2 so ARGV is parsed once.
-local windows = {}
+-- Pass 1 reads only. The windows are kept for pass 2 so ARGV is parsed once, the live
+-- counts for the TTL check of a refusal (nil: the rule was skipped).
+local windows, counts = {}, {}
 
 for i = 1, n do
   local window = tonumber(ARGV[1 + 2 * i])
@@ -55,6 +66,7 @@ for i = 1, n do
   if refusing == 0 or longest < window then
     local threshold = tonumber(ARGV[2 + 2 * i])
     local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+    counts[i] = count
     if count >= threshold then
       -- Live entries are the newest ones; the threshold-th newest must expire first.
       local nth = redis.call('ZRANGE', KEYS[i], -threshold, -threshold, 'WITHSCORES')
@@ -72,6 +84,19 @@ for i = 1, n do
 end
 
 if refusing > 0 then
+  -- No entry is written; only a TTL that falls short of the window (see the header).
+  for i = 1, n do
+    if counts[i] and counts[i] > 0 then
+      local ttl = redis.call('PTTL', KEYS[i])
+      if ttl >= 0 then
+        local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+        local need = tonumber(newest[2]) + windows[i] - now
+        if need - ttl > math.max(2, math.floor(windows[i] / 100)) then
+          redis.call('PEXPIRE', KEYS[i], need)
+        end
+      end
+    end
+  end
   return {0, refusing, wait, longest, late}
 end
 

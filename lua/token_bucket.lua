@@ -1,13 +1,19 @@
 -- Token bucket over N rules, all-or-nothing, cost 1.
 --
--- Each rule keeps a hash { tokens, refilled_at }. Tokens refill continuously at
+-- Each rule keeps a hash { tokens, refilled_at, scale }. Tokens refill continuously at
 -- `refill_tokens` per `refill_ms` up to `capacity`. To keep the arithmetic in exact
 -- integers (Lua numbers are doubles; fractions drift), `tokens` is stored scaled by
 -- `refill_ms`: one whole token = `refill_ms` units, and each elapsed millisecond adds
 -- `refill_tokens` units. A missing key is a full bucket.
 --
--- A request is admitted only if EVERY rule holds at least one token; otherwise nothing
--- is written.
+-- Rules change at run time. `scale` is the `refill_ms` that `tokens` was written with:
+-- when it differs from the rule's, the stored level is converted to the new scale first,
+-- keeping its number of tokens (rounded down to a unit), and the new rule then applies
+-- from `refilled_at` on (refill rate; capacity caps the level). A key without `scale`
+-- (written before it existed) is read in the rule's scale.
+--
+-- A request is admitted only if EVERY rule holds at least one token; otherwise no level
+-- and no time is written (at most a TTL, see below).
 --
 -- KEYS[i]          hash of rule i (all keys of a policy share one hash tag)
 -- ARGV[1]          now in ms, or "" to read the Redis server clock (TIME)
@@ -30,10 +36,19 @@
 --          subtracts it to know exactly when they end
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
--- missing key and a full bucket are the same thing. `refilled_at` never moves back: a
--- caller whose clock is behind it gets no refill and waits from the bucket's time. An empty bucket refills one token
--- within ceil(refill_ms / refill_tokens) ms, so once a refusal is known and the longest
--- wait so far covers that, a later rule cannot change the reply and is skipped.
+-- missing key and a full bucket are the same thing. The one write a refusal may make:
+-- after a rule edit slowed the refill (or raised the capacity), a key that meets only
+-- refusals would keep its old, shorter TTL and come back full too soon, so a refused
+-- call extends the TTL of each stored, not full bucket it read when the TTL falls short
+-- of its refill time by more than 1 % of the time to fill an empty bucket (at least
+-- 2 ms). Smaller shortfalls are clock noise (the millisecond TIME was read in; app
+-- clocks of different instances). With steady rules and the Redis clock a refusal
+-- writes nothing.
+--
+-- `refilled_at` never moves back: a caller whose clock is behind it gets no refill and
+-- waits from the bucket's time. An empty bucket refills one token within
+-- ceil(refill_ms / refill_tokens) ms, so once a refusal is known and the longest wait
+-- so far covers that, a later rule cannot change the reply and is skipped.
 
 local n = #KEYS
 local now = tonumber(ARGV[1])
@@ -47,10 +62,22 @@ if not now then
   late = us % 1000
 end
 
+-- `level` units of 1/`from` token as units of 1/`to` token, rounded down (never more
+-- than was stored). Whole tokens and the fraction are converted apart, so the products
+-- stay exact (below 2^53) for periods up to ~2^26 ms each; beyond that the fraction may
+-- be off by a unit, never by a token.
+local function rescale(level, from, to)
+  local whole = math.floor(level / from)
+  local part = math.floor((level - whole * from) * to / from)
+  if part >= to then part = to - 1 end
+  return whole * to + part
+end
+
 local refusing, wait, longest = 0, 0, 0
 local tightest, least = 0, 0
--- Pass 1 reads only; the levels and the buckets' times are kept for pass 2.
-local levels, stamps = {}, {}
+-- Pass 1 reads only; the levels and the buckets' times are kept for pass 2, and for a
+-- refusal's TTL check, each stored bucket's time to refill completely (ms from now).
+local levels, stamps, refills = {}, {}, {}
 -- With app clocks (ARGV[1] set), another instance's clock may be ahead of this one: a
 -- bucket's time never moves back (or the ahead instance would refill the skew again on
 -- its next call), so waits count from the bucket's time, and no rule can be skipped.
@@ -62,16 +89,19 @@ for i = 1, n do
   if refusing == 0 or skewed
       or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
     local full = tonumber(ARGV[3 * i]) * refill_ms
-    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at')
+    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at', 'scale')
     local level = tonumber(state[1])
     local at = tonumber(state[2])
     if level == nil or at == nil then
       level, at = full, now
     else
+      local scale = tonumber(state[3])
+      if scale and scale ~= refill_ms then level = rescale(level, scale, refill_ms) end
       local elapsed = now - at
       if elapsed > 0 then level = level + elapsed * refill_tokens end
       if level > full then level = full end
       if at < now then at = now end
+      refills[i] = (at - now) + math.floor((full - level + refill_tokens - 1) / refill_tokens)
     end
     levels[i], stamps[i] = level, at
     if level < refill_ms then
@@ -87,6 +117,18 @@ for i = 1, n do
 end
 
 if refusing > 0 then
+  -- Nothing is written; only a TTL that falls short of the refill (see the header).
+  for i = 1, n do
+    if refills[i] and refills[i] > 0 then
+      local ttl = redis.call('PTTL', KEYS[i])
+      local refill_tokens = tonumber(ARGV[3 * i + 1])
+      local empty = math.floor((tonumber(ARGV[3 * i]) * tonumber(ARGV[3 * i + 2])
+        + refill_tokens - 1) / refill_tokens)
+      if ttl >= 0 and refills[i] - ttl > math.max(2, math.floor(empty / 100)) then
+        redis.call('PEXPIRE', KEYS[i], refills[i])
+      end
+    end
+  end
   return {0, refusing, wait, longest, late}
 end
 
@@ -95,7 +137,7 @@ for i = 1, n do
   local refill_tokens = tonumber(ARGV[3 * i + 1])
   local refill_ms = tonumber(ARGV[3 * i + 2])
   local level = levels[i] - refill_ms
-  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i])
+  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i], 'scale', refill_ms)
   local ttl = (stamps[i] - now)
     + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
   if ttl < 1 then ttl = 1 end

@@ -9,6 +9,8 @@
 //! - The algorithm is part of the key, so switching a policy's algorithm never meets a
 //!   key of the other type (a sorted set where a hash is expected), and each algorithm
 //!   keeps its own quota.
+//! - A rule's limits are not part of the key: an edit keeps every caller's state (the
+//!   scripts convert it) instead of handing everyone a fresh quota.
 //! - Every part is bounded and from a known alphabet: names are checked when policies
 //!   load, client ids when parsed, IPs and user ids are printed by us.
 

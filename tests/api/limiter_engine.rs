@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use seckill::domain::{ClientIp, UserId};
@@ -13,7 +14,7 @@ use seckill::limiter::{
 use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
 
-use crate::helpers::redis_test_settings;
+use crate::helpers::{eventually, redis_test_settings};
 
 pub fn rule(name: &str, key: KeySource, window_ms: u64, threshold: u64) -> RuleConfig {
     RuleConfig::new(name, key, window_ms, threshold, &format!("{name} says no"))
@@ -138,6 +139,30 @@ impl Engine {
     /// with the clock, so equal values mean the expiry was not touched.
     pub async fn expire_time(&self, key: &str) -> i64 {
         self.query(redis::cmd("PEXPIRETIME").arg(key)).await
+    }
+
+    /// Puts `rules` in force for policy `p` at run time, as an admin edit does (every
+    /// instance then calls `replace_policies` with the new set).
+    pub fn set_rules(&self, algorithm: Algorithm, rules: Vec<RuleConfig>) {
+        let settings = one_policy(algorithm, FailMode::Open, rules, 0);
+        let set = seckill::limiter::PolicySet::parse(&settings.policies).expect("valid rules");
+        self.limiter.replace_policies(set);
+    }
+
+    /// Returns once `ms` of Redis's own time have passed (a marker key set to expire in
+    /// `ms` is gone): every key whose TTL was at most `ms` when this was called has
+    /// expired too. Keys expire by Redis's clock, which the manual clock does not move.
+    pub async fn redis_time_passes(&self, ms: u64) {
+        let marker = format!("{}:marker:{}", self.redis.prefix(), uuid::Uuid::new_v4());
+        let _: () = self
+            .query(redis::cmd("SET").arg(&marker).arg(1).arg("PX").arg(ms))
+            .await;
+        eventually(
+            "the marker key expires",
+            Duration::from_millis(ms) + Duration::from_secs(10),
+            || async { (self.pttl(&marker).await == -2).then_some(()) },
+        )
+        .await;
     }
 
     /// `DUMP` of `key`: its exact serialized value, `None` when it does not exist.
@@ -283,8 +308,19 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
 
 /// Asked of Redis (no denial cache), a refusal leaves every key exactly as it was: the
 /// serialized value (`DUMP`) and the absolute expiry (`PEXPIRETIME`).
-async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algorithm) {
-    let engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
+/// With `redis_clock` the scripts read Redis `TIME`, as in production by default.
+async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(
+    algorithm: Algorithm,
+    redis_clock: bool,
+) {
+    let mut engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
+    if redis_clock {
+        let settings = one_policy(algorithm, FailMode::Open, first_second_third(), 0);
+        let limiter = Limiter::new(engine.redis.clone(), &settings, Arc::clone(&engine.metrics))
+            .expect("valid policies")
+            .with_clock(Clock::Redis);
+        engine.limiter = Arc::new(limiter);
+    }
     assert!(engine.check(&caller(1)).await.is_ok());
     engine.clock.advance_ms(7);
     assert!(engine.check(&caller(1)).await.is_ok());
@@ -312,12 +348,22 @@ async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(algorithm: Algo
 
 #[tokio::test]
 async fn a_refused_sliding_window_call_writes_nothing() {
-    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow).await;
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow, false).await;
+}
+
+#[tokio::test]
+async fn a_refused_sliding_window_call_writes_nothing_with_the_redis_clock() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::SlidingWindow, true).await;
 }
 
 #[tokio::test]
 async fn a_refused_token_bucket_call_writes_nothing() {
-    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket).await;
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket, false).await;
+}
+
+#[tokio::test]
+async fn a_refused_token_bucket_call_writes_nothing_with_the_redis_clock() {
+    a_refused_call_leaves_every_key_byte_for_byte_unchanged(Algorithm::TokenBucket, true).await;
 }
 
 #[tokio::test]
@@ -641,4 +687,155 @@ async fn skewed_app_clocks_never_refill_a_token_bucket_twice() {
         slow_clock.advance_ms(250);
     }
     assert!(admitted <= 30, "{admitted} of 480 admitted in 120 s");
+}
+
+/// A bucket of 10 per 60 s left with 3.5 tokens, then its refill period edited to
+/// `refill_ms`: the 3.5 tokens stay 3.5 tokens, whatever scale they were stored in.
+/// Returns what the next calls (at the same instant) got: the remaining count of each
+/// admission, then the refusal's wait.
+async fn tokens_after_a_refill_period_edit(refill_ms: u64) -> (Vec<i64>, u64) {
+    let algorithm = Algorithm::TokenBucket;
+    let bucket = |refill_ms| {
+        let mut bucket = rule("only", KeySource::User, 60_000, 10);
+        bucket.refill_tokens = Some(10);
+        bucket.refill_ms = Some(refill_ms);
+        vec![bucket]
+    };
+    // Asked of Redis every time (no denial cache): the script's own arithmetic.
+    let engine = engine_with_denial_cache(algorithm, bucket(60_000), 0).await;
+    for expected_left in (4..10).rev() {
+        let admission = engine.check(&caller(1)).await.expect("a token is left");
+        assert_eq!(admission.quota_left.unwrap().remaining, expected_left);
+    }
+    // One token per 6 s: 4.5 tokens, and one more call stores 3.5.
+    engine.clock.advance_ms(3_000);
+    let admission = engine.check(&caller(1)).await.expect("a token is left");
+    assert_eq!(admission.quota_left.unwrap().remaining, 3);
+
+    engine.set_rules(algorithm, bucket(refill_ms));
+    let mut remaining = Vec::new();
+    for _ in 0..20 {
+        match engine.check(&caller(1)).await {
+            Ok(admission) => remaining.push(admission.quota_left.unwrap().remaining),
+            Err(rejection) => return (remaining, refused(Err(rejection)).retry_after_ms()),
+        }
+    }
+    panic!("20 admissions from a bucket of 10: {remaining:?}");
+}
+
+#[tokio::test]
+async fn a_lengthened_refill_period_keeps_the_tokens_a_bucket_held() {
+    // Then the missing half token takes 120 s / 10 / 2 = 6 s.
+    assert_eq!(
+        tokens_after_a_refill_period_edit(120_000).await,
+        (vec![2, 1, 0], 6_000)
+    );
+}
+
+#[tokio::test]
+async fn a_shortened_refill_period_keeps_the_tokens_a_bucket_held() {
+    // Then the missing half token takes 30 s / 10 / 2 = 1.5 s.
+    assert_eq!(
+        tokens_after_a_refill_period_edit(30_000).await,
+        (vec![2, 1, 0], 1_500)
+    );
+}
+
+/// A bucket written before `scale` was stored is read in the rule's scale, as before;
+/// the next admission stores the scale.
+#[tokio::test]
+async fn a_bucket_stored_without_its_scale_is_read_in_the_rules_scale() {
+    let algorithm = Algorithm::TokenBucket;
+    let mut bucket = rule("only", KeySource::User, 60_000, 10);
+    bucket.refill_tokens = Some(10);
+    bucket.refill_ms = Some(60_000);
+    let engine = engine_with_denial_cache(algorithm, vec![bucket], 0).await;
+    let key = engine.key(algorithm, "only", "1");
+    let now = engine.clock.now_ms();
+    // Two tokens, scaled by the 60 s refill period.
+    let _: () = engine
+        .query(
+            redis::cmd("HSET")
+                .arg(&key)
+                .arg("tokens")
+                .arg(120_000)
+                .arg("refilled_at")
+                .arg(now),
+        )
+        .await;
+    let admission = engine.check(&caller(1)).await.expect("two tokens");
+    assert_eq!(admission.quota_left.unwrap().remaining, 1);
+    // One token left (60 000 units), at `now`, in a scale of 60 000 (sorted).
+    let mut stored = vec!["60000", "60000", "refilled_at", "scale", "tokens"];
+    let now = now.to_string();
+    stored.push(&now);
+    stored.sort();
+    assert_eq!(engine.snapshot(&key).await, stored);
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        6_000
+    );
+}
+
+/// A full window of 3 per 1 s raised to 5 s: its entries now count for 5 s, so the key
+/// must outlive the 1 s TTL it was given. A refused call extends it.
+#[tokio::test]
+async fn a_raised_window_keeps_a_full_key_for_the_whole_new_window() {
+    let algorithm = Algorithm::SlidingWindow;
+    let window = |window_ms| vec![rule("only", KeySource::User, window_ms, 3)];
+    let engine = engine_with_denial_cache(algorithm, window(1_000), 0).await;
+    // The frozen clock: all three in one millisecond.
+    for _ in 0..3 {
+        assert!(engine.check(&caller(1)).await.is_ok());
+    }
+    engine.set_rules(algorithm, window(5_000));
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        5_000
+    );
+
+    // The key's old TTL (at most 1 s of Redis time) has passed; 1 s passes for the
+    // limiter too.
+    engine.redis_time_passes(1_000).await;
+    engine.clock.advance_ms(1_000);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(
+        refusal.retry_after_ms(),
+        4_000,
+        "the three entries still count"
+    );
+}
+
+/// An empty bucket (2 per 1 s) whose refill is slowed to 2 per 5 s: it now takes 5 s to
+/// fill, so the key must outlive the 1 s TTL it was given (a missing key is a full
+/// bucket). A refused call extends it.
+#[tokio::test]
+async fn a_slowed_refill_keeps_an_empty_bucket_for_its_whole_refill() {
+    let algorithm = Algorithm::TokenBucket;
+    let bucket = |refill_ms| {
+        let mut bucket = rule("only", KeySource::User, 1_000, 2);
+        bucket.refill_tokens = Some(2);
+        bucket.refill_ms = Some(refill_ms);
+        vec![bucket]
+    };
+    let engine = engine_with_denial_cache(algorithm, bucket(1_000), 0).await;
+    for _ in 0..2 {
+        assert!(engine.check(&caller(1)).await.is_ok());
+    }
+    engine.set_rules(algorithm, bucket(5_000));
+    assert_eq!(
+        refused(engine.check(&caller(1)).await).retry_after_ms(),
+        2_500
+    );
+
+    engine.redis_time_passes(1_000).await;
+    // 1 s refills 2 × 1/5 = 0.4 of a token: 0.6 × 2.5 s to go.
+    engine.clock.advance_ms(1_000);
+    let refusal = refused(engine.check(&caller(1)).await);
+    assert_eq!(
+        refusal.retry_after_ms(),
+        1_500,
+        "the bucket is still nearly empty"
+    );
 }

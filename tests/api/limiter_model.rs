@@ -1,8 +1,8 @@
 //! Property test: each Lua script against a small reference model in Rust, over random
-//! sequences of callers and clock steps. Decisions, remaining counts and retry-after
-//! must be identical at every step. The same sequences with the denial cache on: every
-//! local answer must be one Redis would give (same admissions; a refusal names a rule
-//! the model refuses on, with that rule's exact wait, and never a longer wait).
+//! sequences of callers, clock steps and rule edits. Decisions, remaining counts and
+//! retry-after must be identical at every step. The same sequences with the denial cache
+//! on: every local answer must be one Redis would give (same admissions; a refusal names
+//! a rule the model refuses on, with that rule's exact wait, and never a longer wait).
 
 use std::collections::HashMap;
 
@@ -60,6 +60,18 @@ fn rules() -> Vec<RuleConfig> {
     // 3 tokens per 1000 ms: retry-after needs a rounded-up division.
     own.refill_tokens = Some(3);
     own.refill_ms = Some(1_000);
+    vec![shared, own]
+}
+
+/// The same rules edited at run time: every limit changed, some up, some down. A bucket
+/// keeps its tokens across an edit; a window reads its entries with the new window.
+fn edited_rules() -> Vec<RuleConfig> {
+    let mut shared = rule("shared", KeySource::Literal("all".into()), 3_100, 3);
+    shared.refill_tokens = Some(2);
+    shared.refill_ms = Some(1_100);
+    let mut own = rule("own", KeySource::User, 700, 3);
+    own.refill_tokens = Some(1);
+    own.refill_ms = Some(450);
     vec![shared, own]
 }
 
@@ -126,9 +138,10 @@ impl SlidingModel {
     }
 }
 
+/// Per key: the level, its time, and the `refill_ms` the level is scaled by.
 #[derive(Default)]
 struct BucketModel {
-    state: HashMap<(usize, i64), (i64, i64)>,
+    state: HashMap<(usize, i64), (i64, i64, i64)>,
 }
 
 impl BucketModel {
@@ -145,7 +158,11 @@ impl BucketModel {
             let full = cap * rms;
             let level = match self.state.get(&model_key(i, user)) {
                 None => full,
-                Some(&(level, at)) => (level + (now - at).max(0) * rt).min(full),
+                Some(&(level, at, scale)) => {
+                    // The same tokens in this rule's scale, rounded down to a unit.
+                    let level = level / scale * rms + level % scale * rms / scale;
+                    (level + (now - at).max(0) * rt).min(full)
+                }
             };
             levels[i] = level;
             if level < rms {
@@ -167,7 +184,7 @@ impl BucketModel {
         for (i, r) in rules.iter().enumerate() {
             let (rt, rms) = (r.refill_tokens.unwrap() as i64, r.refill_ms.unwrap() as i64);
             let level = levels[i] - rms;
-            self.state.insert(model_key(i, user), (level, now));
+            self.state.insert(model_key(i, user), (level, now, rms));
             remaining[i] = level / rms;
             if remaining[i] == 0 {
                 next_slot[i] = (rms - level + rt - 1) / rt;
@@ -217,28 +234,38 @@ fn run_against_model(algorithm: Algorithm, denial_cache_slots: usize) {
         failure_persistence: None,
         ..Config::default()
     });
-    // Each step: which of three users asks, after how many ms (0 = same millisecond).
+    // Each step: which of three users asks, after how many ms (0 = same millisecond),
+    // and whether the rules are edited (to the other set) first.
     let steps = prop::collection::vec(
-        (1i64..=3, prop_oneof![Just(0i64), 0i64..400, 400i64..2_500]),
+        (
+            1i64..=3,
+            prop_oneof![Just(0i64), 0i64..400, 400i64..2_500],
+            prop::bool::weighted(0.1),
+        ),
         1..40,
     );
     runner
         .run(&steps, |steps| {
             runtime.block_on(async {
-                let rules = rules();
+                let rule_sets = [rules(), edited_rules()];
+                let mut rules = &rule_sets[0];
                 let engine =
                     engine_with_denial_cache(algorithm, rules.clone(), denial_cache_slots).await;
                 let mut sliding = SlidingModel::default();
                 let mut bucket = BucketModel::default();
-                for (step, &(user, dt)) in steps.iter().enumerate() {
+                for (step, &(user, dt, edit)) in steps.iter().enumerate() {
+                    if edit {
+                        rules = &rule_sets[usize::from(rules == &rule_sets[0])];
+                        engine.set_rules(algorithm, rules.clone());
+                    }
                     engine.clock.advance_ms(dt);
                     let now = engine.clock.now_ms();
                     let expected = match algorithm {
-                        Algorithm::SlidingWindow => sliding.decide(&rules, user, now),
-                        Algorithm::TokenBucket => bucket.decide(&rules, user, now),
+                        Algorithm::SlidingWindow => sliding.decide(rules, user, now),
+                        Algorithm::TokenBucket => bucket.decide(rules, user, now),
                     };
                     let (actual, local) = decision_of(&engine.check(&caller(user)).await);
-                    let context = format!("step {step} (user {user}, +{dt} ms)");
+                    let context = format!("step {step} (user {user}, +{dt} ms, edit {edit})");
                     if !local {
                         prop_assert_eq!(&actual, &expected.decision(), "{}", context);
                         continue;
