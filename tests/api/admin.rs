@@ -2,13 +2,21 @@
 //! validated; pausing sales; searching orders; live counters over all instances; the
 //! sign-in lockout.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seckill::domain::ClientIp;
+use seckill::identity::lockout::{LockoutLimits, Reservation, SignInLockout};
+use seckill::limiter::Clock;
+use seckill::metrics::Metrics;
+use seckill::store::RedisStore;
+use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, spawn_app, spawn_app_from, spawn_app_with, TestApp, ADMIN_TOKEN,
+    eventually, json, redis_test_settings, spawn_app, spawn_app_from, spawn_app_with, OwnRedis,
+    TestApp, ADMIN_TOKEN,
 };
 
 async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
@@ -344,47 +352,118 @@ async fn live_counters_sum_every_instance(db: PgPool) {
     assert_eq!(stats["items"][0]["remainingStock"], 7);
 }
 
+/// `GET /admin/api/me` with `token`, from `ip` (the test client is a trusted proxy).
+async fn sign_in(app: &TestApp, ip: &str, token: &str) -> reqwest::Response {
+    app.client
+        .get(app.url("/admin/api/me"))
+        .bearer_auth(token)
+        .header("X-Forwarded-For", ip)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Admin tokens compared so far: every comparison is a guess someone got to make.
+async fn token_comparisons(app: &TestApp) -> f64 {
+    app.metric_sum("seckill_admin_token_comparisons_total")
+        .await
+}
+
 #[sqlx::test]
 async fn repeated_wrong_admin_tokens_lock_the_address_out(db: PgPool) {
     let app = spawn_app_with(&db, |s| {
         s.limiter.policies.get_mut("admin_auth").unwrap().rules[0].threshold = 3;
     })
     .await;
-    let attempt = |token: &'static str| {
-        let app = &app;
-        async move {
-            app.client
-                .get(app.url("/admin/api/me"))
-                .bearer_auth(token)
-                .header("X-Forwarded-For", "10.53.0.1")
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     for _ in 0..3 {
-        assert_eq!(attempt("guess").await.status(), 401);
+        assert_eq!(sign_in(&app, "10.53.0.1", "guess").await.status(), 401);
     }
-    let locked = attempt("guess").await;
+    let locked = sign_in(&app, "10.53.0.1", "guess").await;
     assert_eq!(locked.status(), 429);
     assert!(locked.headers().contains_key("retry-after"));
     assert_eq!(json(locked).await["code"], "RATE_LIMITED");
     assert_eq!(
-        attempt(ADMIN_TOKEN).await.status(),
+        sign_in(&app, "10.53.0.1", ADMIN_TOKEN).await.status(),
         429,
         "locked out, right token or not"
     );
 
     // Another address is not affected.
-    let other = app
-        .client
-        .get(app.url("/admin/api/me"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("X-Forwarded-For", "10.53.0.2")
-        .send()
+    let other = sign_in(&app, "10.53.0.2", ADMIN_TOKEN).await;
+    assert_eq!(json(other).await["name"], "admin");
+}
+
+/// Each attempt takes its place in the count before its token is compared, so a burst
+/// cannot slip guesses in between the lockout check and the failure count: 200 wrong
+/// tokens at once get exactly the 10 guesses the `admin_auth` policy allows.
+#[sqlx::test]
+async fn a_burst_of_wrong_admin_tokens_gets_ten_guesses_and_locks_the_address(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let ip = "10.54.0.1";
+    let guesses: Vec<String> = (0..200).map(|i| format!("guess-{i}")).collect();
+    let responses =
+        futures_util::future::join_all(guesses.iter().map(|guess| sign_in(&app, ip, guess))).await;
+    let count = |status: u16| responses.iter().filter(|r| r.status() == status).count();
+    assert_eq!(
+        (token_comparisons(&app).await, count(401), count(429)),
+        (10.0, 10, 190),
+        "(tokens compared, 401s, 429s)"
+    );
+
+    // The right token is refused too, without being compared, for the policy's whole
+    // window (5 minutes).
+    let locked = sign_in(&app, ip, ADMIN_TOKEN).await;
+    assert_eq!(locked.status(), 429);
+    let body = json(locked).await;
+    assert_eq!(body["code"], "RATE_LIMITED");
+    let wait = body["retryAfterMs"].as_u64().unwrap();
+    assert!((240_000..=300_000).contains(&wait), "retryAfterMs {wait}");
+    assert_eq!(token_comparisons(&app).await, 10.0);
+
+    // When the lockout expires (brought forward here), the right token is let in.
+    let failures = format!(
+        "{}:{{admin-auth:{ip}}}:failures",
+        app.settings.redis_key_prefix
+    );
+    let mut redis = app.redis().await;
+    let expiring: i64 = redis::cmd("PEXPIRE")
+        .arg(&failures)
+        .arg(1)
+        .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(json(other).await["name"], "admin");
+    assert_eq!(expiring, 1, "the lockout is kept in {failures}");
+    eventually("the lockout expires", Duration::from_secs(10), || async {
+        let response = sign_in(&app, ip, ADMIN_TOKEN).await;
+        match response.status().as_u16() {
+            200 => Some(()),
+            429 => None,
+            other => panic!("while locked: {other}"),
+        }
+    })
+    .await;
+}
+
+/// A right token gives its place back, so using the dashboard never counts towards the
+/// lockout: only refused tokens do.
+#[sqlx::test]
+async fn right_tokens_never_count_towards_the_lockout(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let ip = "10.55.0.1";
+    for i in 0..50 {
+        assert_eq!(
+            sign_in(&app, ip, ADMIN_TOKEN).await.status(),
+            200,
+            "right {i}"
+        );
+    }
+    for i in 0..9 {
+        assert_eq!(sign_in(&app, ip, "guess").await.status(), 401, "wrong {i}");
+    }
+    assert_eq!(sign_in(&app, ip, ADMIN_TOKEN).await.status(), 200);
+    // The tenth refused token is the last one compared.
+    assert_eq!(sign_in(&app, ip, "guess").await.status(), 401);
+    assert_eq!(sign_in(&app, ip, ADMIN_TOKEN).await.status(), 429);
 }
 
 #[sqlx::test]
@@ -457,4 +536,77 @@ async fn concurrent_edits_of_one_policy_are_all_kept(db: PgPool) {
             assert_eq!(found["threshold"], threshold, "round {round}: {rule} lost");
         }
     }
+}
+
+/// The lockout script alone: a place whose attempt never settles (its process died
+/// between reserve and settle) counts until its lease ends, then frees itself; every
+/// key it writes expires.
+#[tokio::test]
+async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
+    let settings = redis_test_settings();
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let redis = RedisStore::connect(&settings, metrics).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let lockout = SignInLockout::new(redis, Clock::Redis, lease);
+    let limits = LockoutLimits {
+        failures: 3,
+        window_ms: 60_000,
+    };
+    let ip = ClientIp::new("10.56.0.1".parse().unwrap());
+    let reserve = || async {
+        match lockout.reserve(ip, limits).await.unwrap() {
+            Reservation::Granted(attempt) => Ok(attempt),
+            Reservation::Refused { retry_after_ms } => Err(retry_after_ms),
+        }
+    };
+
+    let failed = reserve().await.unwrap();
+    let failed = lockout.fail(failed, limits).await.unwrap();
+    assert_eq!(failed.failures, 1);
+    let released = reserve().await.unwrap();
+    let _lost = reserve().await.unwrap();
+    // One failure and two attempts in flight: the limit.
+    let refused = reserve().await.unwrap_err();
+    assert!((1..=300).contains(&refused), "retry after {refused} ms");
+    // A right token's place comes back at once; a place never settled does not.
+    lockout.release(released, limits).await.unwrap();
+    let _lost_too = reserve().await.unwrap();
+    assert!(reserve().await.is_err());
+
+    let keys = format!("{}:{{admin-auth:10.56.0.1}}", settings.redis_key_prefix);
+    let client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for (key, most) in [("failures", 60_000), ("in-flight", 300)] {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{keys}:{key}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!((1..=most).contains(&ttl), "{key} expires in {ttl} ms");
+    }
+
+    let (attempt, _) = eventually(
+        "the lost places are freed",
+        Duration::from_secs(10),
+        || async { reserve().await.ok() },
+    )
+    .await;
+    let failed = lockout.fail(attempt, limits).await.unwrap();
+    assert_eq!(failed.failures, 2);
+}
+
+/// Without Redis the `admin_auth` policy's fail mode decides, as for any policy: open
+/// (the default) compares the token without a place, so the right one still gets in.
+#[sqlx::test]
+async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let app = spawn_app_with(&db, |s| s.redis_url = redis.url().into()).await;
+    redis.stop();
+    assert_eq!(sign_in(&app, "10.57.0.1", "guess").await.status(), 401);
+    assert_eq!(sign_in(&app, "10.57.0.1", ADMIN_TOKEN).await.status(), 200);
+    assert_eq!(
+        app.metric_sum(r#"seckill_limiter_fail_open_total{policy="admin_auth"}"#)
+            .await,
+        2.0
+    );
 }
