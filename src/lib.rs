@@ -12,7 +12,7 @@
 //! - [`domain`]: parsed, trusted types (`UserId`, …).
 //! - [`store`]: the Postgres pool and the shared Redis connection.
 //! - [`metrics`]: the Prometheus registry.
-//! - [`telemetry`]: logging.
+//! - [`telemetry`]: logging and tracing setup.
 
 pub mod admin;
 pub mod configuration;

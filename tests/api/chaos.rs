@@ -263,7 +263,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
                 "user {user}'s 200 has its order"
             ),
             Outcome::Refused(status) => assert!(
-                ordered.get(user).is_none() || *status == 503,
+                !ordered.contains_key(user) || *status == 503,
                 "user {user} refused ({status}) but holds an order"
             ),
             Outcome::Unknown => unknown += 1,

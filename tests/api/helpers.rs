@@ -61,7 +61,7 @@ pub fn test_settings(db: &PgPool) -> Settings {
 }
 
 pub async fn spawn_app(db: &PgPool) -> TestApp {
-    spawn_app_with(&db, |_| {}).await
+    spawn_app_with(db, |_| {}).await
 }
 
 /// Starts the app with settings adjusted by `tweak` (after the test defaults).
