@@ -53,6 +53,10 @@ pub enum ApiError {
     AlreadyPurchased,
     #[error("sold out")]
     SoldOut,
+    /// An edit made from another version of a policy than the stored one (`If-Match`
+    /// or the body's `version`): someone else changed it since it was loaded.
+    #[error("the policy was changed by someone else (it is now at version {current}): reload it and make the change again")]
+    VersionConflict { current: i64 },
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInProgress,
     #[error("this Idempotency-Key was used for another item")]
@@ -97,6 +101,7 @@ impl ApiError {
             Self::OrderFailed(_) => "ORDER_FAILED",
             Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
             Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
+            Self::VersionConflict { .. } => "VERSION_CONFLICT",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -117,6 +122,8 @@ struct ErrorBody<'a> {
     dimension: Option<&'a str>,
     #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
+    #[serde(rename = "currentVersion", skip_serializing_if = "Option::is_none")]
+    current_version: Option<i64>,
 }
 
 impl ResponseError for ApiError {
@@ -132,7 +139,8 @@ impl ResponseError for ApiError {
             | Self::SalePaused
             | Self::AlreadyPurchased
             | Self::SoldOut
-            | Self::IdempotencyInProgress => StatusCode::CONFLICT,
+            | Self::IdempotencyInProgress
+            | Self::VersionConflict { .. } => StatusCode::CONFLICT,
             Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -174,6 +182,10 @@ impl ResponseError for ApiError {
             retry_after_ms: match self {
                 Self::RateLimited(refusal) => Some(refusal.retry_after_ms()),
                 Self::SignInLocked { retry_after_ms } => Some(*retry_after_ms),
+                _ => None,
+            },
+            current_version: match self {
+                Self::VersionConflict { current } => Some(*current),
                 _ => None,
             },
         };
