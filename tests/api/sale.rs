@@ -428,7 +428,9 @@ async fn answers_before_the_limiter_cost_no_redis_call_and_no_quota(db: PgPool) 
         let mut sum = 0.0;
         for purpose in ["limiter", "reservation", "pipeline", "idempotency"] {
             sum += app
-                .metric_sum(&format!(r#"seckill_redis_calls_total{{purpose="{purpose}"}}"#))
+                .metric_sum(&format!(
+                    r#"seckill_redis_calls_total{{purpose="{purpose}"}}"#
+                ))
                 .await;
         }
         sum
@@ -479,11 +481,7 @@ async fn answers_before_the_limiter_cost_no_redis_call_and_no_quota(db: PgPool) 
         assert_eq!(response.status(), status, "{code}");
         assert_eq!(json(response).await["code"], code);
     }
-    assert_eq!(
-        request_redis_calls().await,
-        redis_calls,
-        "no Redis call"
-    );
+    assert_eq!(request_redis_calls().await, redis_calls, "no Redis call");
     assert_eq!(
         app.metric_sum("seckill_limiter_decisions_total").await,
         decisions,
