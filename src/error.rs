@@ -53,6 +53,10 @@ pub enum ApiError {
     AlreadyPurchased,
     #[error("sold out")]
     SoldOut,
+    /// An edit made from another version of a policy than the stored one (`If-Match`
+    /// or the body's `version`): someone else changed it since it was loaded.
+    #[error("the policy was changed by someone else (it is now at version {current}): reload it and make the change again")]
+    VersionConflict { current: i64 },
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInProgress,
     #[error("this Idempotency-Key was used for another item")]
@@ -106,6 +110,7 @@ impl ApiError {
             Self::TooManyPending => "TOO_MANY_PENDING",
             Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
             Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
+            Self::VersionConflict { .. } => "VERSION_CONFLICT",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -128,6 +133,8 @@ struct ErrorBody<'a> {
     retry_after_ms: Option<u64>,
     #[serde(rename = "orderId", skip_serializing_if = "Option::is_none")]
     order_id: Option<uuid::Uuid>,
+    #[serde(rename = "currentVersion", skip_serializing_if = "Option::is_none")]
+    current_version: Option<i64>,
 }
 
 impl ResponseError for ApiError {
@@ -143,7 +150,8 @@ impl ResponseError for ApiError {
             | Self::SalePaused
             | Self::AlreadyPurchased
             | Self::SoldOut
-            | Self::IdempotencyInProgress => StatusCode::CONFLICT,
+            | Self::IdempotencyInProgress
+            | Self::VersionConflict { .. } => StatusCode::CONFLICT,
             Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::OrderPending { .. } => StatusCode::ACCEPTED,
@@ -192,6 +200,10 @@ impl ResponseError for ApiError {
             },
             order_id: match self {
                 Self::OrderPending { order_id } => Some(*order_id),
+                _ => None,
+            },
+            current_version: match self {
+                Self::VersionConflict { current } => Some(*current),
                 _ => None,
             },
         };

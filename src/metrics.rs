@@ -112,6 +112,10 @@ pub struct Metrics {
     pub consistency_redis_success: IntGaugeVec,
     /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
     pub reconciler_repairs: IntCounterVec,
+    /// Admin tokens compared with the configured ones, by outcome (`accepted`,
+    /// `refused`): every comparison is a guess an attacker got to make, so the lockout
+    /// is measured by how few of these a burst gets.
+    pub admin_token_comparisons: IntCounterVec,
 }
 
 impl Metrics {
@@ -245,6 +249,11 @@ impl Metrics {
                 "Repairs made by the reconciler, by kind",
                 &["kind"],
             )?,
+            admin_token_comparisons: counter(
+                "admin_token_comparisons_total",
+                "Admin tokens compared with the configured ones, by outcome",
+                &["outcome"],
+            )?,
             registry,
         };
         for kind in ["settled", "released", "drift", "rebuilt"] {
@@ -254,6 +263,11 @@ impl Metrics {
             for state in ["in_use", "idle"] {
                 metrics.db_pool.with_label_values(&[pool, state]);
             }
+        }
+        for outcome in ["accepted", "refused"] {
+            metrics
+                .admin_token_comparisons
+                .with_label_values(&[outcome]);
         }
         Ok(metrics)
     }

@@ -13,8 +13,9 @@ use tracing_actix_web::TracingLogger;
 use crate::admin::rules::{self, RuleStore};
 use crate::admin::stats::LiveStats;
 use crate::configuration::Settings;
+use crate::identity::lockout::SignInLockout;
 use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
-use crate::limiter::Limiter;
+use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
 use crate::sale::idempotency::{Idempotency, IdempotencyLimits};
@@ -95,7 +96,12 @@ impl Application {
         let admin_guard = AdminGuard::new(
             AdminTokens::parse(&settings.admin_token),
             Arc::clone(&limiter),
-            redis.clone(),
+            SignInLockout::new(
+                redis.clone(),
+                Clock::from_source(settings.limiter.clock),
+                AdminGuard::ATTEMPT_LEASE,
+            ),
+            &metrics,
         );
 
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))

@@ -1,8 +1,10 @@
 //! Rate-limit rules as data in Postgres, changed at runtime.
 //!
 //! On first start the settings seed `limiter_policies`; from then on Postgres is the
-//! truth. A change is validated exactly as settings are ([`PolicySet::parse`]), written
-//! with an audit row in one transaction, and announced by bumping
+//! truth. A change is validated exactly as settings are ([`PolicySet::parse`]), bumps the
+//! policy's version (an edit made from an older version is refused: optimistic
+//! concurrency between operators), is written with an audit row in one transaction, and
+//! is announced by bumping
 //! `<prefix>:limiter:version` in Redis. Every instance polls that key every 500 ms and
 //! reloads the rules from Postgres when it moves, so a change is in force everywhere
 //! within about half a second, without a restart. Polling (rather than pub/sub alone)
@@ -30,6 +32,10 @@ pub struct RuleStore {
 pub enum RuleChangeError {
     #[error("no policy named {0:?}")]
     UnknownPolicy(String),
+    /// The change was made from another version than the stored one: someone else
+    /// changed the policy since its author loaded it.
+    #[error("policy {policy:?} is at version {current}, not the one this change was made from")]
+    VersionConflict { policy: String, current: i64 },
     /// The change names a rule the policy does not have (`index` into the change's rules).
     #[error("policy {policy:?} has no rule {rule:?}")]
     UnknownRule {
@@ -41,6 +47,13 @@ pub enum RuleChangeError {
     Invalid(#[from] PolicyError),
     #[error(transparent)]
     Store(#[from] anyhow::Error),
+}
+
+/// A policy as stored, with its version: 1 when seeded, bumped by every change.
+#[derive(Debug, Clone)]
+pub struct StoredPolicy {
+    pub config: PolicyConfig,
+    pub version: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -76,52 +89,82 @@ impl RuleStore {
         Ok(())
     }
 
-    pub async fn load(&self) -> anyhow::Result<BTreeMap<String, PolicyConfig>> {
+    pub async fn load(&self) -> anyhow::Result<BTreeMap<String, StoredPolicy>> {
         let rows = sqlx::query!(
-            r#"SELECT name, config AS "config: Json<PolicyConfig>" FROM limiter_policies"#
+            r#"SELECT name, config AS "config: Json<PolicyConfig>", version FROM limiter_policies"#
         )
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|row| (row.name, row.config.0))
+            .map(|row| {
+                let stored = StoredPolicy {
+                    config: row.config.0,
+                    version: row.version,
+                };
+                (row.name, stored)
+            })
             .collect())
+    }
+
+    pub async fn get(&self, name: &str) -> anyhow::Result<Option<StoredPolicy>> {
+        let row = sqlx::query!(
+            r#"SELECT config AS "config: Json<PolicyConfig>", version FROM limiter_policies WHERE name = $1"#,
+            name
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|row| StoredPolicy {
+            config: row.config.0,
+            version: row.version,
+        }))
     }
 
     /// Changes one policy: `apply` turns the stored policy into the new one, inside one
     /// transaction holding the policy's row lock, so concurrent changes of different
-    /// rules all stand (each applies to the other's result, never to a stale copy). The
-    /// result is validated, stored with its audit row, and announced to every instance.
+    /// rules all stand (each applies to the other's result, never to a stale copy).
+    /// With `expected`, the change is refused unless the stored version is that one
+    /// (the version its author loaded): of two edits made from the same version, the
+    /// second to take the lock finds the first's bump and conflicts. The result is
+    /// validated, stored with a bumped version and its audit row, and announced to
+    /// every instance.
     pub async fn change(
         &self,
         name: &str,
         who: &str,
+        expected: Option<i64>,
         apply: impl FnOnce(PolicyConfig) -> Result<PolicyConfig, RuleChangeError>,
-    ) -> Result<PolicyConfig, RuleChangeError> {
+    ) -> Result<StoredPolicy, RuleChangeError> {
         let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
-        let old = sqlx::query_scalar!(
-            r#"SELECT config AS "config: Json<PolicyConfig>" FROM limiter_policies WHERE name = $1 FOR UPDATE"#,
+        let old = sqlx::query!(
+            r#"SELECT config AS "config: Json<PolicyConfig>", version FROM limiter_policies WHERE name = $1 FOR UPDATE"#,
             name
         )
         .fetch_optional(&mut *tx)
         .await
         .map_err(anyhow::Error::from)?
         .ok_or_else(|| RuleChangeError::UnknownPolicy(name.to_string()))?;
-        let new = apply(old.0.clone())?;
+        if expected.is_some_and(|expected| expected != old.version) {
+            return Err(RuleChangeError::VersionConflict {
+                policy: name.to_string(),
+                current: old.version,
+            });
+        }
+        let new = apply(old.config.0.clone())?;
         crate::limiter::Policy::parse(name, &new)?;
-        sqlx::query!(
-            "UPDATE limiter_policies SET config = $2, updated_at = now() WHERE name = $1",
+        let version = sqlx::query_scalar!(
+            "UPDATE limiter_policies SET config = $2, version = version + 1, updated_at = now() WHERE name = $1 RETURNING version",
             name,
             Json(&new) as _
         )
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(anyhow::Error::from)?;
         sqlx::query!(
             "INSERT INTO limiter_policy_audit (policy, changed_by, old_config, new_config) VALUES ($1, $2, $3, $4)",
             name,
             who,
-            Json(&old.0) as _,
+            Json(&old.config.0) as _,
             Json(&new) as _
         )
         .execute(&mut *tx)
@@ -129,8 +172,16 @@ impl RuleStore {
         .map_err(anyhow::Error::from)?;
         tx.commit().await.map_err(anyhow::Error::from)?;
         self.bump().await;
-        tracing::info!(policy = name, changed_by = who, "rate-limit policy changed");
-        Ok(new)
+        tracing::info!(
+            policy = name,
+            changed_by = who,
+            version,
+            "rate-limit policy changed"
+        );
+        Ok(StoredPolicy {
+            config: new,
+            version,
+        })
     }
 
     async fn bump(&self) {
@@ -172,7 +223,12 @@ impl RuleStore {
 
     /// Loads the stored rules into `limiter`.
     pub async fn apply(&self, limiter: &Limiter) -> anyhow::Result<()> {
-        let configs = self.load().await?;
+        let configs = self
+            .load()
+            .await?
+            .into_iter()
+            .map(|(name, stored)| (name, stored.config))
+            .collect();
         let set = PolicySet::parse(&configs)
             .map_err(|e| anyhow::anyhow!("stored rate-limit policies are invalid: {e}"))?;
         limiter.replace_policies(set);

@@ -4,12 +4,14 @@
 //! `name:secret` pairs so that changes can be attributed. No token configured means
 //! every admin request is refused: admin endpoints are closed by default.
 //!
-//! Guessing is rate-limited per client IP: every refused token counts against the
-//! `admin_auth` limiter policy (10 per 5 minutes by default); once it refuses, the IP is
-//! locked out, right tokens included, until the window frees up.
+//! Guessing is limited per client IP by the sign-in lockout ([`super::lockout`]): a
+//! token is compared only once its attempt holds a place in the address's count, and
+//! every refused token stays counted; when the `admin_auth` policy's threshold (10 by
+//! default) is reached, the address is locked out, right tokens included, for the
+//! policy's window (5 minutes).
 
-use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::future::{ready, Ready};
 
@@ -17,17 +19,18 @@ use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use prometheus::IntCounter;
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
 use super::bearer_token;
+use super::lockout::{Attempt, LockoutLimits, Reservation, SignInLockout};
 use crate::domain::ClientIp;
 use crate::error::ApiError;
 use crate::limiter::http::client_ip;
-use crate::limiter::policy::ADMIN_AUTH_POLICY;
-use crate::limiter::{Caller, Limiter, Rejection};
-use crate::metrics::RedisPurpose;
-use crate::store::RedisStore;
+use crate::limiter::policy::{ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS};
+use crate::limiter::{BurstLog, FailMode, Limiter};
+use crate::metrics::Metrics;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
 
@@ -74,76 +77,136 @@ impl AdminTokens {
 /// Admin tokens plus the lockout of IPs that keep guessing.
 pub struct AdminGuard {
     tokens: AdminTokens,
+    /// Where the lockout's limits and fail mode come from: the `admin_auth` policy in
+    /// force (an operator may change it at runtime like any other).
     limiter: Arc<Limiter>,
-    redis: RedisStore,
+    lockout: SignInLockout,
+    /// `admin_token_comparisons_total{outcome="accepted"}` and `{outcome="refused"}`.
+    accepted: IntCounter,
+    refused: IntCounter,
+    /// `limiter_fail_open_total{policy="admin_auth"}`.
+    fail_open: IntCounter,
+    fail_open_log: BurstLog,
+}
+
+/// The policy in force, read per request: its limits, and what a Redis failure means.
+struct LockoutPolicy {
+    limits: LockoutLimits,
+    fail_mode: FailMode,
 }
 
 impl AdminGuard {
-    pub fn new(tokens: AdminTokens, limiter: Arc<Limiter>, redis: RedisStore) -> Self {
+    /// How long a reserved place counts when its attempt never settles (the process
+    /// died in between): long enough for any comparison and Redis call, short enough
+    /// that a crash costs nobody a lockout.
+    pub const ATTEMPT_LEASE: Duration = Duration::from_secs(10);
+
+    pub fn new(
+        tokens: AdminTokens,
+        limiter: Arc<Limiter>,
+        lockout: SignInLockout,
+        metrics: &Metrics,
+    ) -> Self {
+        let comparisons = |outcome| {
+            metrics
+                .admin_token_comparisons
+                .with_label_values(&[outcome])
+        };
         Self {
             tokens,
             limiter,
-            redis,
+            lockout,
+            accepted: comparisons("accepted"),
+            refused: comparisons("refused"),
+            fail_open: metrics
+                .limiter_fail_open
+                .with_label_values(&[ADMIN_AUTH_POLICY]),
+            fail_open_log: BurstLog::new("admin tokens compared without the lockout"),
         }
     }
 
-    fn lock_key(&self, ip: ClientIp) -> String {
-        format!("{}:admin-lockout:{ip}", self.redis.prefix())
-    }
-
-    /// Milliseconds left on this IP's lockout, if any. A Redis failure does not lock
-    /// anyone out (the tokens still have to be right).
-    async fn locked_for(&self, ip: ClientIp) -> Option<u64> {
-        let pttl = redis::cmd("PTTL").arg(self.lock_key(ip)).to_owned();
-        let ms: i64 = self.redis.call(RedisPurpose::Other, &pttl).await.ok()?;
-        u64::try_from(ms).ok().filter(|ms| *ms > 0)
-    }
-
-    /// Counts a refused token; returns the lockout when this one crossed the limit.
-    async fn record_failure(&self, ip: ClientIp) -> Option<u64> {
-        let caller = Caller {
-            user: None,
-            ip,
-            client_id: None,
-            route: Cow::Borrowed("/admin/api"),
-        };
-        let Err(Rejection::Refused(refusal)) =
-            self.limiter.check(ADMIN_AUTH_POLICY, None, &caller).await
-        else {
-            return None;
-        };
-        let wait = refusal.retry_after_ms();
-        let lock = redis::cmd("SET")
-            .arg(self.lock_key(ip))
-            .arg(1)
-            .arg("PX")
-            .arg(wait)
-            .to_owned();
-        if let Err(e) = self.redis.call::<()>(RedisPurpose::Other, &lock).await {
-            tracing::warn!(error = %e, "could not store an admin lockout");
+    /// The lockout the `admin_auth` policy asks for: its first rule's threshold and
+    /// window; `None` when an operator disabled it; the defaults when the settings
+    /// leave the policy out (a missing policy must not mean unlimited guessing).
+    fn lockout_policy(&self) -> Option<LockoutPolicy> {
+        match self.limiter.policy(ADMIN_AUTH_POLICY) {
+            Some(policy) if !policy.enabled => None,
+            Some(policy) => Some(LockoutPolicy {
+                limits: LockoutLimits {
+                    failures: policy.rules[0].threshold,
+                    window_ms: policy.rules[0].window_ms,
+                },
+                fail_mode: policy.fail_mode,
+            }),
+            None => Some(LockoutPolicy {
+                limits: LockoutLimits {
+                    failures: ADMIN_AUTH_FAILURES,
+                    window_ms: ADMIN_AUTH_WINDOW_MS,
+                },
+                fail_mode: FailMode::Open,
+            }),
         }
-        tracing::warn!(client.ip = %ip, lockout_ms = wait, "admin sign-in locked after repeated failures");
-        Some(wait)
+    }
+
+    /// The operator whose token was presented, if any; counted as one comparison.
+    fn compare(&self, presented: Option<&str>) -> Option<Admin> {
+        let presented = presented?;
+        let matched = self.tokens.authenticate(presented);
+        match matched {
+            Some(_) => self.accepted.inc(),
+            None => self.refused.inc(),
+        }
+        matched.map(|name| Admin {
+            name: name.to_string(),
+        })
     }
 
     async fn authenticate(&self, req: &HttpRequest) -> Result<Admin, ApiError> {
         let ip = client_ip(req)?;
-        if let Some(wait) = self.locked_for(ip).await {
-            return Err(ApiError::SignInLocked {
-                retry_after_ms: wait,
-            });
-        }
-        let matched = bearer_token(req).and_then(|presented| self.tokens.authenticate(presented));
-        match matched {
-            Some(name) => Ok(Admin {
-                name: name.to_string(),
-            }),
-            None => match self.record_failure(ip).await {
-                Some(wait) => Err(ApiError::SignInLocked {
-                    retry_after_ms: wait,
-                }),
-                None => Err(ApiError::Unauthenticated),
+        let presented = bearer_token(req);
+        let Some(policy) = self.lockout_policy() else {
+            return self.compare(presented).ok_or(ApiError::Unauthenticated);
+        };
+        let attempt = match self.lockout.reserve(ip, policy.limits).await {
+            Ok(Reservation::Granted(attempt)) => Some(attempt),
+            Ok(Reservation::Refused { retry_after_ms }) => {
+                return Err(ApiError::SignInLocked { retry_after_ms })
+            }
+            // Like any limiter policy: open compares without a place (the token still
+            // has to be right), closed refuses.
+            Err(e) => match policy.fail_mode {
+                FailMode::Open => {
+                    self.fail_open.inc();
+                    self.fail_open_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
+                    None
+                }
+                FailMode::Closed => return Err(ApiError::LimiterUnavailable),
             },
+        };
+        let admin = self.compare(presented);
+        if let Some(attempt) = attempt {
+            self.settle(ip, attempt, admin.is_some(), policy.limits)
+                .await;
+        }
+        admin.ok_or(ApiError::Unauthenticated)
+    }
+
+    /// Gives the place back (right token) or records the failure (wrong or no token).
+    /// If Redis fails now, the place still counts until its lease ends.
+    async fn settle(&self, ip: ClientIp, attempt: Attempt, right: bool, limits: LockoutLimits) {
+        let settled = if right {
+            self.lockout.release(attempt, limits).await.map(drop)
+        } else {
+            self.lockout.fail(attempt, limits).await.map(|failed| {
+                if let Some(lockout_ms) = failed.locked_for_ms {
+                    if failed.failures == limits.failures {
+                        tracing::warn!(client.ip = %ip, lockout_ms, "admin sign-in locked after repeated failures");
+                    }
+                }
+            })
+        };
+        if let Err(e) = settled {
+            tracing::warn!(error = %e, "could not settle an admin sign-in attempt");
         }
     }
 }

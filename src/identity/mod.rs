@@ -5,6 +5,7 @@
 //! client learns nothing about *why* a forged token was refused.
 
 mod admin;
+pub mod lockout;
 mod token;
 
 pub use admin::{require_admin, Admin, AdminGuard, AdminTokens};

@@ -545,7 +545,7 @@ fn whole_ms(wait_us: i64) -> u64 {
 /// Logs a burst of limiter failures once, then at most every 10 s with the number
 /// suppressed: during an outage every request fails (open or closed), and a line per
 /// request would bury the log (and the disk) exactly when someone needs to read it.
-struct BurstLog {
+pub(crate) struct BurstLog {
     /// What the failures mean for requests, e.g. "failing open".
     outcome: &'static str,
     last_logged_ms: AtomicI64,
@@ -555,7 +555,7 @@ struct BurstLog {
 impl BurstLog {
     const QUIET_MS: i64 = 10_000;
 
-    fn new(outcome: &'static str) -> Self {
+    pub(crate) fn new(outcome: &'static str) -> Self {
         Self {
             outcome,
             // Far enough in the past that the first failure is logged at once.
@@ -564,7 +564,7 @@ impl BurstLog {
         }
     }
 
-    fn warn(&self, policy: &str, error: &str) {
+    pub(crate) fn warn(&self, policy: &str, error: &str) {
         let now = chrono::Utc::now().timestamp_millis();
         let last = self.last_logged_ms.load(Ordering::Relaxed);
         if now - last >= Self::QUIET_MS

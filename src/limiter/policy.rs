@@ -205,8 +205,8 @@ impl Default for LimiterSettings {
                 rules: vec![rule(
                     "ip",
                     KeySource::Ip,
-                    300_000,
-                    10,
+                    ADMIN_AUTH_WINDOW_MS,
+                    ADMIN_AUTH_FAILURES,
                     "Too many failed sign-ins, try again later",
                 )],
             },
@@ -222,8 +222,14 @@ impl Default for LimiterSettings {
 
 /// The policy guarding `POST /seckill`.
 pub const SECKILL_POLICY: &str = "seckill";
-/// Failed admin sign-ins per client IP.
+/// Failed admin sign-ins per client IP: its first rule's threshold is how many refused
+/// admin tokens lock an address out, its window for how long (see
+/// `identity::lockout`); disabling the policy disables the lockout.
 pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
+/// The `admin_auth` defaults, also the lockout's when a deployment's settings leave the
+/// policy out: 10 refused tokens lock an address out for 5 minutes.
+pub const ADMIN_AUTH_FAILURES: u64 = 10;
+pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
 

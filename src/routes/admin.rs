@@ -3,14 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{web, HttpResponse};
+use actix_web::http::header::{ETag, EntityTag, IF_MATCH};
+use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
 use super::items::ItemBody;
 use super::seckill::OrderBody;
-use crate::admin::rules::{AuditEntry, RuleChangeError, RuleStore};
+use crate::admin::rules::{AuditEntry, RuleChangeError, RuleStore, StoredPolicy};
 use crate::admin::stats::LiveStats;
 use crate::domain::UserId;
 use crate::error::ApiError;
@@ -198,6 +199,9 @@ pub async fn stats(
 #[serde(rename_all = "camelCase")]
 pub struct PolicyView {
     name: String,
+    /// Bumped by every change; absent from the audit's before/after pictures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<i64>,
     algorithm: Algorithm,
     fail_mode: FailMode,
     enabled: bool,
@@ -215,9 +219,10 @@ pub struct RuleView {
 }
 
 impl PolicyView {
-    fn new(name: &str, config: &PolicyConfig) -> Self {
+    fn new(name: &str, config: &PolicyConfig, version: Option<i64>) -> Self {
         Self {
             name: name.to_string(),
+            version,
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
             enabled: config.enabled,
@@ -244,16 +249,37 @@ pub async fn policies(
     let stored = rules.load().await?;
     let policies: Vec<_> = stored
         .iter()
-        .map(|(name, config)| PolicyView::new(name, config))
+        .map(|(name, stored)| PolicyView::new(name, &stored.config, Some(stored.version)))
         .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "policies": policies })))
 }
 
+/// `GET /admin/api/policies/{name}`: one policy, its version also as the `ETag` (e.g.
+/// `"3"`) to send back in `If-Match` with an edit.
+pub async fn policy(
+    _admin: Admin,
+    name: web::Path<String>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let stored = rules.get(&name).await?.ok_or(ApiError::NotFound)?;
+    Ok(versioned(&name, &stored))
+}
+
+/// A policy with its version in the body and in the `ETag`.
+fn versioned(name: &str, stored: &StoredPolicy) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(ETag(EntityTag::new_strong(stored.version.to_string())))
+        .json(PolicyView::new(name, &stored.config, Some(stored.version)))
+}
+
 /// What may change: the algorithm, and each rule's window, threshold and message. Rules
-/// are named; their key sources stay as configured.
+/// are named; their key sources stay as configured. `version`, like `If-Match`, makes
+/// the change conditional on the version it was made from.
 #[derive(Debug, Deserialize, Validate)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyChange {
+    version: Option<i64>,
     algorithm: Option<Algorithm>,
     enabled: Option<bool>,
     rules: Vec<RuleChange>,
@@ -309,20 +335,30 @@ impl PolicyChange {
 }
 
 /// `PUT /admin/api/policies/{name}`: validated like settings, audited, and in force on
-/// every instance within about half a second.
+/// every instance within about half a second. With `If-Match: "<version>"` or a
+/// `version` in the body, refused with 409 `VERSION_CONFLICT` (naming the current
+/// version) unless the policy is still at that version; without either, applied to
+/// whatever is stored.
 pub async fn update_policy(
     admin: Admin,
+    req: HttpRequest,
     name: web::Path<String>,
     body: JsonBody<PolicyChange>,
     rules: web::Data<RuleStore>,
 ) -> Result<HttpResponse, ApiError> {
     let name = name.into_inner();
     let change = body.0;
+    let expected = expected_version(&req, change.version)?;
     let stored = rules
-        .change(&name, &admin.name, |config| change.apply(&name, config))
+        .change(&name, &admin.name, expected, |config| {
+            change.apply(&name, config)
+        })
         .await
         .map_err(|e| match e {
             RuleChangeError::UnknownPolicy(_) => ApiError::NotFound,
+            RuleChangeError::VersionConflict { current, .. } => {
+                ApiError::VersionConflict { current }
+            }
             RuleChangeError::UnknownRule { index, .. } => {
                 ApiError::validation(format!("rules[{index}].name"), e.to_string())
             }
@@ -331,7 +367,45 @@ pub async fn update_policy(
             }
             RuleChangeError::Store(cause) => ApiError::Internal(cause),
         })?;
-    Ok(HttpResponse::Ok().json(PolicyView::new(&name, &stored)))
+    Ok(versioned(&name, &stored))
+}
+
+/// The version an edit was made from: `If-Match` (one of our entity tags, `"3"`; `*`
+/// means any) and the body's `version`, which must agree when both are sent.
+fn expected_version(req: &HttpRequest, body: Option<i64>) -> Result<Option<i64>, ApiError> {
+    if body.is_some_and(|version| version < 1) {
+        return Err(ApiError::validation(
+            "version",
+            "version must be a positive integer",
+        ));
+    }
+    let Some(value) = req.headers().get(IF_MATCH) else {
+        return Ok(body);
+    };
+    let header = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| *v != "*")
+        .map(|v| {
+            v.strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<i64>().ok())
+                .filter(|version| *version >= 1)
+        });
+    match (header, body) {
+        (Some(None), _) => Err(ApiError::validation(
+            "If-Match",
+            r#"If-Match must be one version's entity tag, e.g. "3", or *"#,
+        )),
+        (Some(Some(tag)), Some(version)) if tag != version => Err(ApiError::validation(
+            "version",
+            "version and If-Match name different versions",
+        )),
+        (Some(Some(tag)), _) => Ok(Some(tag)),
+        (None, body) => Ok(body),
+    }
 }
 
 /// The request field a policy error points at, in the client's spelling.
@@ -366,8 +440,8 @@ struct AuditView {
 impl From<AuditEntry> for AuditView {
     fn from(entry: AuditEntry) -> Self {
         Self {
-            old: PolicyView::new(&entry.policy, &entry.old),
-            new: PolicyView::new(&entry.policy, &entry.new),
+            old: PolicyView::new(&entry.policy, &entry.old, None),
+            new: PolicyView::new(&entry.policy, &entry.new, None),
             policy: entry.policy,
             changed_by: entry.changed_by,
             changed_at: entry.changed_at,

@@ -42,7 +42,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
                 .service(resource("/orders").route(web::get().to(admin::orders)))
                 .service(resource("/stats").route(web::get().to(admin::stats)))
                 .service(resource("/policies").route(web::get().to(admin::policies)))
-                .service(resource("/policies/{name}").route(web::put().to(admin::update_policy)))
+                .service(
+                    resource("/policies/{name}")
+                        .route(web::get().to(admin::policy))
+                        .route(web::put().to(admin::update_policy)),
+                )
                 .service(resource("/audit").route(web::get().to(admin::audit)))
                 .default_service(web::to(crate::web::not_found)),
         )

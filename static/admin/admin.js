@@ -475,7 +475,7 @@ ui.ordersNext.addEventListener('click', () => loadOrders(Math.min(ordersPages, o
 
 // --- rules editor ---------------------------------------------------------------------
 
-/** name → {policy (as stored), form refs}. */
+/** name → {policy (as stored, with the version the form was loaded from), form refs}. */
 const policyForms = new Map();
 
 function keyText(key) {
@@ -549,13 +549,14 @@ function renderPolicy(policy) {
   });
 
   refs.failMode = el('span', { class: 'badge badge-sold-out' });
+  refs.version = el('span', { class: 'muted small' });
   refs.form = el(
     'form',
     { class: 'policy', novalidate: true, dataset: { policy: policy.name } },
     el(
       'fieldset',
       {},
-      el('legend', {}, 'Policy ', el('strong', { text: policy.name })),
+      el('legend', {}, 'Policy ', el('strong', { text: policy.name }), ' ', refs.version),
       el(
         'div',
         { class: 'policy-settings' },
@@ -604,6 +605,7 @@ function renderPolicy(policy) {
 }
 
 function fillPolicy(refs, policy) {
+  refs.version.textContent = Number.isInteger(policy.version) ? `version ${policy.version}` : '';
   refs.algorithm.value = policy.algorithm;
   refs.enabled.checked = Boolean(policy.enabled);
   refs.failMode.textContent = policy.failMode === 'closed' ? 'refuse (fail closed)' : 'allow (fail open)';
@@ -691,14 +693,27 @@ async function savePolicy(name) {
     return;
   }
   refs.save.disabled = true;
+  // The version this form was loaded from: if someone else saved since, the server
+  // refuses (409 VERSION_CONFLICT) rather than overwrite what this operator never saw.
+  const version = entry.policy.version;
   const result = await adminApi(`/admin/api/policies/${encodeURIComponent(name)}`, {
     method: 'PUT',
     body: change.body,
+    headers: Number.isInteger(version) ? { 'If-Match': `"${version}"` } : {},
   });
   refs.save.disabled = false;
   if (!result.ok) {
     if (result.status === 401) return;
-    if (result.error.code === 'VALIDATION_FAILED') {
+    if (result.error.code === 'VERSION_CONFLICT') {
+      const reloaded = await reloadPolicy(name);
+      announce(
+        refs.error,
+        `Not saved: someone else changed policy ${name} since you loaded it` +
+          (reloaded ? ` (now version ${reloaded.version}). The form shows their version; make your change again.` : '. Reload the page to see their version.'),
+        'error',
+      );
+      loadAudit();
+    } else if (result.error.code === 'VALIDATION_FAILED') {
       // Mark the fields of that kind that were changed (the message names the rule).
       const field = result.error.field;
       for (const rc of change.body.rules) {
@@ -716,6 +731,16 @@ async function savePolicy(name) {
   fillPolicy(refs, stored);
   announce(refs.result, `Saved policy ${name}. In force on every instance within a second.`, 'ok');
   loadAudit();
+}
+
+/** Loads one policy again into its form (after a conflict); returns it, or null. */
+async function reloadPolicy(name) {
+  const entry = policyForms.get(name);
+  const result = await adminApi(`/admin/api/policies/${encodeURIComponent(name)}`);
+  if (!entry || !result.ok || !result.data) return null;
+  entry.policy = result.data;
+  fillPolicy(entry.refs, result.data);
+  return result.data;
 }
 
 // --- audit ----------------------------------------------------------------------------

@@ -2,13 +2,21 @@
 //! validated; pausing sales; searching orders; live counters over all instances; the
 //! sign-in lockout.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seckill::domain::ClientIp;
+use seckill::identity::lockout::{LockoutLimits, Reservation, SignInLockout};
+use seckill::limiter::Clock;
+use seckill::metrics::Metrics;
+use seckill::store::RedisStore;
+use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, spawn_app, spawn_app_from, spawn_app_with, TestApp, ADMIN_TOKEN,
+    eventually, json, redis_test_settings, spawn_app, spawn_app_from, spawn_app_with, OwnRedis,
+    TestApp, ADMIN_TOKEN,
 };
 
 async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
@@ -344,47 +352,118 @@ async fn live_counters_sum_every_instance(db: PgPool) {
     assert_eq!(stats["items"][0]["remainingStock"], 7);
 }
 
+/// `GET /admin/api/me` with `token`, from `ip` (the test client is a trusted proxy).
+async fn sign_in(app: &TestApp, ip: &str, token: &str) -> reqwest::Response {
+    app.client
+        .get(app.url("/admin/api/me"))
+        .bearer_auth(token)
+        .header("X-Forwarded-For", ip)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Admin tokens compared so far: every comparison is a guess someone got to make.
+async fn token_comparisons(app: &TestApp) -> f64 {
+    app.metric_sum("seckill_admin_token_comparisons_total")
+        .await
+}
+
 #[sqlx::test]
 async fn repeated_wrong_admin_tokens_lock_the_address_out(db: PgPool) {
     let app = spawn_app_with(&db, |s| {
         s.limiter.policies.get_mut("admin_auth").unwrap().rules[0].threshold = 3;
     })
     .await;
-    let attempt = |token: &'static str| {
-        let app = &app;
-        async move {
-            app.client
-                .get(app.url("/admin/api/me"))
-                .bearer_auth(token)
-                .header("X-Forwarded-For", "10.53.0.1")
-                .send()
-                .await
-                .unwrap()
-        }
-    };
     for _ in 0..3 {
-        assert_eq!(attempt("guess").await.status(), 401);
+        assert_eq!(sign_in(&app, "10.53.0.1", "guess").await.status(), 401);
     }
-    let locked = attempt("guess").await;
+    let locked = sign_in(&app, "10.53.0.1", "guess").await;
     assert_eq!(locked.status(), 429);
     assert!(locked.headers().contains_key("retry-after"));
     assert_eq!(json(locked).await["code"], "RATE_LIMITED");
     assert_eq!(
-        attempt(ADMIN_TOKEN).await.status(),
+        sign_in(&app, "10.53.0.1", ADMIN_TOKEN).await.status(),
         429,
         "locked out, right token or not"
     );
 
     // Another address is not affected.
-    let other = app
-        .client
-        .get(app.url("/admin/api/me"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("X-Forwarded-For", "10.53.0.2")
-        .send()
+    let other = sign_in(&app, "10.53.0.2", ADMIN_TOKEN).await;
+    assert_eq!(json(other).await["name"], "admin");
+}
+
+/// Each attempt takes its place in the count before its token is compared, so a burst
+/// cannot slip guesses in between the lockout check and the failure count: 200 wrong
+/// tokens at once get exactly the 10 guesses the `admin_auth` policy allows.
+#[sqlx::test]
+async fn a_burst_of_wrong_admin_tokens_gets_ten_guesses_and_locks_the_address(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let ip = "10.54.0.1";
+    let guesses: Vec<String> = (0..200).map(|i| format!("guess-{i}")).collect();
+    let responses =
+        futures_util::future::join_all(guesses.iter().map(|guess| sign_in(&app, ip, guess))).await;
+    let count = |status: u16| responses.iter().filter(|r| r.status() == status).count();
+    assert_eq!(
+        (token_comparisons(&app).await, count(401), count(429)),
+        (10.0, 10, 190),
+        "(tokens compared, 401s, 429s)"
+    );
+
+    // The right token is refused too, without being compared, for the policy's whole
+    // window (5 minutes).
+    let locked = sign_in(&app, ip, ADMIN_TOKEN).await;
+    assert_eq!(locked.status(), 429);
+    let body = json(locked).await;
+    assert_eq!(body["code"], "RATE_LIMITED");
+    let wait = body["retryAfterMs"].as_u64().unwrap();
+    assert!((240_000..=300_000).contains(&wait), "retryAfterMs {wait}");
+    assert_eq!(token_comparisons(&app).await, 10.0);
+
+    // When the lockout expires (brought forward here), the right token is let in.
+    let failures = format!(
+        "{}:{{admin-auth:{ip}}}:failures",
+        app.settings.redis_key_prefix
+    );
+    let mut redis = app.redis().await;
+    let expiring: i64 = redis::cmd("PEXPIRE")
+        .arg(&failures)
+        .arg(1)
+        .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(json(other).await["name"], "admin");
+    assert_eq!(expiring, 1, "the lockout is kept in {failures}");
+    eventually("the lockout expires", Duration::from_secs(10), || async {
+        let response = sign_in(&app, ip, ADMIN_TOKEN).await;
+        match response.status().as_u16() {
+            200 => Some(()),
+            429 => None,
+            other => panic!("while locked: {other}"),
+        }
+    })
+    .await;
+}
+
+/// A right token gives its place back, so using the dashboard never counts towards the
+/// lockout: only refused tokens do.
+#[sqlx::test]
+async fn right_tokens_never_count_towards_the_lockout(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let ip = "10.55.0.1";
+    for i in 0..50 {
+        assert_eq!(
+            sign_in(&app, ip, ADMIN_TOKEN).await.status(),
+            200,
+            "right {i}"
+        );
+    }
+    for i in 0..9 {
+        assert_eq!(sign_in(&app, ip, "guess").await.status(), 401, "wrong {i}");
+    }
+    assert_eq!(sign_in(&app, ip, ADMIN_TOKEN).await.status(), 200);
+    // The tenth refused token is the last one compared.
+    assert_eq!(sign_in(&app, ip, "guess").await.status(), 401);
+    assert_eq!(sign_in(&app, ip, ADMIN_TOKEN).await.status(), 429);
 }
 
 #[sqlx::test]
@@ -457,4 +536,238 @@ async fn concurrent_edits_of_one_policy_are_all_kept(db: PgPool) {
             assert_eq!(found["threshold"], threshold, "round {round}: {rule} lost");
         }
     }
+}
+
+/// The lockout script alone: a place whose attempt never settles (its process died
+/// between reserve and settle) counts until its lease ends, then frees itself; every
+/// key it writes expires.
+#[tokio::test]
+async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
+    let settings = redis_test_settings();
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let redis = RedisStore::connect(&settings, metrics).await.unwrap();
+    let lease = Duration::from_millis(300);
+    let lockout = SignInLockout::new(redis, Clock::Redis, lease);
+    let limits = LockoutLimits {
+        failures: 3,
+        window_ms: 60_000,
+    };
+    let ip = ClientIp::new("10.56.0.1".parse().unwrap());
+    let reserve = || async {
+        match lockout.reserve(ip, limits).await.unwrap() {
+            Reservation::Granted(attempt) => Ok(attempt),
+            Reservation::Refused { retry_after_ms } => Err(retry_after_ms),
+        }
+    };
+
+    let failed = reserve().await.unwrap();
+    let failed = lockout.fail(failed, limits).await.unwrap();
+    assert_eq!(failed.failures, 1);
+    let released = reserve().await.unwrap();
+    let _lost = reserve().await.unwrap();
+    // One failure and two attempts in flight: the limit.
+    let refused = reserve().await.unwrap_err();
+    assert!((1..=300).contains(&refused), "retry after {refused} ms");
+    // A right token's place comes back at once; a place never settled does not.
+    lockout.release(released, limits).await.unwrap();
+    let _lost_too = reserve().await.unwrap();
+    assert!(reserve().await.is_err());
+
+    let keys = format!("{}:{{admin-auth:10.56.0.1}}", settings.redis_key_prefix);
+    let client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for (key, most) in [("failures", 60_000), ("in-flight", 300)] {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{keys}:{key}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!((1..=most).contains(&ttl), "{key} expires in {ttl} ms");
+    }
+
+    let (attempt, _) = eventually(
+        "the lost places are freed",
+        Duration::from_secs(10),
+        || async { reserve().await.ok() },
+    )
+    .await;
+    let failed = lockout.fail(attempt, limits).await.unwrap();
+    assert_eq!(failed.failures, 2);
+}
+
+/// Without Redis the `admin_auth` policy's fail mode decides, as for any policy: open
+/// (the default) compares the token without a place, so the right one still gets in.
+#[sqlx::test]
+async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let app = spawn_app_with(&db, |s| s.redis_url = redis.url().into()).await;
+    redis.stop();
+    assert_eq!(sign_in(&app, "10.57.0.1", "guess").await.status(), 401);
+    assert_eq!(sign_in(&app, "10.57.0.1", ADMIN_TOKEN).await.status(), 200);
+    assert_eq!(
+        app.metric_sum(r#"seckill_limiter_fail_open_total{policy="admin_auth"}"#)
+            .await,
+        2.0
+    );
+}
+
+/// `PUT /admin/api/policies/{name}` with an `If-Match` header, if any.
+async fn put_policy_if_match(
+    app: &TestApp,
+    name: &str,
+    if_match: &str,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/admin/api/policies/{name}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("If-Match", if_match)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn etag(response: &reqwest::Response) -> Option<&str> {
+    response.headers().get("etag")?.to_str().ok()
+}
+
+#[sqlx::test]
+async fn one_policy_is_served_with_its_version_as_an_etag(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let listed = json(admin_get(&app, "/admin/api/policies").await).await;
+    for policy in listed["policies"].as_array().unwrap() {
+        assert_eq!(policy["version"], 1, "{policy}");
+    }
+
+    let one = admin_get(&app, "/admin/api/policies/limited").await;
+    assert_eq!((one.status().as_u16(), etag(&one)), (200, Some(r#""1""#)));
+    let body = json(one).await;
+    assert_eq!(
+        (&body["name"], &body["version"]),
+        (&json!("limited"), &json!(1))
+    );
+    assert_eq!(body["rules"][0]["threshold"], 100);
+
+    let changed = put_policy(
+        &app,
+        "limited",
+        json!({ "rules": [{ "name": "client", "threshold": 7 }] }),
+    )
+    .await;
+    assert_eq!(
+        (changed.status().as_u16(), etag(&changed)),
+        (200, Some(r#""2""#))
+    );
+    assert_eq!(json(changed).await["version"], 2);
+    let one = admin_get(&app, "/admin/api/policies/limited").await;
+    assert_eq!(etag(&one), Some(r#""2""#));
+    assert_eq!(stored_policy(&app, "limited").await["version"], 2);
+    assert_eq!(stored_policy(&app, "seckill").await["version"], 1);
+
+    let missing = admin_get(&app, "/admin/api/policies/no_such_policy").await;
+    assert_eq!(missing.status(), 404);
+    assert_eq!(json(missing).await["code"], "NOT_FOUND");
+}
+
+/// Two operators edit the same loaded policy at once: one edit stands, the other is
+/// refused with the version it missed, instead of silently overwriting (or being
+/// merged into) a change its author never saw.
+#[sqlx::test]
+async fn two_edits_of_the_same_loaded_version_one_stands_one_conflicts(db: PgPool) {
+    let app = spawn_app(&db).await;
+    for round in 1..=5u64 {
+        let loaded = stored_policy(&app, "seckill").await["version"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(loaded, round, "one bump per round");
+        let edits = [("user", 10 + round), ("ip", 20 + round)];
+        let responses = futures_util::future::join_all(edits.iter().map(|(rule, threshold)| {
+            put_policy(
+                &app,
+                "seckill",
+                json!({ "version": loaded, "rules": [{ "name": rule, "threshold": threshold }] }),
+            )
+        }))
+        .await;
+        let mut statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "round {round}");
+        for response in responses {
+            if response.status() == 409 {
+                let error = json(response).await;
+                assert_eq!(error["code"], "VERSION_CONFLICT", "round {round}");
+                assert_eq!(error["currentVersion"], loaded + 1, "round {round}");
+            }
+        }
+        let seckill = stored_policy(&app, "seckill").await;
+        assert_eq!(seckill["version"], loaded + 1, "round {round}");
+        let kept = edits
+            .iter()
+            .filter(|(rule, threshold)| {
+                seckill["rules"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["name"] == *rule && r["threshold"] == *threshold)
+            })
+            .count();
+        assert_eq!(kept, 1, "round {round}: exactly the winning edit is stored");
+    }
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(audited, 5);
+}
+
+#[sqlx::test]
+async fn a_stale_if_match_conflicts_and_an_edit_without_a_version_still_stands(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let edit = |threshold: u64| json!({ "rules": [{ "name": "client", "threshold": threshold }] });
+
+    let first = put_policy_if_match(&app, "limited", r#""1""#, edit(7)).await;
+    assert_eq!(
+        (first.status().as_u16(), etag(&first)),
+        (200, Some(r#""2""#))
+    );
+
+    let stale = put_policy_if_match(&app, "limited", r#""1""#, edit(8)).await;
+    assert_eq!(stale.status(), 409);
+    let error = json(stale).await;
+    assert_eq!(
+        (&error["code"], &error["currentVersion"]),
+        (&json!("VERSION_CONFLICT"), &json!(2))
+    );
+    let stale_body = put_policy(&app, "limited", json!({ "version": 1, "rules": [] })).await;
+    assert_eq!(stale_body.status(), 409);
+
+    let unconditional = put_policy(&app, "limited", edit(9)).await;
+    assert_eq!(
+        (unconditional.status().as_u16(), etag(&unconditional)),
+        (200, Some(r#""3""#))
+    );
+    let current = put_policy_if_match(&app, "limited", r#""3""#, edit(10)).await;
+    assert_eq!(current.status(), 200);
+    let stored = stored_policy(&app, "limited").await;
+    assert_eq!(
+        (&stored["version"], &stored["rules"][0]["threshold"]),
+        (&json!(4), &json!(10))
+    );
+
+    // A precondition that is not one of our entity tags is a client error, not a guess.
+    for bad in ["3", r#"W/"4""#, r#""4", "5""#] {
+        let response = put_policy_if_match(&app, "limited", bad, edit(11)).await;
+        assert_eq!(response.status(), 400, "{bad}");
+        assert_eq!(json(response).await["field"], "If-Match", "{bad}");
+    }
+    let disagreeing = put_policy_if_match(
+        &app,
+        "limited",
+        r#""4""#,
+        json!({ "version": 3, "rules": [] }),
+    )
+    .await;
+    assert_eq!(disagreeing.status(), 400);
+    assert_eq!(stored_policy(&app, "limited").await["version"], 4);
 }

@@ -288,6 +288,28 @@ test('3. an admin creates, pauses and resumes an item and lowers the user rule; 
     await waitForText(entry, /user: threshold 3 → 1/);
     assert.match(await entry.textContent(), new RegExp(`^seckill changed by ${ADMIN_NAME} · `));
 
+    // Someone else saves the policy meanwhile: saving from this stale form is refused
+    // with a word to the operator, and the form is reloaded with their version.
+    const before = await apiCall('/admin/api/policies/seckill', { token: ADMIN_TOKEN });
+    assert.match(await policy.locator('legend').textContent(), new RegExp(`version ${before.data.version}$`));
+    const elsewhere = await apiCall('/admin/api/policies/seckill', {
+      method: 'PUT',
+      token: ADMIN_TOKEN,
+      body: { rules: [{ name: 'api', threshold: 999 }] },
+    });
+    assert.equal(elsewhere.status, 200);
+    const ipMessage = policy.getByLabel('Message of rule ip');
+    const ipMessageBefore = await ipMessage.inputValue();
+    await ipMessage.fill('Slow down a little');
+    await policy.getByRole('button', { name: 'Save seckill' }).click();
+    await waitForText(
+      policy.getByRole('alert'),
+      new RegExp(`^Not saved: someone else changed policy seckill since you loaded it \\(now version ${before.data.version + 1}\\)`),
+    );
+    assert.equal(await policy.getByLabel('Threshold of rule api').inputValue(), '999');
+    assert.equal(await ipMessage.inputValue(), ipMessageBefore);
+    assert.match(await policy.locator('legend').textContent(), new RegExp(`version ${before.data.version + 1}$`));
+
     await waitForUserQuota(1, 60);
 
     // The shopper's first purchase passes, the second (another item) meets the rule.
