@@ -41,8 +41,18 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         settings.check_production_safety()?;
         settings.check_timeouts()?;
-        let pool = postgres::pool(&settings, settings.database_max_connections)?;
-        let commit_pool = postgres::pool(&settings, settings.database_commit_connections)?;
+        let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
+        let pool = postgres::pool(
+            &settings,
+            settings.database_max_connections,
+            settings.database_acquire_timeout(),
+        )?;
+        // Waiting for a commit connection is part of the commit's own time budget.
+        let commit_pool = postgres::pool(
+            &settings,
+            settings.database_commit_connections,
+            commit_timeout,
+        )?;
         postgres::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
         let redis = RedisStore::connect(&settings, Arc::clone(&metrics)).await?;
@@ -57,11 +67,10 @@ impl Application {
         // The settings seed the rules table; from then on Postgres is the truth.
         let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
         rules
-            .seed(&settings.limiter.policies)
+            .seed(&settings.limiter.seed_policies())
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
-        let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
         let sale_redis = SaleRedis::new(
             redis.clone(),
             Duration::from_millis(settings.reservation_deadline_ms),

@@ -211,12 +211,52 @@ impl Default for LimiterSettings {
                 )],
             },
         );
+        policies.insert(
+            ORDERS_READ_POLICY.into(),
+            PolicyConfig {
+                // O(1) state per key (a sliding window would keep one entry per read),
+                // and a burst for a page that opens, then the polling rate.
+                algorithm: Algorithm::TokenBucket,
+                fail_mode: FailMode::Open,
+                enabled: true,
+                rules: vec![
+                    rule(
+                        "user",
+                        KeySource::User,
+                        60_000,
+                        120,
+                        "Too many order lookups, please slow down",
+                    ),
+                    rule(
+                        "ip",
+                        KeySource::Ip,
+                        60_000,
+                        600,
+                        "Too many order lookups from this address, please slow down",
+                    ),
+                ],
+            },
+        );
         Self {
             timeout_ms: 250,
             clock: ClockSource::Redis,
             denial_cache_slots: 16_384,
             policies,
         }
+    }
+}
+
+impl LimiterSettings {
+    /// The policies the rules table is seeded with: the configured ones, plus the
+    /// built-in default of each policy the app's own routes use that the configuration
+    /// leaves out. A settings file's `[limiter.policies]` replaces the defaults whole,
+    /// and a route whose policy is missing could only answer 500.
+    pub fn seed_policies(&self) -> BTreeMap<String, PolicyConfig> {
+        let mut seeds = self.policies.clone();
+        for (name, default) in Self::default().policies {
+            seeds.entry(name).or_insert(default);
+        }
+        seeds
     }
 }
 
@@ -230,6 +270,10 @@ pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
 /// policy out: 10 refused tokens lock an address out for 5 minutes.
 pub const ADMIN_AUTH_FAILURES: u64 = 10;
 pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
+/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail-open, well
+/// above the shop page's polling every 2 s (30 a minute), so reads can never crowd out
+/// the sale's work in Postgres.
+pub const ORDERS_READ_POLICY: &str = "orders_read";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
 

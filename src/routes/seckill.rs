@@ -12,7 +12,8 @@ use crate::domain::UserId;
 use crate::error::ApiError;
 use crate::identity::Shopper;
 use crate::limiter::http::client_ip;
-use crate::limiter::Caller;
+use crate::limiter::policy::ORDERS_READ_POLICY;
+use crate::limiter::{Caller, Limiter};
 use crate::sale::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::sale::item::{Item, ItemId};
 use crate::sale::postgres::Order;
@@ -217,9 +218,24 @@ fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError
         .map_err(|e| ApiError::validation("Idempotency-Key", e.to_string()))
 }
 
-/// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres.
-pub async fn my_orders(shopper: Shopper, sale: web::Data<Sale>) -> Result<HttpResponse, ApiError> {
+/// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres, behind
+/// the `orders_read` limiter policy (with its headers).
+pub async fn my_orders(
+    shopper: Shopper,
+    req: HttpRequest,
+    sale: web::Data<Sale>,
+    limiter: web::Data<Limiter>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = Caller {
+        user: Some(shopper.0),
+        ip: client_ip(&req)?,
+        client_id: None,
+        route: "/api/orders/mine".into(),
+    };
+    let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
     let orders = sale.orders_of(shopper.0).await?;
     let orders: Vec<OrderBody> = orders.iter().map(OrderBody::from).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "orders": orders })))
+    let mut response = HttpResponse::Ok().json(serde_json::json!({ "orders": orders }));
+    admission.write_headers(response.headers_mut());
+    Ok(response)
 }

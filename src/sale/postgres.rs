@@ -296,8 +296,14 @@ pub async fn commit_order(
 ) -> Result<Order, CommitError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let failed = |e: sqlx::Error| CommitError::Failed(e.into());
+    // Waiting for a connection is part of the budget; running out of it there is a
+    // pool timeout (counted by the caller), whatever the pool's own acquire timeout.
+    let mut conn = tokio::time::timeout_at(deadline, pool.acquire())
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+        .map_err(failed)?;
     let write = async {
-        let mut tx = pool.begin().await.map_err(failed)?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
         let txid = sqlx::query_scalar!(
             r#"UPDATE items SET remaining_stock = remaining_stock - 1
                WHERE id = $1 AND remaining_stock > 0

@@ -25,7 +25,11 @@ use crate::configuration::Settings;
 /// `idle_in_transaction_session_timeout`: when the app gives up on a statement, Postgres
 /// ends it soon after instead of letting it hold an item's row lock, and the reconciler
 /// can rely on no order transaction outliving the reservation deadline.
-pub fn pool(settings: &Settings, max_connections: u32) -> anyhow::Result<PgPool> {
+pub fn pool(
+    settings: &Settings,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> anyhow::Result<PgPool> {
     let options = PgConnectOptions::from_str(settings.database_url.expose_secret())
         .context("DATABASE_URL is not a valid Postgres URL")?
         .options([
@@ -40,7 +44,7 @@ pub fn pool(settings: &Settings, max_connections: u32) -> anyhow::Result<PgPool>
         ]);
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(settings.database_acquire_timeout())
+        .acquire_timeout(acquire_timeout)
         .test_before_acquire(false)
         .idle_timeout(Duration::from_secs(60))
         .max_lifetime(Duration::from_secs(30 * 60))
