@@ -117,9 +117,12 @@ pub struct Settings {
 
     /// Timeout of each sale Redis call (reservation, pipeline, repair).
     pub redis_timeout_ms: u64,
-    /// Longest wait for the order commit before its outcome counts as unknown (then the
-    /// order is looked up). Keep it below the clients' own timeout.
+    /// Longest a purchase waits for the committer to start its order, and longest a
+    /// batch may take before its outcome counts as unknown (then Postgres is asked about
+    /// the transaction). Keep twice this below the clients' own timeout.
     pub order_commit_timeout_ms: u64,
+    /// Most orders the committer writes in one batch (group commit).
+    pub commit_batch_max: usize,
     /// Create a demo item at start-up when there is no item at all (`make run` does).
     pub seed_demo_item: bool,
     /// How long a reservation may stay pending before the reconciler settles it from
@@ -195,6 +198,7 @@ impl Default for Settings {
             limiter: LimiterSettings::default(),
             redis_timeout_ms: 500,
             order_commit_timeout_ms: 5_000,
+            commit_batch_max: 256,
             seed_demo_item: false,
             reservation_deadline_ms: 30_000,
             reconcile_interval_ms: 10_000,
@@ -287,19 +291,21 @@ impl Settings {
         Ok(())
     }
 
-    /// Refuses timeouts under which the reconciler could undo a live purchase. An order
-    /// transaction outlives its request's commit timeout by at most one statement
+    /// Refuses timeouts under which the reconciler could undo a live purchase. After
+    /// the reservation, the pipeline takes at most one Redis timeout; the order's
+    /// transaction starts within one commit timeout (the queue) and its batch gives up
+    /// after another; the transaction then lives at most one more statement
     /// (`statement_timeout`, which also bounds the COMMIT) and one idle gap
-    /// (`idle_in_transaction_session_timeout`) before Postgres ends it; the pipeline
-    /// before it takes at most one Redis timeout. The reservation deadline must be later.
+    /// (`idle_in_transaction_session_timeout`) before Postgres ends it. The reservation
+    /// deadline must be later.
     pub fn check_timeouts(&self) -> anyhow::Result<()> {
-        let longest_order = self.order_commit_timeout_ms
+        let longest_order = 2 * self.order_commit_timeout_ms
             + self.database_statement_timeout_ms
             + self.database_idle_in_transaction_timeout_ms
             + self.redis_timeout_ms;
         anyhow::ensure!(
             self.reservation_deadline_ms > longest_order,
-            "reservation_deadline_ms ({}) must exceed order_commit_timeout_ms + \
+            "reservation_deadline_ms ({}) must exceed 2 × order_commit_timeout_ms + \
              database_statement_timeout_ms + database_idle_in_transaction_timeout_ms + \
              redis_timeout_ms ({longest_order}), or the reconciler could undo a purchase \
              whose order is still being committed",
@@ -396,16 +402,16 @@ mod tests {
     fn the_reservation_deadline_must_outlast_every_order_transaction() {
         assert!(Settings::default().check_timeouts().is_ok());
         let tight = Settings {
-            reservation_deadline_ms: 15_500,
+            reservation_deadline_ms: 20_500,
             ..Settings::default()
         };
         let refusal = tight.check_timeouts().unwrap_err().to_string();
         assert!(
-            refusal.contains("reservation_deadline_ms (15500)"),
+            refusal.contains("reservation_deadline_ms (20500)"),
             "{refusal}"
         );
         let just_above = Settings {
-            reservation_deadline_ms: 15_501,
+            reservation_deadline_ms: 20_501,
             ..Settings::default()
         };
         assert!(just_above.check_timeouts().is_ok());

@@ -12,6 +12,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    // With the `failpoints` feature, `FAILPOINTS=name=action;…` turns fault points on
+    // for a whole process (the chaos tests); without it this compiles to nothing.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let settings = Settings::load()?;
     telemetry::init(&settings);
     let application = Application::build(settings).await?;

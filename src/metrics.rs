@@ -95,6 +95,10 @@ pub struct Metrics {
     sale_outcome_counters: [IntCounter; SALE_OUTCOMES.len()],
     /// The Postgres order commit (conditional decrement + insert), successful or not.
     pub order_commit: Histogram,
+    /// Orders per committer batch (group commit): 1 at low load, growing with it.
+    pub commit_batch_size: Histogram,
+    /// Orders waiting for the committer, read at scrape time.
+    pub commit_queue: IntGauge,
     /// Live Redis stock per item on sale; a series disappears when its sale ends.
     pub stock_remaining: IntGaugeVec,
     /// Items this instance knows to be sold out (answered from memory).
@@ -207,6 +211,21 @@ impl Metrics {
                     HistogramOpts::new("order_commit_duration_seconds", "Postgres order commit")
                         .buckets(REQUEST_BUCKETS.to_vec()),
                 )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            commit_batch_size: {
+                let metric = Histogram::with_opts(
+                    HistogramOpts::new("commit_batch_size", "Orders per committer batch").buckets(
+                        vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+                    ),
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            commit_queue: {
+                let metric =
+                    IntGauge::new("commit_queue_orders", "Orders waiting for the committer")?;
                 registry.register(Box::new(metric.clone()))?;
                 metric
             },

@@ -18,6 +18,7 @@ use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
+use crate::sale::committer::Committer;
 use crate::sale::idempotency::{Idempotency, IdempotencyLimits};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
@@ -75,9 +76,12 @@ impl Application {
             redis.clone(),
             Duration::from_millis(settings.reservation_deadline_ms),
         );
+        // Room for two batches: more waiting than that would outlast the commit timeout.
+        let (committer, commit_queue) = Committer::new(2 * settings.commit_batch_max);
         let sale = Arc::new(Sale::new(
             pool.clone(),
             commit_pool,
+            committer,
             sale_redis,
             Arc::clone(&limiter),
             Arc::clone(&metrics),
@@ -102,6 +106,12 @@ impl Application {
             Arc::clone(&limiter),
         ));
         let background = background_tasks(&settings, &sale, &rules, &limiter, &stats);
+        let background = futures_util::future::join(
+            background,
+            Arc::clone(&sale).run_committer(commit_queue, settings.commit_batch_max),
+        )
+        .map(drop)
+        .boxed();
         let admin_guard = AdminGuard::new(
             AdminTokens::parse(&settings.admin_token),
             Arc::clone(&limiter),

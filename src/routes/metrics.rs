@@ -12,7 +12,7 @@ pub async fn metrics(
     pool: web::Data<PgPool>,
     sale: web::Data<Sale>,
 ) -> Result<HttpResponse, ApiError> {
-    // The pools' state is read when Prometheus asks, not sampled in the background.
+    // The pools' and the commit queue's state is read when Prometheus asks, not sampled in the background.
     for (name, pool) in [("main", pool.get_ref()), ("commit", sale.commit_pool())] {
         let idle = pool.num_idle() as i64;
         metrics.db_pool.with_label_values(&[name, "idle"]).set(idle);
@@ -21,6 +21,7 @@ pub async fn metrics(
             .with_label_values(&[name, "in_use"])
             .set(i64::from(pool.size()) - idle);
     }
+    metrics.commit_queue.set(sale.commit_queue_len() as i64);
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(metrics.render()?))

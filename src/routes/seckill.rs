@@ -70,7 +70,8 @@ pub async fn purchase(
     };
     let key = idempotency_key(&req)?;
     let item = sale.precheck(item_id)?;
-    let order_id = Uuid::new_v4();
+    // Sortable by time: the order inserts append to the primary-key index.
+    let order_id = Uuid::now_v7();
     let Some(key) = key else {
         return Ok(purchase_response(&sale, &item, user, order_id, &caller)
             .await

@@ -22,6 +22,7 @@
 //! overselling throughout.
 
 pub mod catalog;
+pub mod committer;
 pub mod idempotency;
 pub mod item;
 pub mod postgres;
@@ -40,10 +41,10 @@ use crate::domain::UserId;
 use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Limiter, Rejection};
 use crate::metrics::{Metrics, RedisPurpose};
-use anyhow::Context;
 use catalog::Catalog;
+use committer::{Committer, Queue};
 use item::{Item, ItemId, NewItem, SalePhase};
-use postgres::{CommitError, Order, TxId, TxStatus};
+use postgres::{CommitError, NewOrder, Order};
 use redis::{PendingReservation, Reservation, SaleRedis, Undo};
 use sold_out::SoldOutBoard;
 
@@ -101,9 +102,6 @@ fn outcome(error: &SaleError) -> &'static str {
     }
 }
 
-/// How long the question "what became of this transaction?" may take.
-const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
     pub order: Order,
@@ -140,6 +138,8 @@ pub struct Sale {
     /// Order commits only: reads and admin work use `pool` and can never make a commit
     /// wait for a connection.
     commit_pool: PgPool,
+    /// Hands orders to the one committer of this instance (group commit).
+    committer: Committer,
     redis: SaleRedis,
     catalog: Catalog,
     board: SoldOutBoard,
@@ -152,6 +152,7 @@ impl Sale {
     pub fn new(
         pool: PgPool,
         commit_pool: PgPool,
+        committer: Committer,
         redis: SaleRedis,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
@@ -160,6 +161,7 @@ impl Sale {
         Self {
             pool,
             commit_pool,
+            committer,
             redis,
             catalog: Catalog::default(),
             board: SoldOutBoard::default(),
@@ -401,14 +403,11 @@ impl Sale {
             // The request never finishes, like one whose process died here.
             std::future::pending::<()>().await;
         }
-        if let Err(e) = self.redis.settle(item.id, reservation).await {
-            // The order stands; the reconciler clears the pending record later.
-            tracing::warn!(item.id = %item.id, error = %format!("{e:#}"), "could not clear a pending reservation");
-        }
         Ok(order)
     }
 
-    /// Step 5 and, when it does not succeed, the repair of Redis.
+    /// Step 5 (through the committer) and, when it does not succeed, the repair of
+    /// Redis.
     async fn commit(
         &self,
         item: &Item,
@@ -418,15 +417,14 @@ impl Sale {
             user,
             order: order_id,
         } = reservation;
-        let timer = self.metrics.order_commit.start_timer();
-        let outcome = postgres::commit_order(
-            &self.commit_pool,
-            order_id,
+        let order = NewOrder {
+            id: order_id,
             user,
-            item.id,
-            self.commit_timeout,
-        )
-        .await;
+            item: item.id,
+        };
+        let timer = self.metrics.order_commit.start_timer();
+        let start_by = tokio::time::Instant::now() + self.commit_timeout;
+        let outcome = self.committer.commit(order, start_by).await;
         timer.observe_duration();
         match outcome {
             Ok(order) => Ok(order),
@@ -451,43 +449,75 @@ impl Sale {
                 self.repair(item, reservation, Undo::Release).await;
                 Err(SaleError::OrderFailed(e))
             }
-            Err(CommitError::Unknown { order, txid, cause }) => {
-                match self.transaction_status(txid).await {
-                    Ok(TxStatus::Committed) => Ok(order),
-                    Ok(TxStatus::Aborted) => {
-                        self.repair(item, reservation, Undo::Release).await;
-                        Err(SaleError::OrderFailed(cause))
-                    }
-                    // Still running, or Postgres cannot say: the order may yet land. The
-                    // reservation stays pending with its transaction id; the reconciler
-                    // asks again after the deadline, by when Postgres's own timeouts
-                    // have ended the transaction.
-                    status => {
-                        tracing::warn!(
-                            item.id = %item.id, order.id = %order_id, txid = txid.0,
-                            status = ?status.as_ref().map_err(|e| format!("{e:#}")),
-                            error = %format!("{cause:#}"),
-                            "order commit unanswered: left pending for the reconciler"
-                        );
-                        if let Err(e) = self.redis.note_in_doubt(item.id, reservation, txid).await {
-                            tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");
-                        }
-                        Err(SaleError::OrderPending(order_id))
+            // The order may yet land: the reservation stays pending (with its
+            // transaction id, when known) and the reconciler settles it after the
+            // deadline, by when Postgres's own timeouts have ended the transaction.
+            Err(CommitError::InDoubt { txid, cause }) => {
+                tracing::warn!(
+                    item.id = %item.id, order.id = %order_id, txid = ?txid.map(|t| t.0),
+                    error = %format!("{cause:#}"),
+                    "order commit in doubt: left pending for the reconciler"
+                );
+                if let Some(txid) = txid {
+                    if let Err(e) = self.redis.note_in_doubt(item.id, reservation, txid).await {
+                        tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");
                     }
                 }
+                Err(SaleError::OrderPending(order_id))
             }
         }
     }
 
-    /// What became of an order transaction, asked on the commit pool within a second
-    /// (the question is one index lookup in Postgres's commit log).
-    async fn transaction_status(&self, txid: TxId) -> anyhow::Result<TxStatus> {
-        tokio::time::timeout(
-            TX_STATUS_TIMEOUT,
-            postgres::transaction_status(&self.commit_pool, txid),
-        )
-        .await
-        .context("txid_status did not answer in time")?
+    /// The committer's loop (see [`committer`]): runs until the app stops, then commits
+    /// what is still queued.
+    pub async fn run_committer(self: Arc<Self>, queue: Queue, max_batch: usize) {
+        committer::run(queue, max_batch, |orders| {
+            let sale = Arc::clone(&self);
+            async move { sale.commit_batch(orders).await }
+        })
+        .await;
+    }
+
+    /// One batch: Postgres, then the committed orders' pending records cleared with one
+    /// `ZREM` per item.
+    async fn commit_batch(&self, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
+        self.metrics.commit_batch_size.observe(orders.len() as f64);
+        // Failpoint `committer::stall` (`return(<user id>)`): a batch holding that user's
+        // order waits while the point is on, and the queue fills behind it.
+        while orders
+            .iter()
+            .any(|o| crash_point("committer::stall", o.user))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let outcomes =
+            postgres::commit_orders(&self.commit_pool, &orders, self.commit_timeout).await;
+        let mut settled: Vec<(ItemId, PendingReservation)> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok())
+            .map(|o| {
+                let reservation = PendingReservation {
+                    user: o.user_id,
+                    order: o.id,
+                };
+                (o.item_id, reservation)
+            })
+            .collect();
+        settled.sort_by_key(|(item, _)| *item);
+        for group in settled.chunk_by(|a, b| a.0 == b.0) {
+            let item = group[0].0;
+            let reservations: Vec<_> = group.iter().map(|(_, r)| *r).collect();
+            if let Err(e) = self.redis.settle(item, &reservations).await {
+                // The orders stand; the reconciler clears the pending records later.
+                tracing::warn!(item.id = %item, error = %format!("{e:#}"), "could not clear pending reservations");
+            }
+        }
+        outcomes
+    }
+
+    /// Orders waiting for the committer (read at scrape time).
+    pub fn commit_queue_len(&self) -> usize {
+        self.committer.queued()
     }
 
     /// Undoes a reservation and tells every instance when stock came back.
@@ -591,7 +621,8 @@ fn is_pool_timeout(error: &anyhow::Error) -> bool {
 /// `return(<user id>)`, and this answers true for that user's purchase only, which then
 /// fails as the point says (`sale::before_commit` / `sale::after_commit`: as if the
 /// process had died, no repair, no cleanup; `sale::hang_after_commit`: the request
-/// never finishes; `sale::commit_unanswered`: the COMMIT's answer is lost). Without the feature this is a constant `false`.
+/// never finishes; `sale::commit_unanswered`: the COMMIT's answer is lost;
+/// `committer::stall`: the committer waits before the batch holding the order). Without the feature this is a constant `false`.
 #[cfg(feature = "failpoints")]
 pub(crate) fn crash_point(point: &str, user: UserId) -> bool {
     fail::eval(point, |target| {

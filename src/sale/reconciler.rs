@@ -87,7 +87,7 @@ impl Sale {
                 .await?
                 .is_some()
             {
-                self.redis.settle(item.id, reservation).await?;
+                self.redis.settle(item.id, &[reservation]).await?;
                 self.count_repair("settled");
                 tracing::info!(item.id = %item.id, user.id = %reservation.user, "pending reservation had its order: settled");
             } else {

@@ -247,15 +247,19 @@ impl SaleRedis {
         Ok(undone == 1)
     }
 
-    /// The order is committed: the reservation is no longer pending.
+    /// The orders are committed: their reservations are no longer pending (one `ZREM`).
     pub async fn settle(
         &self,
         item: ItemId,
-        reservation: PendingReservation,
+        reservations: &[PendingReservation],
     ) -> anyhow::Result<()> {
+        let members: Vec<String> = reservations
+            .iter()
+            .map(PendingReservation::member)
+            .collect();
         let zrem = redis::cmd("ZREM")
             .arg(self.keys(item).pending())
-            .arg(reservation.member())
+            .arg(members)
             .to_owned();
         self.call::<i64>(RedisPurpose::Reservation, "settle reservation", &zrem)
             .await

@@ -81,10 +81,9 @@ enum Outcome {
     Unknown,
 }
 
-#[sqlx::test]
-async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPool) {
-    let settings = test_settings(&db);
-    let env: Vec<(String, String)> = [
+/// The environment of an instance under chaos: this test's stores, a quick reconciler.
+fn chaos_env(settings: &seckill::configuration::Settings) -> Vec<(String, String)> {
+    [
         (
             "DATABASE_URL",
             settings.database_url.expose_secret().to_string(),
@@ -103,13 +102,19 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
             "SECKILL_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS",
             "500".to_string(),
         ),
-        ("SECKILL_RESERVATION_DEADLINE_MS", "3500".to_string()),
+        ("SECKILL_RESERVATION_DEADLINE_MS", "4500".to_string()),
         ("SECKILL_RECONCILE_INTERVAL_MS", "300".to_string()),
         ("SECKILL_SHUTDOWN_TIMEOUT_SECS", "1".to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    .collect()
+}
+
+#[sqlx::test]
+async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPool) {
+    let settings = test_settings(&db);
+    let env = chaos_env(&settings);
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -313,5 +318,210 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
         "chaos: {} requests, {} orders of {stock}, {unknown} outcomes unknown to the client",
         outcomes.len(),
         orders.len()
+    );
+}
+
+/// Creates an item through `instance`'s admin API and answers its id.
+async fn create_item(client: &reqwest::Client, instance: &Instance, stock: i64) -> i64 {
+    let now = chrono::Utc::now();
+    let created = client
+        .post(instance.url("/admin/api/items"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({
+            "name": "Chaos", "priceCents": 1, "stock": stock,
+            "startsAt": now - chrono::Duration::minutes(1), "endsAt": now + chrono::Duration::hours(1),
+        }))
+        .send()
+        .await
+        .unwrap();
+    json(created).await["id"].as_i64().unwrap()
+}
+
+#[sqlx::test]
+async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(db: PgPool) {
+    let settings = test_settings(&db);
+    let gate_user = 900_000;
+    let mut env = chaos_env(&settings);
+    let mut stalled_env = env.clone();
+    // The committer stalls on the gate's batch, so every later order stays queued.
+    stalled_env.push((
+        "FAILPOINTS".into(),
+        format!("committer::stall=return({gate_user})"),
+    ));
+    env.push(("FAILPOINTS".into(), String::new()));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut stalled = Instance::start(&stalled_env);
+    stalled.wait_ready(&client).await;
+    let stock = 100;
+    let item = create_item(&client, &stalled, stock).await;
+
+    let mut tokens = Vec::new();
+    // Ten orders commit normally; then the gate; then 60 more queue behind it.
+    let before_gate = 10;
+    for user in (1..=before_gate).chain([gate_user]).chain(11..=70) {
+        let response = client
+            .post(stalled.url("/api/session"))
+            .json(&serde_json::json!({ "userId": user }))
+            .send()
+            .await
+            .unwrap();
+        let token = json(response).await["token"].as_str().unwrap().to_string();
+        tokens.push((user, token));
+    }
+    let metric = |name: &'static str| {
+        let client = client.clone();
+        let url = stalled.url("/metrics");
+        async move {
+            let text = client.get(url).send().await.ok()?.text().await.ok()?;
+            let line = text.lines().find(|l| l.starts_with(name))?;
+            line.rsplit(' ').next()?.parse::<f64>().ok()
+        }
+    };
+    let mut purchases = Vec::new();
+    for (n, (user, token)) in tokens.into_iter().enumerate() {
+        let client = client.clone();
+        let url = stalled.url("/seckill");
+        let purchase = tokio::spawn(async move {
+            let response = client
+                .post(url)
+                .bearer_auth(token)
+                .header(
+                    "X-Forwarded-For",
+                    format!("10.50.{}.{}", user / 200, user % 200),
+                )
+                .json(&serde_json::json!({ "itemId": item }))
+                .send()
+                .await;
+            let order = match response {
+                Ok(r) if r.status() == 200 => Some(
+                    json(r).await["orderId"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+                _ => None,
+            };
+            (user, order)
+        });
+        if n < before_gate as usize {
+            let answer = purchase.await.unwrap();
+            assert!(
+                answer.1.is_some(),
+                "user {} bought before the gate",
+                answer.0
+            );
+            purchases.push(tokio::spawn(async move { answer }));
+            continue;
+        }
+        purchases.push(purchase);
+        if n == before_gate as usize {
+            // The gate's order, alone: once the committer holds it, it stalls.
+            eventually(
+                "the committer holds the gate",
+                Duration::from_secs(20),
+                || async {
+                    let batches = metric("seckill_commit_batch_size_count ").await?;
+                    (batches > before_gate as f64).then_some(())
+                },
+            )
+            .await;
+        }
+    }
+    eventually(
+        "50 orders wait in the commit queue",
+        Duration::from_secs(20),
+        || async { (metric("seckill_commit_queue_orders ").await? >= 50.0).then_some(()) },
+    )
+    .await;
+    stalled.kill();
+    let mut answered = Vec::new();
+    for purchase in purchases {
+        answered.push(purchase.await.unwrap());
+    }
+
+    // Another instance's reconciler settles what the dead one left pending.
+    let survivor = Instance::start(&env);
+    survivor.wait_ready(&client).await;
+    let prefix = &settings.redis_key_prefix;
+    let redis_client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
+    let conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    eventually(
+        "every pending reservation is settled",
+        Duration::from_secs(30),
+        || {
+            let mut conn = conn.clone();
+            let key = format!("{prefix}:{{item:{item}}}:pending");
+            async move {
+                let pending: i64 = redis::cmd("ZCARD")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                (pending == 0).then_some(())
+            }
+        },
+    )
+    .await;
+
+    let orders: Vec<(uuid::Uuid,)> = sqlx::query_as("SELECT id FROM orders WHERE item_id = $1")
+        .bind(item)
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    let orders: Vec<String> = orders.into_iter().map(|(id,)| id.to_string()).collect();
+    let redis_int = |suffix: &str| {
+        let key = format!("{prefix}:{{item:{item}}}:{suffix}");
+        let mut conn = conn.clone();
+        async move {
+            let value: Option<i64> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            value.unwrap_or(0)
+        }
+    };
+    assert_eq!(
+        orders.len() as i64,
+        before_gate,
+        "exactly the orders made before the gate"
+    );
+    let sold_in_redis = stock - redis_int("stock").await;
+    assert_eq!(
+        (
+            orders.len() as i64,
+            sold_in_redis,
+            redis_int("success").await
+        ),
+        (
+            orders.len() as i64,
+            orders.len() as i64,
+            orders.len() as i64
+        ),
+        "postgres orders = units sold in redis = success counter"
+    );
+    assert_eq!(
+        i64::from(pg_remaining(&db, item).await),
+        stock - orders.len() as i64
+    );
+    for (user, order) in &answered {
+        if let Some(order) = order {
+            assert!(
+                orders.contains(order),
+                "user {user} holds a 200 without an order row"
+            );
+        }
+    }
+    println!(
+        "chaos: {} purchases, {} orders committed before the kill, {} answered 200",
+        answered.len(),
+        orders.len(),
+        answered.iter().filter(|(_, o)| o.is_some()).count()
     );
 }

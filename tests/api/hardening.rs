@@ -6,8 +6,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, pg_orders, pg_remaining, spawn_app, spawn_app_from, spawn_app_with,
-    test_settings, OwnRedis, TestApp,
+    eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, spawn_app_from,
+    spawn_app_with, test_settings, OwnRedis, TestApp,
 };
 
 async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {
@@ -37,7 +37,7 @@ fn fast_reconciler(s: &mut seckill::configuration::Settings) {
     s.order_commit_timeout_ms = 300;
     s.database_statement_timeout_ms = 500;
     s.database_idle_in_transaction_timeout_ms = 500;
-    s.reservation_deadline_ms = 2_000;
+    s.reservation_deadline_ms = 2_500;
     s.reconcile_interval_ms = 200;
 }
 
@@ -439,17 +439,16 @@ async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPoo
         s.order_commit_timeout_ms = 300;
         s.database_statement_timeout_ms = 3_000;
         s.database_idle_in_transaction_timeout_ms = 500;
-        s.reservation_deadline_ms = 4_500;
+        s.reservation_deadline_ms = 5_000;
         s.reconcile_interval_ms = 200;
     })
     .await;
     let (lands, fails) = (app.open_item(10).await, app.open_item(10).await);
     let (lander, failer) = (app.token_for(4201).await, app.token_for(4202).await);
 
-    let (landed, failed) = tokio::join!(
-        app.post_seckill(&lander, lands, "10.25.0.1"),
-        app.post_seckill(&failer, fails, "10.25.0.2"),
-    );
+    // One after the other, so that each COMMIT is its own batch's.
+    let landed = app.post_seckill(&lander, lands, "10.25.0.1").await;
+    let failed = app.post_seckill(&failer, fails, "10.25.0.2").await;
     // At the timeout both COMMITs are still running: nobody is told "failed".
     for response in [landed, failed] {
         assert_eq!(response.status(), 202);
@@ -570,6 +569,7 @@ async fn the_reconciler_repairs_buyers_and_the_success_counter_as_well_as_stock(
 
 #[sqlx::test]
 async fn a_commit_whose_answer_is_lost_but_which_committed_is_a_success(db: PgPool) {
+    let _failpoints = failpoint_lock().await;
     let app = spawn_app(&db).await;
     let item = app.open_item(5).await;
     let user = 4401;

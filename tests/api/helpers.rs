@@ -376,3 +376,10 @@ impl Drop for OwnRedis {
         self.stop();
     }
 }
+
+/// Failpoints are process-wide and tests run in parallel: a test that aims a failpoint
+/// other tests also use holds this for as long as the failpoint is configured.
+pub async fn failpoint_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}

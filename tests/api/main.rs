@@ -4,6 +4,7 @@
 
 mod admin;
 mod chaos;
+mod committer;
 mod denial_cache;
 mod errors;
 mod hardening;
