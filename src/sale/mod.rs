@@ -479,8 +479,9 @@ impl Sale {
     }
 
     /// One batch: Postgres, then the committed orders' pending records cleared with one
-    /// `ZREM` per item.
-    async fn commit_batch(&self, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
+    /// `ZREM` per item, beside the next batch (the orders stand without it; the
+    /// reconciler clears what it could not).
+    async fn commit_batch(self: Arc<Self>, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
         self.metrics.commit_batch_size.observe(orders.len() as f64);
         // Failpoint `committer::stall` (`return(<user id>)`): a batch holding that user's
         // order waits while the point is on, and the queue fills behind it.
@@ -504,13 +505,17 @@ impl Sale {
             })
             .collect();
         settled.sort_by_key(|(item, _)| *item);
-        for group in settled.chunk_by(|a, b| a.0 == b.0) {
-            let item = group[0].0;
-            let reservations: Vec<_> = group.iter().map(|(_, r)| *r).collect();
-            if let Err(e) = self.redis.settle(item, &reservations).await {
-                // The orders stand; the reconciler clears the pending records later.
-                tracing::warn!(item.id = %item, error = %format!("{e:#}"), "could not clear pending reservations");
-            }
+        if !settled.is_empty() {
+            let sale = Arc::clone(&self);
+            tokio::spawn(async move {
+                for group in settled.chunk_by(|a, b| a.0 == b.0) {
+                    let item = group[0].0;
+                    let reservations: Vec<_> = group.iter().map(|(_, r)| *r).collect();
+                    if let Err(e) = sale.redis.settle(item, &reservations).await {
+                        tracing::warn!(item.id = %item, error = %format!("{e:#}"), "could not clear pending reservations");
+                    }
+                }
+            });
         }
         outcomes
     }
