@@ -93,7 +93,8 @@ pub struct Metrics {
     redis_error_counters: [IntCounter; RedisPurpose::ALL.len()],
     /// `sale_outcomes` resolved per outcome, in the order of [`SALE_OUTCOMES`].
     sale_outcome_counters: [IntCounter; SALE_OUTCOMES.len()],
-    /// The Postgres order commit (conditional decrement + insert), successful or not.
+    /// A purchase's wait for its order commit, successful or not: the committer's queue
+    /// plus the batch that wrote it.
     pub order_commit: Histogram,
     /// Orders per committer batch (group commit): 1 at low load, growing with it.
     pub commit_batch_size: Histogram,
