@@ -117,6 +117,10 @@ pub struct Options {
     /// while the cap is reached is dropped and counted (`Report::dropped`), so an
     /// overloaded server sees bounded concurrency instead of a pile of new connections.
     pub max_in_flight: Option<usize>,
+    /// Client addresses are `first_ip .. first_ip + ips` (as indices, see `ip_of`), so
+    /// that consecutive runs against one instance can each use addresses no earlier run
+    /// used (the ip limit's window outlasts a run).
+    pub first_ip: u32,
 }
 
 /// What happened to one request.
@@ -278,6 +282,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         tokens,
         item_id,
         purchase_path: options.purchase_path.unwrap_or_else(|| "/seckill".into()),
+        first_ip: options.first_ip,
         start,
         ledger: Arc::clone(&ledger),
     });
@@ -387,6 +392,7 @@ struct Shared {
     tokens: Arc<HashMap<i64, String>>,
     item_id: i64,
     purchase_path: String,
+    first_ip: u32,
     start: Instant,
     ledger: Arc<Mutex<Vec<Record>>>,
 }
@@ -395,7 +401,7 @@ impl Shared {
     async fn fire(&self, n: u64) {
         let index = (n % u64::from(self.config.users)) as u32;
         let user = self.config.first_user + i64::from(index);
-        let ip = index % self.config.ips;
+        let ip = self.first_ip.wrapping_add(index % self.config.ips);
         let target = &self.config.targets[(n % self.config.targets.len() as u64) as usize];
         let token = self
             .tokens

@@ -29,6 +29,10 @@ struct Args {
     /// Distinct client IPs, sent as X-Forwarded-For.
     #[arg(long, default_value_t = 1000)]
     ips: u32,
+    /// Index of the first client IP (so a later run can use addresses an earlier one
+    /// did not).
+    #[arg(long, default_value_t = 0)]
+    first_ip: u32,
     /// Open model: requests per second...
     #[arg(long, conflicts_with = "concurrency")]
     rate: Option<f64>,
@@ -143,6 +147,7 @@ async fn main() {
         started_file: args.started_file.clone(),
         purchase_path: args.purchase_path.clone(),
         max_in_flight: args.max_in_flight,
+        first_ip: args.first_ip,
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,
