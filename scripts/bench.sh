@@ -484,6 +484,8 @@ max_open() {
       break
     fi
   done
+  # The committer's batch sizes and waits, for reading the profile of a miss.
+  scrape "${PORTS[0]}" "$name.after"
   stop_instances
 }
 

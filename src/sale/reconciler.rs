@@ -9,10 +9,11 @@
 //!   went unanswered and `txid_status` says the transaction is not over (then it waits
 //!   for the next round);
 //! - for each unended item, Redis stock + pending reservations not yet committed +
-//!   Postgres orders must equal the total stock, and with nothing pending the buyers set
-//!   and the success counter must match Postgres's orders. A difference is logged,
-//!   counted (`drift`) and repaired with a compare-and-set, so a purchase racing the
-//!   check wins and the repair waits for the next round;
+//!   Postgres orders must equal the total stock, and with nothing pending the buyers
+//!   set's size and the success counter must equal Postgres's orders (when they do not,
+//!   the set is rewritten from Postgres). A difference is logged, counted (`drift`) and
+//!   repaired with a compare-and-set, so a purchase racing the check wins and the repair
+//!   waits for the next round;
 //! - a missing stock counter (Redis restarted without data) is rebuilt from Postgres
 //!   (`rebuilt`).
 
@@ -132,16 +133,16 @@ impl Sale {
             postgres::order_counts(&self.pool, item.id, &pending_orders).await?;
         let uncommitted = snapshot.pending.len() as i64 - committed_pending;
         let expected = i64::from(item.total_stock) - orders - uncommitted;
-        let sold = if snapshot.pending.is_empty() {
-            let mut buyers = postgres::buyers(&self.pool, item.id).await?;
-            buyers.sort_unstable();
-            Some(buyers)
+        // With nothing pending, every buyer holds an order and the counter counts them.
+        // Counts, not members: comparing a big set member by member would cost Redis and
+        // Postgres a full read every round.
+        let sold_drifted = snapshot.pending.is_empty()
+            && (snapshot.buyers != orders || snapshot.success != orders);
+        let sold = if sold_drifted {
+            Some(postgres::buyers(&self.pool, item.id).await?)
         } else {
             None
         };
-        let sold_drifted = sold
-            .as_ref()
-            .is_some_and(|buyers| *buyers != snapshot.buyers || orders != snapshot.success);
         if (stock != expected || sold_drifted)
             && self
                 .redis
@@ -156,7 +157,7 @@ impl Sale {
             self.count_repair("drift");
             tracing::warn!(
                 item.id = %item.id, redis = stock, expected, orders, uncommitted,
-                redis_buyers = snapshot.buyers.len(), redis_success = snapshot.success,
+                redis_buyers = snapshot.buyers, redis_success = snapshot.success,
                 "drift repaired"
             );
             self.announce(item.id, expected <= 0).await;

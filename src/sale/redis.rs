@@ -68,7 +68,9 @@ impl ItemKeys {
 pub struct StockSnapshot {
     pub stock: Option<i64>,
     pub pending: Vec<PendingReservation>,
-    pub buyers: Vec<i64>,
+    /// How many buyers the set holds (`SCARD`: reading the members would block Redis
+    /// for as long as the set is big, every round).
+    pub buyers: i64,
     pub success: i64,
     pub version: i64,
 }
@@ -343,22 +345,21 @@ impl SaleRedis {
             .map(drop)
     }
 
-    /// Stock counter, pending reservations, buyers, success counter and the stock's
-    /// version, read atomically.
+    /// Stock counter, pending reservations, the number of buyers, success counter and
+    /// the stock's version, read atomically.
     pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
         let keys = self.keys(item);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .get(keys.stock())
             .zrange(keys.pending(), 0, -1)
-            .smembers(keys.buyers())
+            .scard(keys.buyers())
             .get(keys.success())
             .get(keys.version());
-        type Replies = (Option<i64>, Vec<String>, Vec<i64>, Option<i64>, Option<i64>);
-        let (stock, members, mut buyers, success, version): Replies = self
+        type Replies = (Option<i64>, Vec<String>, i64, Option<i64>, Option<i64>);
+        let (stock, members, buyers, success, version): Replies = self
             .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
-        buyers.sort_unstable();
         Ok(StockSnapshot {
             stock,
             pending: members
@@ -373,7 +374,7 @@ impl SaleRedis {
 
     /// Writes the reconciler's repair (see `lua/repair_item.lua`) only if nothing moved
     /// the stock since `snapshot`: the stock, and when `sold` is given (no reservation
-    /// was pending) the buyers (sorted) and the success counter too.
+    /// was pending) the buyers and the success counter too.
     pub async fn repair_if_unmoved(
         &self,
         item: ItemId,
