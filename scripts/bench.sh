@@ -215,6 +215,16 @@ stop_instances() {
   kill "${PIDS[@]}" 2>/dev/null || true
   wait "${PIDS[@]}" 2>/dev/null || true
   PIDS=()
+  forget_keys
+}
+
+# Deletes the finished scenario's Redis keys (its own prefix). Left behind, a run's
+# hundreds of thousands of keys would make every later AOF rewrite of the shared Redis
+# copy them: a forked child busy for seconds on a 2-core machine, during the next runs.
+forget_keys() {
+  local port
+  port=$(echo "$REDIS_URL" | sed -E 's#.*:([0-9]+).*#\1#')
+  redis-cli -p "$port" --scan --pattern "$PREFIX:*" | xargs -r -n 1000 redis-cli -p "$port" UNLINK >/dev/null
 }
 
 CEILING_PID=""
@@ -490,6 +500,8 @@ max_open() {
 }
 
 pg_durability "$ADMIN_DB_URL" >"$OUT/pg.main.txt"
+# Keys an interrupted earlier run left behind.
+PREFIX='bench-*' forget_keys
 
 # 1. Constant answers and the bare limiter, each beside its ceiling.
 if want constant; then
