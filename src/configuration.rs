@@ -123,6 +123,9 @@ pub struct Settings {
     pub order_commit_timeout_ms: u64,
     /// Most orders the committer writes in one batch (group commit).
     pub commit_batch_max: usize,
+    /// Under load, how long a batch that is not full waits for more orders (0: starts
+    /// at once, as soon as the previous batch returned). See `committer::Batching`.
+    pub commit_linger_ms: u64,
     /// Create a demo item at start-up when there is no item at all (`make run` does).
     pub seed_demo_item: bool,
     /// How long a reservation may stay pending before the reconciler settles it from
@@ -199,6 +202,7 @@ impl Default for Settings {
             redis_timeout_ms: 500,
             order_commit_timeout_ms: 5_000,
             commit_batch_max: 256,
+            commit_linger_ms: 0,
             seed_demo_item: false,
             reservation_deadline_ms: 30_000,
             reconcile_interval_ms: 10_000,

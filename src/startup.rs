@@ -18,7 +18,7 @@ use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
-use crate::sale::committer::Committer;
+use crate::sale::committer::{Batching, Committer};
 use crate::sale::idempotency::{Idempotency, IdempotencyLimits};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
@@ -108,7 +108,13 @@ impl Application {
         let background = background_tasks(&settings, &sale, &rules, &limiter, &stats);
         let background = futures_util::future::join(
             background,
-            Arc::clone(&sale).run_committer(commit_queue, settings.commit_batch_max),
+            Arc::clone(&sale).run_committer(
+                commit_queue,
+                Batching {
+                    max: settings.commit_batch_max,
+                    linger: Duration::from_millis(settings.commit_linger_ms),
+                },
+            ),
         )
         .map(drop)
         .boxed();

@@ -83,22 +83,45 @@ impl Committer {
     }
 }
 
-/// Takes batches of up to `max_batch` orders from `queue` and hands each to
-/// `commit_batch`, one batch at a time, until every [`Committer`] is gone and the queue
-/// is empty (so a graceful shutdown commits what was queued). `commit_batch` answers one
-/// outcome per order, in order.
-pub async fn run<F, Fut>(queue: Queue, max_batch: usize, mut commit_batch: F)
+/// How batches are formed.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    /// Most orders in one batch.
+    pub max: usize,
+    /// Under load (the previous batch held more than one order), how long a batch that
+    /// is not full waits for more before it starts. Zero (the default) starts it at
+    /// once. A millisecond grows batches several-fold under a stampede, and with them
+    /// the orders per round trip (see docs/performance.md), for that much latency.
+    pub linger: std::time::Duration,
+}
+
+/// Takes batches of orders from `queue` and hands each to `commit_batch`, one batch at a
+/// time, until every [`Committer`] is gone and the queue is empty (so a graceful
+/// shutdown commits what was queued). `commit_batch` answers one outcome per order, in
+/// order.
+pub async fn run<F, Fut>(queue: Queue, batching: Batching, mut commit_batch: F)
 where
     F: FnMut(Vec<NewOrder>) -> Fut,
     Fut: Future<Output = Vec<Outcome>>,
 {
     let Queue(mut queue) = queue;
-    let max_batch = max_batch.max(1);
+    let max_batch = batching.max.max(1);
     let mut jobs = Vec::with_capacity(max_batch);
+    let mut previous = 0;
     loop {
         if queue.recv_many(&mut jobs, max_batch).await == 0 {
             return;
         }
+        if !batching.linger.is_zero() && previous > 1 && jobs.len() < max_batch {
+            tokio::time::sleep(batching.linger).await;
+            while jobs.len() < max_batch {
+                match queue.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        previous = jobs.len();
         let now = Instant::now();
         let (late, ready): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|j| j.start_by <= now);
         for job in late {
@@ -148,6 +171,13 @@ mod tests {
         })
     }
 
+    fn batching(max: usize) -> Batching {
+        Batching {
+            max,
+            linger: Duration::ZERO,
+        }
+    }
+
     fn later() -> Instant {
         Instant::now() + Duration::from_secs(60)
     }
@@ -182,7 +212,11 @@ mod tests {
     async fn a_lone_order_is_a_batch_of_one_at_once() {
         let (committer, queue) = Committer::new(16);
         let sizes = Arc::new(Mutex::new(Vec::new()));
-        tokio::spawn(run(queue, 256, recording(Arc::clone(&sizes), None)));
+        tokio::spawn(run(
+            queue,
+            batching(256),
+            recording(Arc::clone(&sizes), None),
+        ));
         let first = order(1);
         assert_eq!(committer.commit(first, later()).await.unwrap().id, first.id);
         assert_eq!(*sizes.lock().unwrap(), [1]);
@@ -195,7 +229,7 @@ mod tests {
         let gate = Arc::new(Semaphore::new(0));
         tokio::spawn(run(
             queue,
-            4,
+            batching(4),
             recording(Arc::clone(&sizes), Some(Arc::clone(&gate))),
         ));
 
@@ -232,7 +266,7 @@ mod tests {
         until(|| committer.queued() == 3).await;
         drop(committer);
         // Only the purchases' clones of the committer are left; the queue holds 3.
-        run(queue, 256, recording(Arc::clone(&sizes), None)).await;
+        run(queue, batching(256), recording(Arc::clone(&sizes), None)).await;
         let answers = answered.await.unwrap();
         assert!(answers.iter().all(Result::is_ok));
         assert_eq!(*sizes.lock().unwrap(), [3]);
@@ -245,7 +279,7 @@ mod tests {
         let gate = Arc::new(Semaphore::new(0));
         tokio::spawn(run(
             queue,
-            256,
+            batching(256),
             recording(Arc::clone(&sizes), Some(Arc::clone(&gate))),
         ));
         let c = committer.clone();
@@ -264,5 +298,34 @@ mod tests {
             [1],
             "the late order never reached Postgres"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_load_a_lingering_batch_takes_what_arrives_meanwhile() {
+        let (committer, queue) = Committer::new(16);
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let mut answers = tokio::task::JoinSet::new();
+        // Two orders queued before the committer starts: a first batch of 2 (load).
+        for user in [1, 2] {
+            let c = committer.clone();
+            answers.spawn(async move { c.commit(order(user), later()).await });
+        }
+        until(|| committer.queued() == 2).await;
+        let batching = Batching {
+            max: 256,
+            linger: Duration::from_millis(1),
+        };
+        tokio::spawn(run(queue, batching, recording(Arc::clone(&sizes), None)));
+        until(|| sizes.lock().unwrap().len() == 1).await;
+        // The next batch starts with one order and lingers; another arrives meanwhile.
+        let c = committer.clone();
+        answers.spawn(async move { c.commit(order(3), later()).await });
+        until(|| committer.queued() == 0).await;
+        let c = committer.clone();
+        answers.spawn(async move { c.commit(order(4), later()).await });
+        while let Some(answer) = answers.join_next().await {
+            assert!(answer.unwrap().is_ok());
+        }
+        assert_eq!(*sizes.lock().unwrap(), [2, 2]);
     }
 }

@@ -42,7 +42,7 @@ use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Limiter, Rejection};
 use crate::metrics::{Metrics, RedisPurpose};
 use catalog::Catalog;
-use committer::{Committer, Queue};
+use committer::{Batching, Committer, Queue};
 use item::{Item, ItemId, NewItem, SalePhase};
 use postgres::{CommitError, NewOrder, Order};
 use redis::{PendingReservation, Reservation, SaleRedis, Undo};
@@ -470,8 +470,8 @@ impl Sale {
 
     /// The committer's loop (see [`committer`]): runs until the app stops, then commits
     /// what is still queued.
-    pub async fn run_committer(self: Arc<Self>, queue: Queue, max_batch: usize) {
-        committer::run(queue, max_batch, |orders| {
+    pub async fn run_committer(self: Arc<Self>, queue: Queue, batching: Batching) {
+        committer::run(queue, batching, |orders| {
             let sale = Arc::clone(&self);
             async move { sale.commit_batch(orders).await }
         })
