@@ -2,17 +2,38 @@
 # Regenerates `.sqlx/`, the offline cache of sqlx's compile-time checked queries, against
 # a scratch database migrated from `migrations/`. Run it after changing any query or
 # migration, and commit the result.
+#
+#   scripts/sqlx-prepare.sh           rewrite .sqlx/
+#   scripts/sqlx-prepare.sh --check   regenerate into a temporary folder and fail when it
+#                                     differs from the committed .sqlx/ (make test)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+check=false
+[ "${1:-}" = --check ] && check=true
 eval "$(scripts/services.sh up)"
-scratch=seckill_sqlx_prepare
+scratch=seckill_sqlx_prepare_$$
 base=${DATABASE_URL%/*}
 psql "$base/postgres" -qc "DROP DATABASE IF EXISTS $scratch" -c "CREATE DATABASE $scratch"
+trap 'psql "$base/postgres" -qc "DROP DATABASE IF EXISTS $scratch" >/dev/null 2>&1 || true' EXIT
 for migration in migrations/*.sql; do
   psql "$base/$scratch" -q -v ON_ERROR_STOP=1 -f "$migration"
 done
-rm -rf .sqlx && mkdir .sqlx
+if $check; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"; psql "$base/postgres" -qc "DROP DATABASE IF EXISTS $scratch" >/dev/null 2>&1 || true' EXIT
+else
+  out="$PWD/.sqlx"
+  rm -rf .sqlx && mkdir .sqlx
+fi
 touch src/lib.rs
-SQLX_OFFLINE=false SQLX_OFFLINE_DIR="$PWD/.sqlx" DATABASE_URL="$base/$scratch" cargo check --lib --quiet
-psql "$base/postgres" -qc "DROP DATABASE $scratch"
-echo "sqlx-prepare: $(ls .sqlx | wc -l) queries cached in .sqlx/"
+SQLX_OFFLINE=false SQLX_OFFLINE_DIR="$out" DATABASE_URL="$base/$scratch" cargo check --lib --quiet
+if $check; then
+  if ! diff -r .sqlx "$out" >/dev/null; then
+    echo "sqlx-prepare: .sqlx/ is not current; run scripts/sqlx-prepare.sh and commit it" >&2
+    diff -r .sqlx "$out" | head -20 >&2 || true
+    exit 1
+  fi
+  echo "sqlx-prepare: .sqlx/ is current ($(ls "$out" | wc -l) queries)"
+else
+  echo "sqlx-prepare: $(ls .sqlx | wc -l) queries cached in .sqlx/"
+fi

@@ -7,6 +7,13 @@ eval "$(scripts/services.sh up)"
 # Tests wait on I/O far more than on CPU: more threads than the two cores finish sooner.
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 
+# Lints first, so a formatting slip or a stale query cache fails in seconds: rustfmt,
+# clippy with warnings as errors, and the committed sqlx offline data regenerated into a
+# temporary folder and compared.
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets --features seckill/failpoints -- -D warnings
+scripts/sqlx-prepare.sh --check
+
 # `failpoints` compiles in the fault-injection points the crash tests use.
 cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints
 
