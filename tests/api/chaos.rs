@@ -125,18 +125,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
     b.wait_ready(&client).await;
 
     let stock = 60;
-    let now = chrono::Utc::now();
-    let created = client
-        .post(a.url("/admin/api/items"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&serde_json::json!({
-            "name": "Chaos", "priceCents": 1, "stock": stock,
-            "startsAt": now - chrono::Duration::minutes(1), "endsAt": now + chrono::Duration::hours(1),
-        }))
-        .send()
-        .await
-        .unwrap();
-    let item = json(created).await["id"].as_i64().unwrap();
+    let item = create_item(&client, &a, stock).await;
     eventually(
         "instance b knows the item",
         Duration::from_secs(10),

@@ -194,22 +194,10 @@ async fn a_batch_whose_commit_answer_is_lost_is_resolved_before_anyone_is_told(d
     assert_eq!(answers, [(200, None), (200, None), (200, None)]);
     assert_eq!(pg_orders(&db, item).await, 4);
     // The reconciler runs every 10 s: within 2 s it can only be the committer's ZREM.
-    let conn = app.redis().await;
-    eventually(
+    app.until_nothing_pending(
+        item,
         "the batch's reservations are settled",
         Duration::from_secs(2),
-        || {
-            let mut conn = conn.clone();
-            let key = app.item_key(item, "pending");
-            async move {
-                let pending: i64 = redis::cmd("ZCARD")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                (pending == 0).then_some(())
-            }
-        },
     )
     .await;
 }

@@ -255,13 +255,10 @@ async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
     assert_eq!(crashed.status(), 503, "the client never heard of its order");
     assert_eq!(pg_orders(&db, item).await, 1, "but the order stands");
 
-    eventually(
+    app.until_nothing_pending(
+        item,
         "the reconciler settles the pending reservation",
         Duration::from_secs(10),
-        || async {
-            (redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await == Some(0))
-                .then_some(())
-        },
     )
     .await;
     assert_eq!(
@@ -458,13 +455,10 @@ async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPoo
     }
 
     for item in [lands, fails] {
-        eventually(
+        app.until_nothing_pending(
+            item,
             "the reconciler resolves the pending reservation",
             Duration::from_secs(20),
-            || async {
-                (redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await == Some(0))
-                    .then_some(())
-            },
         )
         .await;
     }
@@ -587,15 +581,8 @@ async fn a_commit_whose_answer_is_lost_but_which_committed_is_a_success(db: PgPo
         .unwrap();
     assert_eq!(body["orderId"], order.as_str());
     // The reconciler runs every 10 s: within 2 s it can only be the committer's ZREM.
-    eventually(
-        "settled by the committer",
-        Duration::from_secs(2),
-        || async {
-            (redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await == Some(0))
-                .then_some(())
-        },
-    )
-    .await;
+    app.until_nothing_pending(item, "settled by the committer", Duration::from_secs(2))
+        .await;
     assert_eq!(
         (
             redis_int(&app, "GET", &app.item_key(item, "stock")).await,

@@ -165,6 +165,25 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// Waits until `item` has no pending reservation (settled by the committer or the
+    /// reconciler), polling with `deadline`.
+    pub async fn until_nothing_pending(&self, item: i64, what: &str, deadline: Duration) {
+        let conn = self.redis().await;
+        eventually(what, deadline, || {
+            let mut conn = conn.clone();
+            let key = self.item_key(item, "pending");
+            async move {
+                let pending: i64 = redis::cmd("ZCARD")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                (pending == 0).then_some(())
+            }
+        })
+        .await;
+    }
+
     /// A connection to this app's Redis, for reading back what the app wrote.
     pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         let url = secrecy::ExposeSecret::expose_secret(&self.settings.redis_url).to_string();
