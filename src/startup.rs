@@ -13,19 +13,19 @@ use tracing_actix_web::TracingLogger;
 use crate::admin::rules::{self, RuleStore};
 use crate::admin::stats::LiveStats;
 use crate::configuration::Settings;
+use crate::http::client_ip::TrustedProxies;
+use crate::http::request_span::RequestSpan;
+use crate::http::routes::{self, health::ReadinessTimeout, RouteOptions};
 use crate::identity::lockout::SignInLockout;
 use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
-use crate::routes::{self, health::ReadinessTimeout, RouteOptions};
 use crate::sale::committer::{Batching, Committer};
 use crate::sale::idempotency::{Idempotency, IdempotencyLimits};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
 use crate::sale::{reconciler, sold_out, Sale};
 use crate::store::{postgres, RedisStore};
-use crate::web::client_ip::TrustedProxies;
-use crate::web::request_span::RequestSpan;
 
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
 pub struct Application {
@@ -152,7 +152,7 @@ impl Application {
         let stats = web::Data::from(stats);
         let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
         let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
-        let body_timeout = web::Data::new(crate::web::json::BodyTimeout(Duration::from_millis(
+        let body_timeout = web::Data::new(crate::http::json::BodyTimeout(Duration::from_millis(
             settings.body_timeout_ms,
         )));
         let options = RouteOptions {
@@ -166,7 +166,7 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .wrap(actix_web::middleware::from_fn(
-                    crate::web::http_metrics::record,
+                    crate::http::request_metrics::record,
                 ))
                 .wrap(security_headers())
                 .wrap(actix_web::middleware::Condition::new(
@@ -186,10 +186,10 @@ impl Application {
                 .app_data(admin_guard.clone())
                 .app_data(rules.clone())
                 .app_data(stats.clone())
-                .app_data(crate::web::query_config())
-                .app_data(crate::web::path_config())
+                .app_data(crate::http::fallback::query_config())
+                .app_data(crate::http::fallback::path_config())
                 .configure(|cfg| routes::configure(cfg, options.clone()))
-                .default_service(web::to(crate::web::not_found))
+                .default_service(web::to(crate::http::fallback::not_found))
         })
         .listen(listener)?
         .shutdown_timeout(settings.shutdown_timeout_secs);

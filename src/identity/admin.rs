@@ -13,21 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::future::{ready, Ready};
-
-use actix_web::body::{BoxBody, MessageBody};
-use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
-use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use prometheus::IntCounter;
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
-use super::bearer_token;
 use super::lockout::{Attempt, LockoutLimits, Reservation, SignInLockout};
 use crate::domain::ClientIp;
-use crate::error::ApiError;
-use crate::limiter::http::client_ip;
 use crate::limiter::policy::{ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS};
 use crate::limiter::{BurstLog, FailMode, Limiter};
 use crate::metrics::Metrics;
@@ -161,16 +152,20 @@ impl AdminGuard {
         })
     }
 
-    async fn authenticate(&self, req: &HttpRequest) -> Result<Admin, ApiError> {
-        let ip = client_ip(req)?;
-        let presented = bearer_token(req);
+    /// The operator presenting `presented` (the bearer token, if any) from `ip`, within
+    /// the lockout.
+    pub async fn authenticate(
+        &self,
+        ip: ClientIp,
+        presented: Option<&str>,
+    ) -> Result<Admin, SignInError> {
         let Some(policy) = self.lockout_policy() else {
-            return self.compare(presented).ok_or(ApiError::Unauthenticated);
+            return self.compare(presented).ok_or(SignInError::Refused);
         };
         let attempt = match self.lockout.reserve(ip, policy.limits).await {
             Ok(Reservation::Granted(attempt)) => Some(attempt),
             Ok(Reservation::Refused { retry_after_ms }) => {
-                return Err(ApiError::SignInLocked { retry_after_ms })
+                return Err(SignInError::Locked { retry_after_ms })
             }
             // Like any limiter policy: open compares without a place (the token still
             // has to be right), closed refuses.
@@ -180,7 +175,7 @@ impl AdminGuard {
                     self.fail_open_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
                     None
                 }
-                FailMode::Closed => return Err(ApiError::LimiterUnavailable),
+                FailMode::Closed => return Err(SignInError::LockoutUnavailable),
             },
         };
         let admin = self.compare(presented);
@@ -188,7 +183,7 @@ impl AdminGuard {
             self.settle(ip, attempt, admin.is_some(), policy.limits)
                 .await;
         }
-        admin.ok_or(ApiError::Unauthenticated)
+        admin.ok_or(SignInError::Refused)
     }
 
     /// Gives the place back (right token) or records the failure (wrong or no token).
@@ -211,48 +206,24 @@ impl AdminGuard {
     }
 }
 
-/// Middleware for the `/admin/api` scope: authenticates before routing, so every admin
-/// path (unknown ones too) answers 401 without a valid token, and no handler reads a
-/// body first. The operator is left in the request for the [`Admin`] extractor.
-pub async fn require_admin(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let guard = req.app_data::<web::Data<AdminGuard>>().cloned();
-    let authenticated = match guard {
-        Some(guard) => guard.authenticate(req.request()).await,
-        None => Err(ApiError::Internal(anyhow::anyhow!(
-            "AdminGuard is not registered"
-        ))),
-    };
-    match authenticated {
-        Ok(admin) => {
-            req.extensions_mut().insert(admin);
-            Ok(next.call(req).await?.map_into_boxed_body())
-        }
-        Err(error) => Ok(req.error_response(error)),
-    }
-}
-
-/// An authenticated operator, put there by [`require_admin`].
+/// An authenticated operator.
 #[derive(Debug, Clone)]
 pub struct Admin {
     pub name: String,
 }
 
-impl FromRequest for Admin {
-    type Error = ApiError;
-    type Future = Ready<Result<Self, ApiError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        // Outside the guarded scope there is no operator: refuse rather than trust.
-        ready(
-            req.extensions()
-                .get::<Admin>()
-                .cloned()
-                .ok_or(ApiError::Unauthenticated),
-        )
-    }
+/// Why an admin sign-in was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SignInError {
+    /// No token, or not a configured one.
+    #[error("missing or invalid admin token")]
+    Refused,
+    /// Too many refused tokens from this address.
+    #[error("too many failed sign-ins")]
+    Locked { retry_after_ms: u64 },
+    /// The lockout's store is down and its policy fails closed.
+    #[error("the sign-in lockout is unavailable")]
+    LockoutUnavailable,
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@
 //! - [`backend`]: the Lua scripts (`lua/`) and their calling convention.
 //! - [`clock`]: Redis time, app time, or a manual clock for tests.
 //! - [`denial`]: refusals Redis made, answered again locally until they expire.
-//! - [`http`]: the actix guard and the response headers.
 //!
 //! Several instances share one truth: all state lives in Redis. The process keeps only
 //! the denial cache, which repeats refusals Redis made and that cannot have changed yet,
@@ -19,7 +18,7 @@
 pub mod backend;
 pub mod clock;
 pub mod denial;
-pub mod http;
+
 pub mod keys;
 pub mod policy;
 

@@ -1,16 +1,9 @@
-//! Request-side building blocks shared by the handlers: body parsing and the fallbacks
-//! that keep every answer, even for unknown paths, in our JSON envelope.
-
-pub mod client_ip;
-pub mod http_metrics;
-pub mod json;
-pub mod request_span;
+//! The fallbacks that keep every answer, even for unknown paths and unparsable query
+//! strings, in our JSON envelope.
 
 use actix_web::{web, HttpResponse, Resource};
 
-use crate::error::ApiError;
-
-pub use json::JsonBody;
+use super::error::ApiError;
 
 /// Fallback for paths no route matches: our JSON 404 instead of actix's empty one.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -8,9 +8,10 @@
 use std::net::IpAddr;
 
 use actix_web::http::header::HeaderMap;
-use actix_web::HttpRequest;
+use actix_web::{web, HttpRequest};
 
-use crate::domain::ClientIp;
+use super::error::ApiError;
+use crate::domain::{ClientId, ClientIp};
 
 /// Proxies whose `X-Forwarded-For` we believe (default: loopback only).
 #[derive(Debug, Clone)]
@@ -65,6 +66,39 @@ fn canonical(ip: IpAddr) -> IpAddr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
     }
+}
+
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+
+/// The caller's IP, as far as we believe forwarded headers (see [`TrustedProxies`]).
+pub fn client_ip(req: &HttpRequest) -> Result<ClientIp, ApiError> {
+    let proxies = req
+        .app_data::<web::Data<TrustedProxies>>()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("TrustedProxies are not registered")))?;
+    proxies
+        .client_ip(req)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))
+}
+
+/// The caller's `X-Client-Id`, if any, believed only from a trusted proxy (the same
+/// list as `X-Forwarded-For`): from anyone else it is text the client chose, and a fresh
+/// id per request would buy a fresh quota (and a Redis key) each time, so the caller is
+/// keyed by address instead. From a trusted proxy an invalid one is a 400, not a silent
+/// fallback to the IP: the caller meant to be someone.
+pub fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
+    let Some(value) = req.headers().get(CLIENT_ID_HEADER) else {
+        return Ok(None);
+    };
+    let trusted = req
+        .app_data::<web::Data<TrustedProxies>>()
+        .is_some_and(|proxies| proxies.is_trusted_peer(req));
+    if !trusted {
+        return Ok(None);
+    }
+    let raw = value.to_str().unwrap_or("\u{0}");
+    ClientId::parse(raw)
+        .map(Some)
+        .map_err(|e| ApiError::validation("X-Client-Id", e.to_string()))
 }
 
 #[cfg(test)]

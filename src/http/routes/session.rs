@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 use validator::Validate;
 
 use crate::domain::UserId;
-use crate::error::ApiError;
-use crate::identity::{Shopper, TokenKeys};
-use crate::web::JsonBody;
+use crate::http::auth::Shopper;
+use crate::http::ApiError;
+use crate::http::JsonBody;
+use crate::identity::TokenKeys;
 
 #[derive(Debug, Deserialize, Validate)]
 #[serde(rename_all = "camelCase")]

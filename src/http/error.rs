@@ -11,6 +11,7 @@ use actix_web::http::{header::ContentType, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
 use crate::sale::SaleError;
 
@@ -250,6 +251,16 @@ impl From<Rejection> for ApiError {
             Rejection::Unavailable => Self::LimiterUnavailable,
             Rejection::NeedsUser => Self::Unauthenticated,
             Rejection::Misconfigured(reason) => Self::Internal(anyhow::anyhow!(reason)),
+        }
+    }
+}
+
+impl From<SignInError> for ApiError {
+    fn from(error: SignInError) -> Self {
+        match error {
+            SignInError::Refused => Self::Unauthenticated,
+            SignInError::Locked { retry_after_ms } => Self::SignInLocked { retry_after_ms },
+            SignInError::LockoutUnavailable => Self::LimiterUnavailable,
         }
     }
 }

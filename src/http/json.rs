@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 use validator::Validate;
 
-use crate::error::ApiError;
+use crate::http::ApiError;
 
 /// Largest JSON body accepted. Every body we take is a handful of fields.
 pub const JSON_LIMIT_BYTES: usize = 16 * 1024;

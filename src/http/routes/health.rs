@@ -11,7 +11,7 @@ use actix_web::{web, HttpResponse};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::error::ApiError;
+use crate::http::ApiError;
 use crate::store::{postgres, RedisStore};
 
 pub async fn live() -> HttpResponse {

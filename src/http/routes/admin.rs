@@ -14,7 +14,8 @@ use super::seckill::OrderBody;
 use crate::admin::rules::{AuditEntry, RuleChangeError, RuleStore, StoredPolicy};
 use crate::admin::stats::LiveStats;
 use crate::domain::UserId;
-use crate::error::ApiError;
+use crate::http::ApiError;
+use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::limiter::policy::{
     Algorithm, FailMode, KeySource, PolicyConfig, PolicyError, RuleConfig,
@@ -22,7 +23,6 @@ use crate::limiter::policy::{
 use crate::sale::item::{ItemId, NewItem};
 use crate::sale::postgres::OrderFilter;
 use crate::sale::Sale;
-use crate::web::JsonBody;
 
 /// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
 pub async fn me(admin: Admin) -> HttpResponse {

@@ -9,16 +9,16 @@ use uuid::Uuid;
 use validator::Validate;
 
 use crate::domain::UserId;
-use crate::error::ApiError;
-use crate::identity::Shopper;
-use crate::limiter::http::client_ip;
+use crate::http::auth::Shopper;
+use crate::http::client_ip::client_ip;
+use crate::http::ApiError;
+use crate::http::JsonBody;
 use crate::limiter::policy::ORDERS_READ_POLICY;
 use crate::limiter::{Caller, Limiter};
 use crate::sale::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::sale::item::{Item, ItemId};
 use crate::sale::postgres::Order;
 use crate::sale::{Sale, SaleError};
-use crate::web::JsonBody;
 
 #[derive(Debug, Deserialize, Validate)]
 #[serde(rename_all = "camelCase")]

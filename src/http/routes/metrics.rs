@@ -3,7 +3,7 @@
 use actix_web::{web, HttpResponse};
 use sqlx::PgPool;
 
-use crate::error::ApiError;
+use crate::http::ApiError;
 use crate::metrics::Metrics;
 use crate::sale::Sale;
 

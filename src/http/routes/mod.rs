@@ -11,10 +11,10 @@ pub mod session;
 
 use actix_web::web;
 
-use crate::identity::require_admin;
-use crate::limiter::http::RateLimit;
+use crate::http::auth::require_admin;
+use crate::http::fallback::resource;
+use crate::http::rate_limit::RateLimit;
 use crate::limiter::policy::LIMITED_POLICY;
-use crate::web::resource;
 
 /// Which optional routes exist in this deployment.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
                         .route(web::put().to(admin::update_policy)),
                 )
                 .service(resource("/audit").route(web::get().to(admin::audit)))
-                .default_service(web::to(crate::web::not_found)),
+                .default_service(web::to(crate::http::fallback::not_found)),
         )
         .service(
             resource("/api/limited")
@@ -64,6 +64,6 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
         actix_files::Files::new("/", &options.static_dir)
             .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
             .index_file("index.html")
-            .default_handler(web::to(crate::web::not_found)),
+            .default_handler(web::to(crate::http::fallback::not_found)),
     );
 }

@@ -23,44 +23,12 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 
-use super::{Admission, Algorithm, Caller, Limiter, Policy, Refusal};
+use super::auth::bearer_token;
+use super::client_ip::{client_id, client_ip};
+use super::error::ApiError;
 use crate::domain::{ClientId, ClientIp, UserId};
-use crate::error::ApiError;
-use crate::identity::{bearer_token, TokenKeys};
-use crate::web::client_ip::TrustedProxies;
-
-pub const CLIENT_ID_HEADER: &str = "x-client-id";
-
-/// The caller's IP, as far as we believe forwarded headers (see `web::client_ip`).
-pub fn client_ip(req: &HttpRequest) -> Result<ClientIp, ApiError> {
-    let proxies = req
-        .app_data::<web::Data<TrustedProxies>>()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("TrustedProxies are not registered")))?;
-    proxies
-        .client_ip(req)
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request without a peer address")))
-}
-
-/// The caller's `X-Client-Id`, if any, believed only from a trusted proxy (the same
-/// list as `X-Forwarded-For`): from anyone else it is text the client chose, and a fresh
-/// id per request would buy a fresh quota (and a Redis key) each time, so the caller is
-/// keyed by address instead. From a trusted proxy an invalid one is a 400, not a silent
-/// fallback to the IP: the caller meant to be someone.
-pub fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
-    let Some(value) = req.headers().get(CLIENT_ID_HEADER) else {
-        return Ok(None);
-    };
-    let trusted = req
-        .app_data::<web::Data<TrustedProxies>>()
-        .is_some_and(|proxies| proxies.is_trusted_peer(req));
-    if !trusted {
-        return Ok(None);
-    }
-    let raw = value.to_str().unwrap_or("\u{0}");
-    ClientId::parse(raw)
-        .map(Some)
-        .map_err(|e| ApiError::validation("X-Client-Id", e.to_string()))
-}
+use crate::identity::TokenKeys;
+use crate::limiter::{Admission, Algorithm, Caller, Limiter, Policy, Refusal};
 
 /// Builds a [`Caller`] for `Limiter::check` from the request and what the handler knows.
 pub fn caller_from_request<'a>(

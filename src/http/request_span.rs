@@ -73,7 +73,7 @@ mod tests {
     use tracing_subscriber::Layer;
 
     use super::*;
-    use crate::web::client_ip::TrustedProxies;
+    use crate::http::client_ip::TrustedProxies;
 
     /// Keeps the `http.client_ip` of every span opened on this thread.
     struct ClientIps(Arc<Mutex<Vec<String>>>);

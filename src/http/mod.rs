@@ -1,0 +1,21 @@
+//! The HTTP layer: everything that knows about actix lives here (plus `main.rs` and
+//! `startup.rs`, which build the server).
+//!
+//! Handlers in [`routes`] parse input into domain types with the extractors of this
+//! module ([`json::JsonBody`], [`auth::Shopper`], [`client_ip`]), call the domain, and
+//! turn its answer into a response; [`error::ApiError`] is the one error type and its
+//! mapping to HTTP. Nothing below this layer (sale, limiter, identity, admin, stores)
+//! imports actix.
+
+pub mod auth;
+pub mod client_ip;
+pub mod error;
+pub mod fallback;
+pub mod json;
+pub mod rate_limit;
+pub mod request_metrics;
+pub mod request_span;
+pub mod routes;
+
+pub use error::ApiError;
+pub use json::JsonBody;
