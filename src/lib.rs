@@ -12,9 +12,11 @@
 //! - [`domain`]: parsed, trusted types (`UserId`, …).
 //! - [`store`]: the Postgres pool and the shared Redis connection.
 //! - [`metrics`]: the Prometheus registry.
-//! - [`telemetry`]: logging.
+//! - [`background`]: the one way to run periodic work beside the server.
+//! - [`telemetry`]: the log format and level, from the settings.
 
 pub mod admin;
+pub mod background;
 pub mod configuration;
 pub mod domain;
 pub mod http;

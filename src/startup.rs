@@ -12,6 +12,7 @@ use tracing_actix_web::TracingLogger;
 
 use crate::admin::rules::{self, RuleStore};
 use crate::admin::stats::LiveStats;
+use crate::background;
 use crate::configuration::Settings;
 use crate::http::client_ip::TrustedProxies;
 use crate::http::request_span::RequestSpan;
@@ -247,16 +248,11 @@ fn background_tasks(
     );
     let consistency = {
         let sale = Arc::clone(sale);
-        let every = Duration::from_secs(settings.consistency_interval_secs.max(1));
-        async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                if let Err(e) = sale.export_consistency().await {
-                    tracing::warn!(error = %format!("{e:#}"), "consistency export failed");
-                }
-            }
-        }
+        let period = Duration::from_secs(settings.consistency_interval_secs.max(1));
+        background::every("consistency export", period, move || {
+            let sale = Arc::clone(&sale);
+            async move { sale.export_consistency().await }
+        })
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![
         refresh(Arc::clone(sale)).boxed(),
@@ -278,17 +274,18 @@ fn background_tasks(
 /// (their items become purchasable here) and re-read the stock counters (the safety net
 /// under the sold-out channel).
 async fn refresh(sale: Arc<Sale>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = sale.reload_catalog().await {
-            tracing::warn!(error = %format!("{e:#}"), "catalog reload failed");
-        }
-        if let Err(e) = sale.refresh_sold_out().await {
-            tracing::warn!(error = %format!("{e:#}"), "sold-out check failed");
-        }
-    }
+    background::every(
+        "catalog and sold-out refresh",
+        Duration::from_secs(1),
+        || {
+            let sale = Arc::clone(&sale);
+            async move {
+                sale.reload_catalog().await.context("catalog reload")?;
+                sale.refresh_sold_out().await.context("sold-out check")
+            }
+        },
+    )
+    .await
 }
 
 /// Something to sell on a fresh local install: 100 units, on sale now for a day.

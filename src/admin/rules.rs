@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::PgPool;
 
+use crate::background::Ticks;
 use crate::limiter::policy::{PolicyConfig, PolicyError};
 use crate::limiter::{Limiter, PolicySet};
 use crate::metrics::RedisPurpose;
@@ -240,32 +241,29 @@ impl RuleStore {
 /// reloads every 30 s regardless, in case the key itself was lost.
 pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration) {
     let mut seen: Option<i64> = None;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut since_reload = Duration::ZERO;
+    let mut ticks = Ticks::new("rule watcher", every);
     loop {
-        tick.tick().await;
+        ticks.next().await;
         since_reload += every;
         let version = match store.version().await {
             Ok(version) => version,
             Err(e) => {
+                // Every half second while Redis is down: not worth a warning each.
                 tracing::debug!(error = %format!("{e:#}"), "rule version unavailable");
                 continue;
             }
         };
         if version != seen || since_reload >= Duration::from_secs(30) {
-            match store.apply(&limiter).await {
-                Ok(()) => {
-                    if version != seen {
-                        tracing::info!(?version, "rate-limit rules reloaded");
-                    }
-                    seen = version;
-                    since_reload = Duration::ZERO;
+            let applied = store.apply(&limiter).await;
+            if applied.is_ok() {
+                if version != seen {
+                    tracing::info!(?version, "rate-limit rules reloaded");
                 }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "could not reload rate-limit rules")
-                }
+                seen = version;
+                since_reload = Duration::ZERO;
             }
+            ticks.report(applied.map_err(|e| e.context("could not reload rate-limit rules")));
         }
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::background::Ticks;
 use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, RedisPurpose};
@@ -73,33 +74,36 @@ impl LiveStats {
     /// of the current second.
     pub async fn run(self: Arc<Self>) {
         let mut last = self.totals();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = Ticks::new("stats flush", Duration::from_secs(1));
         loop {
-            tick.tick().await;
-            let now = self.totals();
-            let deltas: Vec<(String, i64)> = now
-                .iter()
-                .map(|(field, value)| {
-                    (field.clone(), value - last.get(field).copied().unwrap_or(0))
-                })
-                .filter(|(_, delta)| *delta != 0)
-                .collect();
-            if deltas.is_empty() {
-                last = now;
-                continue;
-            }
-            let key = self.bucket(chrono::Utc::now().timestamp());
-            let mut pipe = redis::pipe();
-            for (field, delta) in &deltas {
-                pipe.hincr(&key, field, *delta).ignore();
-            }
-            pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
-            match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
-                // Only what reached Redis is subtracted next time; a failed flush is retried.
-                Ok(()) => last = now,
-                Err(e) => tracing::debug!(error = %e, "stats flush failed"),
-            }
+            ticks.next().await;
+            self.flush(&mut last).await;
+        }
+    }
+
+    /// Adds the counters' growth since `last` to the current second's bucket; `last`
+    /// moves on only when that reached Redis, so a failed flush is retried.
+    async fn flush(&self, last: &mut BTreeMap<String, i64>) {
+        let now = self.totals();
+        let deltas: Vec<(String, i64)> = now
+            .iter()
+            .map(|(field, value)| (field.clone(), value - last.get(field).copied().unwrap_or(0)))
+            .filter(|(_, delta)| *delta != 0)
+            .collect();
+        if deltas.is_empty() {
+            *last = now;
+            return;
+        }
+        let key = self.bucket(chrono::Utc::now().timestamp());
+        let mut pipe = redis::pipe();
+        for (field, delta) in &deltas {
+            pipe.hincr(&key, field, *delta).ignore();
+        }
+        pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
+        match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
+            Ok(()) => *last = now,
+            // Once a second while Redis is down: not worth a warning each.
+            Err(e) => tracing::debug!(error = %e, "stats flush failed"),
         }
     }
 

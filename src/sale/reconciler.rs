@@ -18,6 +18,8 @@
 //!   (`rebuilt`).
 
 use std::sync::Arc;
+
+use anyhow::Context;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -33,20 +35,21 @@ const GRACE: chrono::Duration = chrono::Duration::hours(1);
 
 /// Runs at start-up and then every `interval`, forever.
 pub async fn run(sale: Arc<Sale>, interval: Duration, instance: String) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match sale.lead_reconciliation(interval, &instance).await {
-            Ok(true) => {
-                if let Err(e) = sale.reconcile().await {
-                    tracing::warn!(error = %format!("{e:#}"), "reconciliation failed");
-                }
+    crate::background::every("reconciler", interval, || {
+        let sale = Arc::clone(&sale);
+        let instance = instance.clone();
+        async move {
+            let leading = sale
+                .lead_reconciliation(interval, &instance)
+                .await
+                .context("reconciler lock unavailable")?;
+            if leading {
+                sale.reconcile().await.context("reconciliation")?;
             }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "reconciler lock unavailable"),
+            Ok(())
         }
-    }
+    })
+    .await
 }
 
 impl Sale {

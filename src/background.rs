@@ -1,0 +1,81 @@
+//! Periodic work beside the server: the catalog and sold-out refresh, the reconciler,
+//! the consistency export, the rule watcher, the live-stats flush.
+//!
+//! Every such task is [`every`]: the first run at once, then one per period; a run that
+//! overruns its period delays the next one instead of firing a burst to catch up (a slow
+//! Redis must not be answered with more calls), and a failed run is logged and retried
+//! at the next tick, never ending the task.
+//!
+//! Shutdown is dropping the future (`startup::Application::run_until_stopped` does when
+//! the server stops), which can happen at any `.await`. So every task here must leave
+//! both stores consistent wherever it stops, exactly as it must when the process dies:
+//! each step is one atomic script or statement, and the next run (here or on another
+//! instance) finishes what one left half done.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::{Interval, MissedTickBehavior};
+
+/// Runs `step` now and then every `period`, forever; a failure is logged at `warn`
+/// with `task` and the error chain.
+pub async fn every<F, Fut>(task: &'static str, period: Duration, mut step: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let mut ticks = Ticks::new(task, period);
+    loop {
+        ticks.next().await;
+        ticks.report(step().await);
+    }
+}
+
+/// The schedule of [`every`], for a task that carries state from one run to the next
+/// in its own loop: `loop { ticks.next().await; ticks.report(run(&mut state).await) }`.
+pub struct Ticks {
+    task: &'static str,
+    interval: Interval,
+}
+
+impl Ticks {
+    pub fn new(task: &'static str, period: Duration) -> Self {
+        let mut interval = tokio::time::interval(period.max(Duration::from_millis(1)));
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self { task, interval }
+    }
+
+    /// Waits for the next run: at once the first time, then a period after the last
+    /// tick (later, never sooner, when a run overran).
+    pub async fn next(&mut self) {
+        self.interval.tick().await;
+    }
+
+    /// Logs a failed run.
+    pub fn report(&self, result: anyhow::Result<()>) {
+        if let Err(e) = result {
+            tracing::warn!(task = self.task, error = %format!("{e:#}"), "background task failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_at_once_then_every_period_and_survives_failures() {
+        let runs = std::cell::Cell::new(0u32);
+        let task = every("test", Duration::from_secs(1), || {
+            runs.set(runs.get() + 1);
+            let run = runs.get();
+            async move {
+                anyhow::ensure!(run % 2 == 0, "odd run");
+                Ok(())
+            }
+        });
+        // 0 s, 1 s, 2 s, 3 s: four runs within 3.5 s, failures included.
+        let _ = tokio::time::timeout(Duration::from_millis(3500), task).await;
+        assert_eq!(runs.get(), 4);
+    }
+}
