@@ -40,22 +40,6 @@ impl RedisPurpose {
     }
 }
 
-/// How a purchase ended: the label of `seckill_sale_outcomes_total`.
-pub const SALE_OUTCOMES: [&str; 12] = [
-    "created",
-    "sold_out",
-    "already_purchased",
-    "not_started",
-    "ended",
-    "paused",
-    "not_found",
-    "rate_limited",
-    "limiter_unavailable",
-    "order_failed",
-    "order_pending",
-    "idempotent_replay",
-];
-
 /// Latency buckets for request-scale work, 0.5 ms to 5 s: a loopback request answers in
 /// about a millisecond; seconds mean queueing or a store in trouble.
 const REQUEST_BUCKETS: [f64; 13] = [
@@ -85,14 +69,13 @@ pub struct Metrics {
     /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
     /// Redis at all (validation, item state, the sold-out fast path).
     pub redis_calls: IntCounterVec,
-    /// Purchases by outcome (see [`SALE_OUTCOMES`]).
+    /// Purchases by outcome. The sale owns the label values and resolves their series
+    /// (see `sale::Outcome`): metrics knows no domain words.
     pub sale_outcomes: IntCounterVec,
     /// `redis_calls` and `redis_errors` resolved per purpose (indexed by
     /// `RedisPurpose as usize`): the request path increments without a label lookup.
     redis_call_counters: [IntCounter; RedisPurpose::ALL.len()],
     redis_error_counters: [IntCounter; RedisPurpose::ALL.len()],
-    /// `sale_outcomes` resolved per outcome, in the order of [`SALE_OUTCOMES`].
-    sale_outcome_counters: [IntCounter; SALE_OUTCOMES.len()],
     /// A purchase's wait for its order commit, successful or not: the committer's queue
     /// plus the batch that wrote it.
     pub order_commit: Histogram,
@@ -161,8 +144,6 @@ impl Metrics {
                 .map(|purpose| redis_calls.with_label_values(&[purpose.as_str()])),
             redis_error_counters: RedisPurpose::ALL
                 .map(|purpose| redis_errors.with_label_values(&[purpose.as_str()])),
-            sale_outcome_counters: SALE_OUTCOMES
-                .map(|outcome| sale_outcomes.with_label_values(&[outcome])),
             redis_calls,
             redis_errors,
             sale_outcomes,
@@ -298,14 +279,6 @@ impl Metrics {
 
     pub fn redis_error(&self, purpose: RedisPurpose) {
         self.redis_error_counters[purpose as usize].inc();
-    }
-
-    /// Counts a purchase outcome, one of [`SALE_OUTCOMES`].
-    pub fn sale_outcome(&self, outcome: &str) {
-        match SALE_OUTCOMES.iter().position(|o| *o == outcome) {
-            Some(index) => self.sale_outcome_counters[index].inc(),
-            None => self.sale_outcomes.with_label_values(&[outcome]).inc(),
-        }
     }
 
     /// The text exposition format for `GET /metrics`.

@@ -42,18 +42,6 @@ pub enum ApiError {
     /// Too many refused admin tokens from this address.
     #[error("too many failed sign-ins, try again later")]
     SignInLocked { retry_after_ms: u64 },
-    #[error("no such item")]
-    ItemNotFound,
-    #[error("the sale has not started yet")]
-    SaleNotStarted,
-    #[error("the sale has ended")]
-    SaleEnded,
-    #[error("the sale is paused, please try again later")]
-    SalePaused,
-    #[error("you already bought this item")]
-    AlreadyPurchased,
-    #[error("sold out")]
-    SoldOut,
     /// An edit made from another version of a policy than the stored one (`If-Match`
     /// or the body's `version`): someone else changed it since it was loaded.
     #[error("the policy was changed by someone else (it is now at version {current}): reload it and make the change again")]
@@ -62,16 +50,12 @@ pub enum ApiError {
     IdempotencyInProgress,
     #[error("this Idempotency-Key was used for another item")]
     IdempotencyMismatch,
-    /// The order could not be placed; the cause is logged.
-    #[error("the order could not be placed, please try again")]
-    OrderFailed(anyhow::Error),
-    /// The order's COMMIT is still running: it is not lost and not yet sure. The body
-    /// carries the order id to look for in `GET /api/orders/mine`.
-    #[error("your order is being confirmed; check your orders in a few seconds")]
-    OrderPending { order_id: uuid::Uuid },
     /// Too many purchases of this user with an `Idempotency-Key` are in flight at once.
     #[error("too many purchases in progress, wait for one to finish")]
     TooManyPending,
+    /// The sale refused a purchase: its code, status and message are the sale's.
+    #[error(transparent)]
+    Sale(#[from] SaleError),
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady { down: Vec<&'static str> },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -100,18 +84,11 @@ impl ApiError {
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::RateLimited(_) | Self::SignInLocked { .. } => "RATE_LIMITED",
             Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
-            Self::ItemNotFound => "ITEM_NOT_FOUND",
-            Self::SaleNotStarted => "SALE_NOT_STARTED",
-            Self::SaleEnded => "SALE_ENDED",
-            Self::SalePaused => "SALE_PAUSED",
-            Self::AlreadyPurchased => "ALREADY_PURCHASED",
-            Self::SoldOut => "SOLD_OUT",
-            Self::OrderFailed(_) => "ORDER_FAILED",
-            Self::OrderPending { .. } => "ORDER_PENDING",
             Self::TooManyPending => "TOO_MANY_PENDING",
             Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
             Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
             Self::VersionConflict { .. } => "VERSION_CONFLICT",
+            Self::Sale(error) => error.code(),
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -145,17 +122,12 @@ impl ResponseError for ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::NotFound | Self::ItemNotFound => StatusCode::NOT_FOUND,
-            Self::SaleNotStarted
-            | Self::SaleEnded
-            | Self::SalePaused
-            | Self::AlreadyPurchased
-            | Self::SoldOut
-            | Self::IdempotencyInProgress
-            | Self::VersionConflict { .. } => StatusCode::CONFLICT,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::IdempotencyInProgress | Self::VersionConflict { .. } => StatusCode::CONFLICT,
             Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::OrderFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::OrderPending { .. } => StatusCode::ACCEPTED,
+            Self::Sale(error) => {
+                StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::RateLimited(_) | Self::SignInLocked { .. } | Self::TooManyPending => {
@@ -171,7 +143,7 @@ impl ResponseError for ApiError {
             Self::Internal(cause) => {
                 tracing::error!(error = %format!("{cause:#}"), "request failed")
             }
-            Self::OrderFailed(cause) => {
+            Self::Sale(SaleError::OrderFailed(cause)) => {
                 tracing::error!(error = %format!("{cause:#}"), "order failed")
             }
             _ => {}
@@ -200,7 +172,7 @@ impl ResponseError for ApiError {
                 _ => None,
             },
             order_id: match self {
-                Self::OrderPending { order_id } => Some(*order_id),
+                Self::Sale(SaleError::OrderPending(order_id)) => Some(*order_id),
                 _ => None,
             },
             current_version: match self {
@@ -225,22 +197,6 @@ impl ResponseError for ApiError {
             _ => {}
         }
         response
-    }
-}
-
-impl From<SaleError> for ApiError {
-    fn from(error: SaleError) -> Self {
-        match error {
-            SaleError::ItemNotFound => Self::ItemNotFound,
-            SaleError::NotStarted => Self::SaleNotStarted,
-            SaleError::Ended => Self::SaleEnded,
-            SaleError::Paused => Self::SalePaused,
-            SaleError::AlreadyPurchased => Self::AlreadyPurchased,
-            SaleError::SoldOut => Self::SoldOut,
-            SaleError::Limited(rejection) => rejection.into(),
-            SaleError::OrderFailed(cause) => Self::OrderFailed(cause),
-            SaleError::OrderPending(order_id) => Self::OrderPending { order_id },
-        }
     }
 }
 

@@ -23,6 +23,7 @@
 
 pub mod catalog;
 pub mod committer;
+pub mod error;
 pub mod idempotency;
 pub mod item;
 pub mod postgres;
@@ -43,64 +44,12 @@ use crate::limiter::{Admission, Caller, Limiter, Rejection};
 use crate::metrics::{Metrics, RedisPurpose};
 use catalog::Catalog;
 use committer::{Batching, Committer, Queue};
+use error::OutcomeCounters;
+pub use error::{Outcome, Replayable, SaleError};
 use item::{Item, ItemId, NewItem, SalePhase};
 use postgres::{CommitError, NewOrder, Order};
 use redis::{PendingReservation, Reservation, SaleRedis, Undo};
 use sold_out::SoldOutBoard;
-
-/// Why a purchase did not produce an order.
-#[derive(Debug, thiserror::Error)]
-pub enum SaleError {
-    #[error("no such item")]
-    ItemNotFound,
-    #[error("the sale has not started yet")]
-    NotStarted,
-    #[error("the sale has ended")]
-    Ended,
-    #[error("the sale is paused")]
-    Paused,
-    #[error("you already bought this item")]
-    AlreadyPurchased,
-    #[error("sold out")]
-    SoldOut,
-    #[error(transparent)]
-    Limited(#[from] Rejection),
-    /// The order could not be placed; Redis was repaired (or left to the reconciler).
-    #[error("the order could not be placed: {0:#}")]
-    OrderFailed(anyhow::Error),
-    /// The order's COMMIT is still running in Postgres: it may yet land. The reservation
-    /// stays pending and the reconciler settles it either way.
-    #[error("the order is still being committed")]
-    OrderPending(Uuid),
-}
-
-impl SaleError {
-    /// Whether the answer stands for good (an idempotent retry gets the same one):
-    /// not found, sold out, already purchased, not started, ended. A paused sale, a
-    /// limiter refusal and a failed order are worth retrying.
-    pub fn is_final(&self) -> bool {
-        !matches!(
-            self,
-            Self::Paused | Self::Limited(_) | Self::OrderFailed(_) | Self::OrderPending(_)
-        )
-    }
-}
-
-/// The label of a refused purchase in `seckill_sale_outcomes_total`.
-fn outcome(error: &SaleError) -> &'static str {
-    match error {
-        SaleError::ItemNotFound => "not_found",
-        SaleError::NotStarted => "not_started",
-        SaleError::Ended => "ended",
-        SaleError::Paused => "paused",
-        SaleError::AlreadyPurchased => "already_purchased",
-        SaleError::SoldOut => "sold_out",
-        SaleError::Limited(Rejection::Refused(_)) => "rate_limited",
-        SaleError::Limited(_) => "limiter_unavailable",
-        SaleError::OrderFailed(_) => "order_failed",
-        SaleError::OrderPending(_) => "order_pending",
-    }
-}
 
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
@@ -108,28 +57,34 @@ pub struct Purchase {
     pub admission: Admission,
 }
 
-/// A purchase that made no order. Refusals after the limiter keep its admission, so the
-/// answer still carries the quota headers: a client (and the load generator's checker)
-/// can tell "the limiter let me through, the stock did not" from "refused before the
-/// limiter".
+/// A purchase that made no order.
 #[derive(Debug)]
-pub struct PurchaseFailure {
-    pub error: SaleError,
-    pub admission: Option<Admission>,
+pub enum PurchaseFailure {
+    /// The limiter refused: its own answer, with its own headers.
+    Limited(Rejection),
+    /// Refused after the limiter admitted the request. The answer still carries the
+    /// quota headers, so a client (and the load generator's checker) can tell "the
+    /// limiter let me through, the stock did not" from "refused before the limiter".
+    Refused {
+        error: SaleError,
+        admission: Admission,
+    },
 }
 
-impl From<SaleError> for PurchaseFailure {
-    fn from(error: SaleError) -> Self {
-        Self {
-            error,
-            admission: None,
+impl PurchaseFailure {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Limited(Rejection::Refused(_)) => Outcome::RateLimited,
+            Self::Limited(_) => Outcome::LimiterUnavailable,
+            Self::Refused { error, .. } => error.outcome(),
         }
     }
-}
 
-impl From<Rejection> for PurchaseFailure {
-    fn from(rejection: Rejection) -> Self {
-        SaleError::from(rejection).into()
+    pub fn replayable(&self) -> Replayable {
+        match self {
+            Self::Limited(_) => Replayable::No,
+            Self::Refused { error, .. } => error.replayable(),
+        }
     }
 }
 
@@ -145,6 +100,7 @@ pub struct Sale {
     board: SoldOutBoard,
     limiter: Arc<Limiter>,
     metrics: Arc<Metrics>,
+    outcomes: OutcomeCounters,
     commit_timeout: Duration,
 }
 
@@ -166,6 +122,7 @@ impl Sale {
             catalog: Catalog::default(),
             board: SoldOutBoard::default(),
             limiter,
+            outcomes: OutcomeCounters::new(&metrics.sale_outcomes),
             metrics,
             commit_timeout,
         }
@@ -268,7 +225,7 @@ impl Sale {
     pub fn precheck(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
         let checked = self.check_open(item_id);
         if let Err(error) = &checked {
-            self.metrics.sale_outcome(outcome(error));
+            self.outcomes.count(error.outcome());
         }
         checked
     }
@@ -299,16 +256,16 @@ impl Sale {
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
         let result = self.limited_purchase(item, user, order_id, caller).await;
-        self.metrics.sale_outcome(match &result {
-            Ok(_) => "created",
-            Err(failure) => outcome(&failure.error),
+        self.outcomes.count(match &result {
+            Ok(_) => Outcome::Created,
+            Err(failure) => failure.outcome(),
         });
         result
     }
 
     /// An idempotent replay answered a purchase without running it.
     pub fn record_replay(&self) {
-        self.metrics.sale_outcome("idempotent_replay");
+        self.outcomes.count(Outcome::IdempotentReplay);
     }
 
     /// The order `id` of `user`, if it was committed (a retry meeting a stale claim).
@@ -325,13 +282,14 @@ impl Sale {
         order_id: Uuid,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
-        let admission = self.limiter.check(SECKILL_POLICY, None, caller).await?;
+        let admission = self
+            .limiter
+            .check(SECKILL_POLICY, None, caller)
+            .await
+            .map_err(PurchaseFailure::Limited)?;
         match self.reserve_and_order(item, user, order_id).await {
             Ok(order) => Ok(Purchase { order, admission }),
-            Err(error) => Err(PurchaseFailure {
-                error,
-                admission: Some(admission),
-            }),
+            Err(error) => Err(PurchaseFailure::Refused { error, admission }),
         }
     }
 

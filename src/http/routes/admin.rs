@@ -22,7 +22,7 @@ use crate::limiter::policy::{
 };
 use crate::sale::item::{ItemId, NewItem};
 use crate::sale::postgres::OrderFilter;
-use crate::sale::Sale;
+use crate::sale::{Sale, SaleError};
 
 /// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
 pub async fn me(admin: Admin) -> HttpResponse {
@@ -82,11 +82,11 @@ async fn set_paused(
     paused: bool,
     sale: &Sale,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ItemId::try_from(id).map_err(|_| ApiError::ItemNotFound)?;
+    let id = ItemId::try_from(id).map_err(|_| SaleError::ItemNotFound)?;
     let item = sale
         .set_paused(id, paused)
         .await?
-        .ok_or(ApiError::ItemNotFound)?;
+        .ok_or(SaleError::ItemNotFound)?;
     tracing::info!(admin = %admin.name, item.id = %item.id, paused, "admin changed a sale");
     let remaining = sale
         .live_stock(item.id)

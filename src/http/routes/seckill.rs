@@ -18,7 +18,7 @@ use crate::limiter::{Caller, Limiter};
 use crate::sale::idempotency::{Claim, Idempotency, IdempotencyKey};
 use crate::sale::item::{Item, ItemId};
 use crate::sale::postgres::Order;
-use crate::sale::{Sale, SaleError};
+use crate::sale::{PurchaseFailure, Replayable, Sale, SaleError};
 
 #[derive(Debug, Deserialize, Validate)]
 #[serde(rename_all = "camelCase")]
@@ -81,7 +81,7 @@ pub async fn purchase(
     match idempotency
         .claim(user, &key, item.id, order_id)
         .await
-        .map_err(ApiError::OrderFailed)?
+        .map_err(SaleError::OrderFailed)?
     {
         Claim::Fresh => {}
         Claim::TooMany => return Err(ApiError::TooManyPending),
@@ -99,7 +99,7 @@ pub async fn purchase(
             let Some(order) = sale
                 .committed_order(order, user)
                 .await
-                .map_err(ApiError::OrderFailed)?
+                .map_err(SaleError::OrderFailed)?
             else {
                 return Err(ApiError::IdempotencyInProgress);
             };
@@ -190,13 +190,18 @@ async fn purchase_response(
                 false,
             ),
             Err(failure) => {
-                let is_final = failure.error.is_final();
-                let pending = matches!(failure.error, SaleError::OrderPending(_));
+                let replayable = failure.replayable();
+                let (error, admission) = match failure {
+                    PurchaseFailure::Limited(rejection) => (ApiError::from(rejection), None),
+                    PurchaseFailure::Refused { error, admission } => {
+                        (ApiError::from(error), Some(admission))
+                    }
+                };
                 (
-                    ApiError::from(failure.error).error_response(),
-                    failure.admission,
-                    is_final,
-                    pending,
+                    error.error_response(),
+                    admission,
+                    replayable == Replayable::Yes,
+                    replayable == Replayable::Pending,
                 )
             }
         };

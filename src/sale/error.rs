@@ -1,0 +1,182 @@
+//! Every way a purchase can end, spelled once.
+//!
+//! A refusal is a [`SaleError`]; its API code, HTTP status, message and metric label are
+//! all decided here, so the HTTP layer (`ApiError::Sale`) and the
+//! `seckill_sale_outcomes_total` series cannot drift apart from the domain. Store-level
+//! answers (`Reservation`, `CommitError`) are mapped into it where the purchase flow
+//! reads them. Clients and dashboards depend on these words: they never change.
+
+use prometheus::{IntCounter, IntCounterVec};
+use uuid::Uuid;
+
+/// Why a purchase did not produce an order (the limiter's refusals aside: they are the
+/// limiter's own, see `PurchaseFailure`).
+#[derive(Debug, thiserror::Error)]
+pub enum SaleError {
+    #[error("no such item")]
+    ItemNotFound,
+    #[error("the sale has not started yet")]
+    NotStarted,
+    #[error("the sale has ended")]
+    Ended,
+    #[error("the sale is paused, please try again later")]
+    Paused,
+    #[error("you already bought this item")]
+    AlreadyPurchased,
+    #[error("sold out")]
+    SoldOut,
+    /// The order could not be placed; Redis was repaired (or left to the reconciler).
+    /// The cause is for the log, never for the client.
+    #[error("the order could not be placed, please try again")]
+    OrderFailed(anyhow::Error),
+    /// The order's COMMIT is still running in Postgres: it may yet land. The reservation
+    /// stays pending and the reconciler settles it either way. The client is given the
+    /// order id to look for in `GET /api/orders/mine`.
+    #[error("your order is being confirmed; check your orders in a few seconds")]
+    OrderPending(Uuid),
+}
+
+impl SaleError {
+    /// The stable, documented machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::ItemNotFound => "ITEM_NOT_FOUND",
+            Self::NotStarted => "SALE_NOT_STARTED",
+            Self::Ended => "SALE_ENDED",
+            Self::Paused => "SALE_PAUSED",
+            Self::AlreadyPurchased => "ALREADY_PURCHASED",
+            Self::SoldOut => "SOLD_OUT",
+            Self::OrderFailed(_) => "ORDER_FAILED",
+            Self::OrderPending(_) => "ORDER_PENDING",
+        }
+    }
+
+    /// The HTTP status, as a number: the sale knows nothing of HTTP types.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::ItemNotFound => 404,
+            Self::NotStarted
+            | Self::Ended
+            | Self::Paused
+            | Self::AlreadyPurchased
+            | Self::SoldOut => 409,
+            Self::OrderFailed(_) => 503,
+            Self::OrderPending(_) => 202,
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::ItemNotFound => Outcome::NotFound,
+            Self::NotStarted => Outcome::NotStarted,
+            Self::Ended => Outcome::Ended,
+            Self::Paused => Outcome::Paused,
+            Self::AlreadyPurchased => Outcome::AlreadyPurchased,
+            Self::SoldOut => Outcome::SoldOut,
+            Self::OrderFailed(_) => Outcome::OrderFailed,
+            Self::OrderPending(_) => Outcome::OrderPending,
+        }
+    }
+
+    /// What an idempotent retry may be told: not found, sold out, already purchased, not
+    /// started and ended stand for good; a paused sale and a failed order are worth
+    /// retrying; a pending order may yet land.
+    pub fn replayable(&self) -> Replayable {
+        match self {
+            Self::Paused | Self::OrderFailed(_) => Replayable::No,
+            Self::OrderPending(_) => Replayable::Pending,
+            _ => Replayable::Yes,
+        }
+    }
+}
+
+/// Whether an answer may be given again to a retry of the same purchase (an
+/// `Idempotency-Key`). It depends on how far the purchase got, which only the sale knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replayable {
+    /// The answer stands for good: keep it for every retry.
+    Yes,
+    /// The order may yet land: hold the key, so that a retry is answered from the order
+    /// once the commit is over.
+    Pending,
+    /// Worth retrying for real: free the key.
+    No,
+}
+
+/// How a purchase ended: the label of `seckill_sale_outcomes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    SoldOut,
+    AlreadyPurchased,
+    NotStarted,
+    Ended,
+    Paused,
+    NotFound,
+    RateLimited,
+    LimiterUnavailable,
+    OrderFailed,
+    OrderPending,
+    /// An `Idempotency-Key` retry answered without running the purchase again.
+    IdempotentReplay,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 12] = [
+        Self::Created,
+        Self::SoldOut,
+        Self::AlreadyPurchased,
+        Self::NotStarted,
+        Self::Ended,
+        Self::Paused,
+        Self::NotFound,
+        Self::RateLimited,
+        Self::LimiterUnavailable,
+        Self::OrderFailed,
+        Self::OrderPending,
+        Self::IdempotentReplay,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::SoldOut => "sold_out",
+            Self::AlreadyPurchased => "already_purchased",
+            Self::NotStarted => "not_started",
+            Self::Ended => "ended",
+            Self::Paused => "paused",
+            Self::NotFound => "not_found",
+            Self::RateLimited => "rate_limited",
+            Self::LimiterUnavailable => "limiter_unavailable",
+            Self::OrderFailed => "order_failed",
+            Self::OrderPending => "order_pending",
+            Self::IdempotentReplay => "idempotent_replay",
+        }
+    }
+}
+
+/// `seckill_sale_outcomes_total` resolved per outcome once, so that counting one costs
+/// no label lookup; resolving them also makes every series exist at 0 from the start.
+pub struct OutcomeCounters([IntCounter; Outcome::ALL.len()]);
+
+impl OutcomeCounters {
+    pub fn new(outcomes: &IntCounterVec) -> Self {
+        Self(Outcome::ALL.map(|outcome| outcomes.with_label_values(&[outcome.label()])))
+    }
+
+    pub fn count(&self, outcome: Outcome) {
+        self.0[outcome as usize].inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_listed_in_their_own_order() {
+        for (index, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, index, "{outcome:?}");
+        }
+    }
+}
