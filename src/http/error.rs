@@ -7,7 +7,8 @@
 
 use std::borrow::Cow;
 
-use actix_web::http::{header::ContentType, StatusCode};
+use actix_web::http::header::{ContentType, HeaderMap, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
+use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
@@ -139,6 +140,22 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
+        let (status, headers, body) = self.parts();
+        let mut response = HttpResponse::build(status)
+            .content_type(ContentType::json())
+            .body(body);
+        for (name, value) in headers {
+            response.headers_mut().append(name, value);
+        }
+        response
+    }
+}
+
+impl ApiError {
+    /// The answer's status, its headers besides the content type (always JSON), and its
+    /// body: what a response is made of, and what `http::idempotency` keeps of one. The
+    /// cause of a failure the client cannot fix is logged here, once.
+    pub fn parts(&self) -> (StatusCode, HeaderMap, String) {
         match self {
             Self::Internal(cause) => {
                 tracing::error!(error = %format!("{cause:#}"), "request failed")
@@ -180,23 +197,23 @@ impl ResponseError for ApiError {
                 _ => None,
             },
         };
-        let mut builder = HttpResponse::build(self.status_code());
-        if matches!(self, Self::Unauthenticated) {
-            builder.insert_header(("WWW-Authenticate", "Bearer"));
-        }
-        let mut response = builder.content_type(ContentType::json()).json(body);
+        let mut headers = HeaderMap::new();
         match self {
-            Self::RateLimited(refusal) => refusal.write_headers(response.headers_mut()),
+            Self::Unauthenticated => {
+                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::RateLimited(refusal) => refusal.write_headers(&mut headers),
             Self::SignInLocked { retry_after_ms } => {
                 if let Ok(value) = retry_after_ms.div_ceil(1000).to_string().parse() {
-                    response
-                        .headers_mut()
-                        .insert(actix_web::http::header::RETRY_AFTER, value);
+                    headers.insert(RETRY_AFTER, value);
                 }
             }
             _ => {}
         }
-        response
+        // A body of strings and numbers always serializes; the fallback is for form.
+        let body = serde_json::to_string(&body)
+            .unwrap_or_else(|_| r#"{"code":"INTERNAL","message":"internal error"}"#.into());
+        (self.status_code(), headers, body)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod client_ip;
 pub mod error;
 pub mod fallback;
+pub mod idempotency;
 pub mod json;
 pub mod rate_limit;
 pub mod request_metrics;

@@ -24,7 +24,6 @@
 pub mod catalog;
 pub mod committer;
 pub mod error;
-pub mod idempotency;
 pub mod item;
 pub mod postgres;
 pub mod reconciler;

@@ -1,19 +1,9 @@
-//! `Idempotency-Key` for `POST /seckill`: a retried purchase (after a timeout, a double
-//! tap) gets the first attempt's answer instead of a second order or a second charge
-//! against the limiter.
+//! The Redis store behind `Idempotency-Key`: one record per user and key, claimed by
+//! `lua/claim_idempotency.lua`.
 //!
-//! A key is scoped to the user. It is claimed only after the answers that need no Redis
-//! (unknown item, sale not open, paused, known sold out: cheap to recompute, so they make
-//! no key), and before the limiter, so concurrent duplicates are decided by Redis:
-//! exactly one proceeds, the others see it in progress (`lua/claim_idempotency.lua`).
-//!
-//! A claim lives only as long as a purchase can (reservation deadline + commit timeout),
-//! so a request that died frees its key soon; a claim older than the commit timeout is
-//! stale, and a retry meeting it asks Postgres for the claim's order and answers from it.
-//! Final answers (200 and the 409 sale answers of the reservation step) are stored for
-//! `idempotency_ttl_secs` and replayed byte for byte; anything the client may retry
-//! (429, 5xx, 202 `ORDER_PENDING`) is not stored. A user holds at most
-//! `idempotency_max_in_flight` claims at once.
+//! A record is `p|<item>|<order>|<claimed at>` while its request runs and
+//! `d|<item>|<status>|<body>` once it has a final answer; the user's live claims are a
+//! sorted set beside it (same hash tag), which bounds how many one user holds at once.
 
 use std::time::Duration;
 
@@ -21,9 +11,9 @@ use anyhow::Context;
 use redis::Script;
 use uuid::Uuid;
 
-use super::item::ItemId;
 use crate::domain::UserId;
 use crate::metrics::RedisPurpose;
+use crate::sale::item::ItemId;
 use crate::store::redis::Request;
 use crate::store::RedisStore;
 
@@ -88,7 +78,7 @@ impl Idempotency {
     pub fn new(redis: RedisStore, limits: IdempotencyLimits) -> Self {
         Self {
             redis,
-            claim: Script::new(include_str!("../../lua/claim_idempotency.lua")),
+            claim: Script::new(include_str!("../../../lua/claim_idempotency.lua")),
             limits,
         }
     }

@@ -1,0 +1,222 @@
+//! `Idempotency-Key`: a retried request (after a timeout, a double tap) gets the first
+//! attempt's answer instead of doing the work twice. Today only `POST /seckill` takes one,
+//! where doing it twice would mean a second order or a second charge against the limiter.
+//!
+//! This is an HTTP concern: what is kept is an answer (status and JSON body), so it lives
+//! here and not in the sale. A handler takes the [`Idempotent`] extractor and hands its
+//! work to [`Idempotent::run`], which claims the key, replays a kept answer, and once the
+//! work has answered keeps, holds or frees the key as the answer's [`Replayable`] says:
+//! only the domain knows how far its work got, so only it can say whether a retry may be
+//! told the same.
+//!
+//! A key is scoped to the user. The handler claims it only after the answers that need no
+//! Redis (for a purchase: unknown item, sale not open, paused, known sold out; cheap to
+//! recompute, so they make no key), and before the limiter, so concurrent duplicates are
+//! decided by Redis: exactly one proceeds, the others see it in progress.
+//!
+//! A claim lives only as long as the work can (for a purchase: reservation deadline +
+//! commit timeout), so a request that died frees its key soon; a claim older than the
+//! commit timeout is stale, and a retry meeting it asks the route ([`Recover`]) for the
+//! answer the dead request would have given. Answers that stand are kept for
+//! `idempotency_ttl_secs` and replayed byte for byte with `Idempotent-Replayed: true`;
+//! the headers of one attempt (the limiter's quota) are not kept, as they would misstate
+//! the quota of a later one. A user holds at most `idempotency_max_in_flight` claims.
+
+mod store;
+
+use std::future::{ready, Future, Ready};
+
+use actix_web::dev::Payload;
+use actix_web::http::header::{ContentType, HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use self::store::{Claim, Idempotency, IdempotencyKey, IdempotencyLimits};
+use super::ApiError;
+use crate::domain::UserId;
+use crate::sale::item::ItemId;
+use crate::sale::{Replayable, SaleError};
+
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// An answer as this layer handles it: a status and a JSON body (what a replay sends
+/// again), the headers of this attempt only, and whether a retry may be given it.
+pub struct Reply {
+    status: StatusCode,
+    body: String,
+    headers: HeaderMap,
+    replayable: Replayable,
+}
+
+impl Reply {
+    /// A success: `body` as JSON.
+    pub fn ok(body: &impl Serialize, replayable: Replayable) -> Self {
+        match serde_json::to_string(body) {
+            Ok(body) => Self {
+                status: StatusCode::OK,
+                body,
+                headers: HeaderMap::new(),
+                replayable,
+            },
+            Err(e) => Self::error(&ApiError::Internal(e.into()), Replayable::No),
+        }
+    }
+
+    /// A refusal, with the headers it always carries (a 429's `Retry-After`, …).
+    pub fn error(error: &ApiError, replayable: Replayable) -> Self {
+        let (status, headers, body) = error.parts();
+        Self {
+            status,
+            body,
+            headers,
+            replayable,
+        }
+    }
+
+    /// Headers that belong to this attempt and are not replayed.
+    pub fn headers_mut(&mut self) -> &mut HeaderMap {
+        &mut self.headers
+    }
+
+    fn into_response(self, replayed: bool) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status)
+            .content_type(ContentType::json())
+            .body(self.body);
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            headers.append(name, value);
+        }
+        if replayed {
+            headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+        }
+        response
+    }
+}
+
+/// What a key is claimed for: `user`'s work on `item`, which will leave a trace under
+/// `id` (for a purchase: the order it places).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    pub user: UserId,
+    pub item: ItemId,
+    pub id: Uuid,
+}
+
+/// What the layer asks of the route it guards.
+pub trait Recover {
+    /// Counts an answer given again instead of being worked out.
+    fn replayed(&self);
+
+    /// The answer to a claim that has run too long: its request may have died after
+    /// doing its work (under trace `id`). `None` when the work was not done.
+    fn recover(&self, id: Uuid) -> impl Future<Output = Result<Option<Reply>, ApiError>>;
+}
+
+/// The request's `Idempotency-Key`, if it has one (400 when it is malformed), and the
+/// store that keeps answers for it.
+pub struct Idempotent {
+    key: Option<IdempotencyKey>,
+    store: web::Data<Idempotency>,
+}
+
+impl FromRequest for Idempotent {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Self::read(req))
+    }
+}
+
+impl Idempotent {
+    fn read(req: &HttpRequest) -> Result<Self, ApiError> {
+        let store = req
+            .app_data::<web::Data<Idempotency>>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("Idempotency is not registered")))?;
+        let key = match req.headers().get(IDEMPOTENCY_KEY_HEADER) {
+            None => None,
+            Some(value) => Some(
+                IdempotencyKey::parse(value.to_str().unwrap_or(""))
+                    .map_err(|e| ApiError::validation("Idempotency-Key", e.to_string()))?,
+            ),
+        };
+        Ok(Self { key, store })
+    }
+
+    /// Answers with `work`, at most once per key: claims the key, replays a kept answer
+    /// or recovers a stale claim's, and once `work` has answered keeps, holds or frees
+    /// the key as its [`Replayable`] says. Without a key, `work` simply answers.
+    pub async fn run(
+        self,
+        attempt: Attempt,
+        route: &impl Recover,
+        work: impl Future<Output = Reply>,
+    ) -> Result<HttpResponse, ApiError> {
+        let Some(key) = self.key.as_ref() else {
+            return Ok(work.await.into_response(false));
+        };
+        let Attempt { user, item, id } = attempt;
+        // Without the store there is no knowing whether this is a retry: no work either.
+        match self
+            .store
+            .claim(user, key, item, id)
+            .await
+            .map_err(SaleError::OrderFailed)?
+        {
+            Claim::Fresh => {}
+            Claim::TooMany => return Err(ApiError::TooManyPending),
+            Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
+            Claim::Replay { status, body } => {
+                route.replayed();
+                let status =
+                    StatusCode::from_u16(status).map_err(|e| ApiError::Internal(e.into()))?;
+                let kept = Reply {
+                    status,
+                    body,
+                    headers: HeaderMap::new(),
+                    replayable: Replayable::Yes,
+                };
+                return Ok(kept.into_response(true));
+            }
+            Claim::InProgress {
+                order: Some(claimed),
+                stale: true,
+            } => {
+                let Some(reply) = route.recover(claimed).await? else {
+                    return Err(ApiError::IdempotencyInProgress);
+                };
+                route.replayed();
+                self.keep(user, key, item, &reply).await;
+                return Ok(reply.into_response(true));
+            }
+            Claim::InProgress { .. } => return Err(ApiError::IdempotencyInProgress),
+        }
+        let reply = work.await;
+        match reply.replayable {
+            Replayable::Yes => self.keep(user, key, item, &reply).await,
+            // The claim stays: a retry once the work is over is answered by `recover`.
+            Replayable::Pending => {}
+            Replayable::No => {
+                if let Err(e) = self.store.release(user, key).await {
+                    tracing::warn!(error = %format!("{e:#}"), "could not release an idempotency key");
+                }
+            }
+        }
+        Ok(reply.into_response(false))
+    }
+
+    /// Keeps an answer for replays; the answer stands even when Redis cannot keep it.
+    async fn keep(&self, user: UserId, key: &IdempotencyKey, item: ItemId, reply: &Reply) {
+        if let Err(e) = self
+            .store
+            .complete(user, key, item, reply.status.as_u16(), &reply.body)
+            .await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "could not store an idempotent answer");
+        }
+    }
+}
