@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::sale::committer::{Batching, Committer};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
-use crate::sale::{reconciler, sold_out, Sale};
+use crate::sale::Sale;
 use crate::store::{postgres, RedisStore};
 
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
@@ -233,25 +233,17 @@ fn background_tasks(
     limiter: &Arc<Limiter>,
     stats: &Arc<LiveStats>,
 ) -> BoxFuture<'static, ()> {
-    let listener = {
-        let sale = Arc::clone(sale);
-        sold_out::listen(
-            settings.redis_url.clone(),
-            settings.redis_key_prefix.clone(),
-            move |item, sold_out| sale.note_sold_out(item, sold_out),
-        )
-    };
-    let reconciler = reconciler::run(
-        Arc::clone(sale),
+    let listener = sale.sold_out().listen(settings.redis_url.clone());
+    let reconciler = sale.reconciler().run(
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),
     );
     let consistency = {
-        let sale = Arc::clone(sale);
+        let export = Arc::new(sale.consistency_export());
         let period = Duration::from_secs(settings.consistency_interval_secs.max(1));
         background::every("consistency export", period, move || {
-            let sale = Arc::clone(&sale);
-            async move { sale.export_consistency().await }
+            let export = Arc::clone(&export);
+            async move { export.run().await }
         })
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![

@@ -554,7 +554,7 @@ async fn orders_by_id(pool: &PgPool, ids: &[Uuid]) -> anyhow::Result<Vec<Order>>
 fn commit_unanswered(orders: &[NewOrder]) -> bool {
     orders
         .iter()
-        .any(|o| super::crash_point("sale::commit_unanswered", o.user))
+        .any(|o| super::failpoints::crash_point("sale::commit_unanswered", o.user))
 }
 
 /// What became of transaction `txid`, from any session (`txid_status`).

@@ -16,43 +16,57 @@
 //!   waits for the next round;
 //! - a missing stock counter (Redis restarted without data) is rebuilt from Postgres
 //!   (`rebuilt`).
+//!
+//! It is a type of its own, holding the parts of the sale it reads and repairs, so that
+//! it can be read (and run) apart from the purchase flow.
 
 use std::sync::Arc;
-
-use anyhow::Context;
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::Utc;
+use sqlx::PgPool;
 
+use super::catalog::Catalog;
 use super::item::Item;
 use super::postgres::{self, TxStatus};
-use super::redis::Undo;
-use super::Sale;
-use crate::metrics::RedisPurpose;
+use super::redis::{SaleRedis, Undo};
+use super::sold_out::SoldOut;
+use crate::metrics::{Metrics, RedisPurpose};
 
 /// How long after its end an item is still reconciled (late commits, crashed requests).
 const GRACE: chrono::Duration = chrono::Duration::hours(1);
 
-/// Runs at start-up and then every `interval`, forever.
-pub async fn run(sale: Arc<Sale>, interval: Duration, instance: String) {
-    crate::background::every("reconciler", interval, || {
-        let sale = Arc::clone(&sale);
-        let instance = instance.clone();
-        async move {
-            let leading = sale
-                .lead_reconciliation(interval, &instance)
-                .await
-                .context("reconciler lock unavailable")?;
-            if leading {
-                sale.reconcile().await.context("reconciliation")?;
-            }
-            Ok(())
-        }
-    })
-    .await
+pub struct Reconciler {
+    pub(super) pool: PgPool,
+    pub(super) redis: Arc<SaleRedis>,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) sold_out: Arc<SoldOut>,
+    pub(super) metrics: Arc<Metrics>,
 }
 
-impl Sale {
+impl Reconciler {
+    /// Runs at start-up and then every `interval`, forever; `instance` names this
+    /// process in the lock.
+    pub async fn run(self, interval: Duration, instance: String) {
+        let reconciler = Arc::new(self);
+        crate::background::every("reconciler", interval, || {
+            let reconciler = Arc::clone(&reconciler);
+            let instance = instance.clone();
+            async move {
+                let leading = reconciler
+                    .lead_reconciliation(interval, &instance)
+                    .await
+                    .context("reconciler lock unavailable")?;
+                if leading {
+                    reconciler.reconcile().await.context("reconciliation")?;
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+
     /// Takes the reconciler lock for one interval; false when another instance holds it.
     async fn lead_reconciliation(
         &self,
@@ -110,7 +124,7 @@ impl Sale {
                 if self.redis.undo(item.id, reservation, Undo::Release).await? {
                     self.count_repair("released");
                     tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
-                    self.announce(item.id, false).await;
+                    self.sold_out.announce(item.id, false).await;
                 }
             }
             if txid.is_some() {
@@ -126,7 +140,7 @@ impl Sale {
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
         let snapshot = self.redis.stock_snapshot(item.id).await?;
         let Some(stock) = snapshot.stock else {
-            self.restore(item).await?;
+            super::restore(&self.pool, &self.redis, item).await?;
             self.count_repair("rebuilt");
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
             return Ok(());
@@ -163,7 +177,7 @@ impl Sale {
                 redis_buyers = snapshot.buyers, redis_success = snapshot.success,
                 "drift repaired"
             );
-            self.announce(item.id, expected <= 0).await;
+            self.sold_out.announce(item.id, expected <= 0).await;
         }
         Ok(())
     }

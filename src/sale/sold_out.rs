@@ -6,16 +6,78 @@
 //! pub/sub (channel `<prefix>:sold-out`, payload `<item id>:0` for sold out and
 //! `<item id>:1` for back in stock) and, as a safety net against a lost message, from
 //! a periodic read of the stock counters.
+//!
+//! Both sides of the channel live here: [`SoldOut::announce`] publishes what this
+//! instance learned, [`SoldOut::listen`] applies what the others did.
 
 use std::collections::HashSet;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 
 use super::item::ItemId;
+use crate::metrics::{Metrics, RedisPurpose};
+use crate::store::RedisStore;
 
+/// This instance's sold-out items, and the channel that keeps every instance's alike.
+pub struct SoldOut {
+    board: SoldOutBoard,
+    redis: RedisStore,
+    metrics: Arc<Metrics>,
+}
+
+impl SoldOut {
+    pub fn new(redis: RedisStore, metrics: Arc<Metrics>) -> Self {
+        Self {
+            board: SoldOutBoard::default(),
+            redis,
+            metrics,
+        }
+    }
+
+    pub fn is_sold_out(&self, item: ItemId) -> bool {
+        self.board.is_sold_out(item)
+    }
+
+    /// Applies a sold-out change learned from anywhere (this instance, the channel, the
+    /// periodic check).
+    pub fn note(&self, item: ItemId, sold_out: bool) {
+        if self.board.set(item, sold_out) {
+            tracing::info!(item.id = %item, sold_out, "sold-out state changed");
+            self.metrics.sold_out_items.set(self.board.len() as i64);
+        }
+    }
+
+    /// Records a change found here and publishes it to the other instances. A lost
+    /// message is only late: the periodic check finds the change within a second.
+    pub async fn announce(&self, item: ItemId, sold_out: bool) {
+        self.note(item, sold_out);
+        let mut publish = redis::cmd("PUBLISH");
+        publish
+            .arg(channel(self.redis.prefix()))
+            .arg(message(item, sold_out));
+        if let Err(e) = self.redis.call::<i64>(RedisPurpose::Other, &publish).await {
+            tracing::warn!(item.id = %item, error = %e, "could not publish a sold-out change");
+        }
+    }
+
+    /// Follows the channel forever, reconnecting after a second when Redis goes away.
+    /// Pub/sub needs a connection of its own, hence the URL.
+    pub async fn listen(self: Arc<Self>, redis_url: secrecy::SecretString) {
+        let channel = channel(self.redis.prefix());
+        let apply = |item, sold_out| self.note(item, sold_out);
+        loop {
+            if let Err(e) = follow(redis_url.expose_secret(), &channel, &apply).await {
+                tracing::warn!(error = %format!("{e:#}"), "sold-out channel lost, resubscribing");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// The set itself, in memory.
 #[derive(Default)]
 pub struct SoldOutBoard {
     items: RwLock<HashSet<ItemId>>,
@@ -49,11 +111,11 @@ impl SoldOutBoard {
     }
 }
 
-pub fn channel(prefix: &str) -> String {
+fn channel(prefix: &str) -> String {
     format!("{prefix}:sold-out")
 }
 
-pub fn message(item: ItemId, sold_out: bool) -> String {
+fn message(item: ItemId, sold_out: bool) -> String {
     format!("{item}:{}", if sold_out { 0 } else { 1 })
 }
 
@@ -64,21 +126,6 @@ fn parse(payload: &str) -> Option<(ItemId, bool)> {
         "0" => Some((item, true)),
         "1" => Some((item, false)),
         _ => None,
-    }
-}
-
-/// Follows the channel forever, reconnecting after a second when Redis goes away.
-pub async fn listen(
-    redis_url: secrecy::SecretString,
-    prefix: String,
-    apply: impl Fn(ItemId, bool),
-) {
-    let channel = channel(&prefix);
-    loop {
-        if let Err(e) = follow(redis_url.expose_secret(), &channel, &apply).await {
-            tracing::warn!(error = %format!("{e:#}"), "sold-out channel lost, resubscribing");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

@@ -1,0 +1,81 @@
+//! The committer's side of group commit (see [`super::committer`]): what one batch of
+//! orders costs, and what is cleared in Redis once it is written.
+//!
+//! It holds only what a batch needs (the commit pool, Redis, the timeout), apart from
+//! the purchase flow that queues the orders.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::committer::{self, Batching, Queue};
+use super::failpoints::crash_point;
+use super::item::ItemId;
+use super::postgres::{self, NewOrder};
+use super::redis::{PendingReservation, SaleRedis};
+use crate::metrics::Metrics;
+
+pub struct BatchWriter {
+    /// Order commits only: reads and admin work use another pool and can never make a
+    /// commit wait for a connection.
+    pub(super) commit_pool: PgPool,
+    pub(super) redis: Arc<SaleRedis>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) commit_timeout: Duration,
+}
+
+impl BatchWriter {
+    /// The committer's loop: runs until the app stops, then commits what is still
+    /// queued.
+    pub async fn run(self, queue: Queue, batching: Batching) {
+        let writer = Arc::new(self);
+        committer::run(queue, batching, |orders| {
+            let writer = Arc::clone(&writer);
+            async move { writer.commit_batch(orders).await }
+        })
+        .await;
+    }
+
+    /// One batch: Postgres, then the committed orders' pending records cleared with one
+    /// `ZREM` per item, beside the next batch (the orders stand without it; the
+    /// reconciler clears what it could not).
+    async fn commit_batch(&self, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
+        self.metrics.commit_batch_size.observe(orders.len() as f64);
+        // Failpoint `committer::stall` (`return(<user id>)`): a batch holding that user's
+        // order waits while the point is on, and the queue fills behind it.
+        while orders
+            .iter()
+            .any(|o| crash_point("committer::stall", o.user))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let outcomes =
+            postgres::commit_orders(&self.commit_pool, &orders, self.commit_timeout).await;
+        let mut settled: Vec<(ItemId, PendingReservation)> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok())
+            .map(|o| {
+                let reservation = PendingReservation {
+                    user: o.user_id,
+                    order: o.id,
+                };
+                (o.item_id, reservation)
+            })
+            .collect();
+        settled.sort_by_key(|(item, _)| *item);
+        if !settled.is_empty() {
+            let redis = Arc::clone(&self.redis);
+            tokio::spawn(async move {
+                for group in settled.chunk_by(|a, b| a.0 == b.0) {
+                    let item = group[0].0;
+                    let reservations: Vec<_> = group.iter().map(|(_, r)| *r).collect();
+                    if let Err(e) = redis.settle(item, &reservations).await {
+                        tracing::warn!(item.id = %item, error = %format!("{e:#}"), "could not clear pending reservations");
+                    }
+                }
+            });
+        }
+        outcomes
+    }
+}

@@ -1,0 +1,62 @@
+//! The per-item gauges read off the request path: the consistency export, and the
+//! pruning that keeps every per-item series bounded.
+//!
+//! Per item on sale, the orders in Postgres and the Redis success counter are two
+//! numbers that must agree; an alert watches them. A series is dropped when its item's
+//! sale ends, so the label set grows with the items on sale, not with every item ever.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use prometheus::IntGaugeVec;
+use sqlx::PgPool;
+
+use super::catalog::Catalog;
+use super::item::ItemId;
+use super::postgres;
+use super::redis::SaleRedis;
+use crate::metrics::Metrics;
+
+pub struct ConsistencyExport {
+    pub(super) pool: PgPool,
+    pub(super) redis: Arc<SaleRedis>,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+impl ConsistencyExport {
+    /// One export of every item on sale.
+    pub async fn run(&self) -> anyhow::Result<()> {
+        let items = self.catalog.unended(Utc::now());
+        let ids: Vec<_> = items.iter().map(|i| i.id).collect();
+        retain_item_series(
+            &self.catalog,
+            &self.metrics.consistency_postgres_orders,
+            &ids,
+        );
+        retain_item_series(&self.catalog, &self.metrics.consistency_redis_success, &ids);
+        for id in ids {
+            let (orders, _) = postgres::order_counts(&self.pool, id, &[]).await?;
+            let success = self.redis.success_count(id).await?;
+            let label = id.to_string();
+            self.metrics
+                .consistency_postgres_orders
+                .with_label_values(&[&label])
+                .set(orders);
+            self.metrics
+                .consistency_redis_success
+                .with_label_values(&[&label])
+                .set(success);
+        }
+        Ok(())
+    }
+}
+
+/// Drops the series of items no longer on sale from `gauge`.
+pub(super) fn retain_item_series(catalog: &Catalog, gauge: &IntGaugeVec, on_sale: &[ItemId]) {
+    for item in catalog.ended_ids(Utc::now()) {
+        if !on_sale.contains(&item) {
+            let _ = gauge.remove_label_values(&[&item.to_string()]);
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The purchase flow, steps 1 to 6 of the [module docs](super): the only code on the
+//! request path of `POST /seckill` below the HTTP layer.
+//!
+//! The reservation, the success pipeline and the commit each run in a `debug` span with
+//! the item and the step's outcome, so a slow or failing step can be told apart without
+//! logging anything per refused request. With `debug` off the spans cost a level check.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::Utc;
+use tracing::{field, Instrument, Span};
+use uuid::Uuid;
+
+use super::failpoints::crash_point;
+use super::item::{Item, ItemId, SalePhase};
+use super::postgres::{self, CommitError, NewOrder, Order};
+use super::redis::{PendingReservation, Reservation, Undo};
+use super::{Outcome, Replayable, Sale, SaleError};
+use crate::domain::UserId;
+use crate::limiter::policy::SECKILL_POLICY;
+use crate::limiter::{Admission, Caller, Rejection};
+
+/// A successful purchase and the limiter's admission (for its headers).
+pub struct Purchase {
+    pub order: Order,
+    pub admission: Admission,
+}
+
+/// A purchase that made no order.
+#[derive(Debug)]
+pub enum PurchaseFailure {
+    /// The limiter refused: its own answer, with its own headers.
+    Limited(Rejection),
+    /// Refused after the limiter admitted the request. The answer still carries the
+    /// quota headers, so a client (and the load generator's checker) can tell "the
+    /// limiter let me through, the stock did not" from "refused before the limiter".
+    Refused {
+        error: SaleError,
+        admission: Admission,
+    },
+}
+
+impl PurchaseFailure {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Limited(Rejection::Refused(_)) => Outcome::RateLimited,
+            Self::Limited(_) => Outcome::LimiterUnavailable,
+            Self::Refused { error, .. } => error.outcome(),
+        }
+    }
+
+    /// A limiter refusal is always worth retrying; the sale's own answers say.
+    pub fn replayable(&self) -> Replayable {
+        match self {
+            Self::Limited(_) => Replayable::No,
+            Self::Refused { error, .. } => error.replayable(),
+        }
+    }
+}
+
+impl Sale {
+    /// Step 1: the answers that need no Redis call and no quota. A refusal here is
+    /// counted as the purchase's outcome.
+    pub fn precheck(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
+        let checked = self.check_open(item_id);
+        if let Err(error) = &checked {
+            self.outcomes.count(error.outcome());
+        }
+        checked
+    }
+
+    fn check_open(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
+        let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
+        match item.phase(Utc::now()) {
+            SalePhase::NotStarted => return Err(SaleError::NotStarted),
+            SalePhase::Ended => return Err(SaleError::Ended),
+            SalePhase::Open => {}
+        }
+        if item.paused {
+            return Err(SaleError::Paused);
+        }
+        if self.sold_out.is_sold_out(item.id) {
+            return Err(SaleError::SoldOut);
+        }
+        Ok(item)
+    }
+
+    /// Steps 2 to 6 for an item that passed [`Self::precheck`]: the limiter, then the
+    /// reservation and the order `order_id`.
+    pub async fn purchase(
+        &self,
+        item: &Item,
+        user: UserId,
+        order_id: Uuid,
+        caller: &Caller<'_>,
+    ) -> Result<Purchase, PurchaseFailure> {
+        let result = self.limited_purchase(item, user, order_id, caller).await;
+        self.outcomes.count(match &result {
+            Ok(_) => Outcome::Created,
+            Err(failure) => failure.outcome(),
+        });
+        result
+    }
+
+    /// An idempotent replay answered a purchase without running it.
+    pub fn record_replay(&self) {
+        self.outcomes.count(Outcome::IdempotentReplay);
+    }
+
+    async fn limited_purchase(
+        &self,
+        item: &Item,
+        user: UserId,
+        order_id: Uuid,
+        caller: &Caller<'_>,
+    ) -> Result<Purchase, PurchaseFailure> {
+        let admission = self
+            .limiter
+            .check(SECKILL_POLICY, None, caller)
+            .await
+            .map_err(PurchaseFailure::Limited)?;
+        match self.reserve_and_order(item, user, order_id).await {
+            Ok(order) => Ok(Purchase { order, admission }),
+            Err(error) => Err(PurchaseFailure::Refused { error, admission }),
+        }
+    }
+
+    /// Steps 3 to 6, once the limiter has admitted the request.
+    async fn reserve_and_order(
+        &self,
+        item: &Item,
+        user: UserId,
+        order_id: Uuid,
+    ) -> Result<Order, SaleError> {
+        let reservation = PendingReservation {
+            user,
+            order: order_id,
+        };
+        let reservation_span =
+            tracing::debug_span!("reservation", item.id = %item.id, outcome = field::Empty);
+        step(
+            reservation_span,
+            "reserved",
+            self.reserve(item, reservation),
+        )
+        .await?;
+
+        let pipeline_span =
+            tracing::debug_span!("pipeline", item.id = %item.id, outcome = field::Empty);
+        let pipeline = async {
+            let recorded = self.redis.record_success(item.id, user, order_id).await;
+            if let Err(e) = recorded {
+                self.repair(item, reservation, Undo::Release).await;
+                return Err(SaleError::OrderFailed(e));
+            }
+            Ok(())
+        };
+        step(pipeline_span, "recorded", pipeline).await?;
+        if crash_point("sale::before_commit", user) {
+            return Err(SaleError::OrderFailed(anyhow::anyhow!(
+                "injected crash before the commit"
+            )));
+        }
+        let commit_span =
+            tracing::debug_span!("commit", item.id = %item.id, outcome = field::Empty);
+        let order = step(commit_span, "committed", self.commit(item, reservation)).await?;
+        if crash_point("sale::after_commit", user) {
+            return Err(SaleError::OrderFailed(anyhow::anyhow!(
+                "injected crash after the commit"
+            )));
+        }
+        if crash_point("sale::hang_after_commit", user) {
+            // The request never finishes, like one whose process died here.
+            std::future::pending::<()>().await;
+        }
+        Ok(order)
+    }
+
+    /// Step 3: the reservation script, run again after a rebuild when Redis lost the
+    /// item's stock. Its answers become the purchase's here, and only here.
+    async fn reserve(&self, item: &Item, reservation: PendingReservation) -> Result<(), SaleError> {
+        let PendingReservation { user, order } = reservation;
+        let mut reserved = self
+            .redis
+            .reserve(item, user, order)
+            .await
+            .map_err(SaleError::OrderFailed)?;
+        if reserved == Reservation::Missing {
+            tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
+            super::restore(&self.pool, &self.redis, item)
+                .await
+                .map_err(SaleError::OrderFailed)?;
+            reserved = self
+                .redis
+                .reserve(item, user, order)
+                .await
+                .map_err(SaleError::OrderFailed)?;
+        }
+        match reserved {
+            Reservation::Reserved { remaining } => {
+                if remaining == 0 {
+                    self.sold_out.announce(item.id, true).await;
+                }
+                Ok(())
+            }
+            Reservation::NotStarted => Err(SaleError::NotStarted),
+            Reservation::Ended => Err(SaleError::Ended),
+            Reservation::AlreadyPurchased => Err(SaleError::AlreadyPurchased),
+            Reservation::SoldOut => {
+                self.sold_out.announce(item.id, true).await;
+                Err(SaleError::SoldOut)
+            }
+            Reservation::Missing => Err(SaleError::OrderFailed(anyhow::anyhow!(
+                "stock still missing after a rebuild"
+            ))),
+        }
+    }
+
+    /// Step 5 (through the committer) and, when it does not succeed, the repair of
+    /// Redis. The committer's answers become the purchase's here, and only here.
+    async fn commit(
+        &self,
+        item: &Item,
+        reservation: PendingReservation,
+    ) -> Result<Order, SaleError> {
+        let PendingReservation {
+            user,
+            order: order_id,
+        } = reservation;
+        let order = NewOrder {
+            id: order_id,
+            user,
+            item: item.id,
+        };
+        let timer = self.metrics.order_commit.start_timer();
+        let start_by = tokio::time::Instant::now() + self.commit_timeout;
+        let outcome = self.committer.commit(order, start_by).await;
+        timer.observe_duration();
+        match outcome {
+            Ok(order) => Ok(order),
+            Err(CommitError::SoldOut) => {
+                self.repair(item, reservation, Undo::SoldOut).await;
+                Err(SaleError::SoldOut)
+            }
+            Err(CommitError::AlreadyPurchased) => {
+                let existing_order = postgres::order_of(&self.pool, user, item.id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|o| o.id);
+                self.repair(item, reservation, Undo::KeepBuyer { existing_order })
+                    .await;
+                Err(SaleError::AlreadyPurchased)
+            }
+            Err(CommitError::Failed(e)) => {
+                if is_pool_timeout(&e) {
+                    self.metrics.commit_pool_timeouts.inc();
+                }
+                self.repair(item, reservation, Undo::Release).await;
+                Err(SaleError::OrderFailed(e))
+            }
+            // The order may yet land: the reservation stays pending (with its
+            // transaction id, when known) and the reconciler settles it after the
+            // deadline, by when Postgres's own timeouts have ended the transaction.
+            Err(CommitError::InDoubt { txid, cause }) => {
+                tracing::warn!(
+                    item.id = %item.id, order.id = %order_id, txid = ?txid.map(|t| t.0),
+                    error = %format!("{cause:#}"),
+                    "order commit in doubt: left pending for the reconciler"
+                );
+                if let Some(txid) = txid {
+                    if let Err(e) = self.redis.note_in_doubt(item.id, reservation, txid).await {
+                        tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");
+                    }
+                }
+                Err(SaleError::OrderPending(order_id))
+            }
+        }
+    }
+
+    /// Undoes a reservation and tells every instance when stock came back.
+    async fn repair(&self, item: &Item, reservation: PendingReservation, how: Undo) {
+        match self.redis.undo(item.id, reservation, how).await {
+            Ok(true) => self.sold_out.announce(item.id, how == Undo::SoldOut).await,
+            Ok(false) => {} // already settled elsewhere
+            Err(e) => tracing::error!(
+                item.id = %item.id, user.id = %reservation.user, error = %format!("{e:#}"),
+                "could not repair redis after a failed order; the reconciler will"
+            ),
+        }
+    }
+}
+
+/// Runs one step of a purchase in `span`, and records the step's outcome in it: `done`,
+/// or the refusal's metric label.
+async fn step<T>(
+    span: Span,
+    done: &'static str,
+    work: impl Future<Output = Result<T, SaleError>>,
+) -> Result<T, SaleError> {
+    let result = work.instrument(span.clone()).await;
+    let outcome = match &result {
+        Ok(_) => done,
+        Err(error) => error.outcome().label(),
+    };
+    span.record("outcome", outcome);
+    result
+}
+
+/// Whether a commit failed because no pooled connection came within the acquire timeout.
+fn is_pool_timeout(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<sqlx::Error>(),
+        Some(sqlx::Error::PoolTimedOut)
+    )
+}
