@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, pg_remaining, test_settings, ADMIN_TOKEN};
+use crate::helpers::{eventually, item_keys, json, pg_remaining, test_settings, ADMIN_TOKEN};
 
 /// One `seckill` process on a fixed port; killed when dropped.
 struct Instance {
@@ -211,7 +211,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
             .await,
     );
 
-    let pending_key = format!("{}:{{item:{item}}}:pending", settings.redis_key_prefix);
+    let pending_key = item_keys(&settings.redis_key_prefix, item).pending();
     let redis_client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
     let mut conn = redis_client
         .get_multiplexed_async_connection()
@@ -275,8 +275,8 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
         assert!(known, "user {user} has an order nobody answered for");
     }
 
-    let stock_key = format!("{}:{{item:{item}}}:stock", settings.redis_key_prefix);
-    let success_key = format!("{}:{{item:{item}}}:success", settings.redis_key_prefix);
+    let keys = item_keys(&settings.redis_key_prefix, item);
+    let (stock_key, success_key) = (keys.stock(), keys.success());
     let redis_stock: i64 = redis::cmd("GET")
         .arg(&stock_key)
         .query_async(&mut conn)
@@ -445,7 +445,7 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         Duration::from_secs(30),
         || {
             let mut conn = conn.clone();
-            let key = format!("{prefix}:{{item:{item}}}:pending");
+            let key = item_keys(prefix, item).pending();
             async move {
                 let pending: i64 = redis::cmd("ZCARD")
                     .arg(key)
@@ -464,8 +464,8 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         .await
         .unwrap();
     let orders: Vec<String> = orders.into_iter().map(|(id,)| id.to_string()).collect();
-    let redis_int = |suffix: &str| {
-        let key = format!("{prefix}:{{item:{item}}}:{suffix}");
+    let keys = item_keys(prefix, item);
+    let redis_int = |key: String| {
         let mut conn = conn.clone();
         async move {
             let value: Option<i64> = redis::cmd("GET")
@@ -481,12 +481,12 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         before_gate,
         "exactly the orders made before the gate"
     );
-    let sold_in_redis = stock - redis_int("stock").await;
+    let sold_in_redis = stock - redis_int(keys.stock()).await;
     assert_eq!(
         (
             orders.len() as i64,
             sold_in_redis,
-            redis_int("success").await
+            redis_int(keys.success()).await
         ),
         (
             orders.len() as i64,

@@ -114,7 +114,7 @@ async fn a_batch_with_a_user_who_already_holds_an_order_answers_that_one_already
     // Redis forgets the buyer: only Postgres's unique constraint can refuse them now.
     let mut conn = app.redis().await;
     let _: i64 = redis::cmd("SREM")
-        .arg(app.item_key(item, "buyers"))
+        .arg(app.item_keys(item).buyers())
         .arg(repeat)
         .query_async(&mut conn)
         .await
@@ -137,7 +137,7 @@ async fn a_batch_with_a_user_who_already_holds_an_order_answers_that_one_already
     );
     assert_eq!(pg_remaining(&db, item).await, 6);
     let stock: i64 = redis::cmd("GET")
-        .arg(app.item_key(item, "stock"))
+        .arg(app.item_keys(item).stock())
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -173,7 +173,7 @@ async fn a_batch_the_stock_check_refuses_is_replayed_order_by_order(db: PgPool) 
     assert_eq!(pg_remaining(&db, item).await, 0, "never below zero");
     let mut conn = app.redis().await;
     let stock: i64 = redis::cmd("GET")
-        .arg(app.item_key(item, "stock"))
+        .arg(app.item_keys(item).stock())
         .query_async(&mut conn)
         .await
         .unwrap();

@@ -196,7 +196,7 @@ async fn a_crash_between_reservation_and_commit_is_undone_by_the_reconciler(db: 
     fail::remove("sale::before_commit");
     assert_eq!(crashed.status(), 503);
     assert_eq!(
-        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        redis_int(&app, "GET", &app.item_keys(item).stock()).await,
         Some(0),
         "the unit is reserved"
     );
@@ -213,17 +213,17 @@ async fn a_crash_between_reservation_and_commit_is_undone_by_the_reconciler(db: 
         "the reconciler gives the unit back",
         Duration::from_secs(10),
         || async {
-            (redis_int(&app, "GET", &app.item_key(item, "stock")).await == Some(1)).then_some(())
+            (redis_int(&app, "GET", &app.item_keys(item).stock()).await == Some(1)).then_some(())
         },
     )
     .await;
     println!("abandoned reservation released after {took:?}");
     assert_eq!(
-        redis_int(&app, "ZCARD", &app.item_key(item, "pending")).await,
+        redis_int(&app, "ZCARD", &app.item_keys(item).pending()).await,
         Some(0)
     );
     assert_eq!(
-        redis_int(&app, "GET", &app.item_key(item, "success")).await,
+        redis_int(&app, "GET", &app.item_keys(item).success()).await,
         Some(0)
     );
     for instance in [&app, &second] {
@@ -262,11 +262,11 @@ async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
     )
     .await;
     assert_eq!(
-        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        redis_int(&app, "GET", &app.item_keys(item).stock()).await,
         Some(4)
     );
     assert_eq!(
-        redis_int(&app, "GET", &app.item_key(item, "success")).await,
+        redis_int(&app, "GET", &app.item_keys(item).success()).await,
         Some(1)
     );
     let remaining = pg_remaining(&db, item).await;
@@ -325,7 +325,7 @@ async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPo
         .unwrap();
     assert_eq!(per_user, 0, "nobody holds two orders of one item");
     assert_eq!(
-        redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+        redis_int(&app, "GET", &app.item_keys(item).stock()).await,
         Some(0)
     );
 }
@@ -464,7 +464,7 @@ async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPoo
     }
     for item in [lands, fails] {
         assert_eq!(
-            redis_int(&app, "HLEN", &app.item_key(item, "in-doubt")).await,
+            redis_int(&app, "HLEN", &app.item_keys(item).in_doubt()).await,
             Some(0),
             "the in-doubt records are gone once resolved"
         );
@@ -481,15 +481,15 @@ async fn a_commit_that_outlives_its_timeout_is_resolved_for_what_it_is(db: PgPoo
     let mut conn = app.redis().await;
     for (item, stock, buyers, success) in [(lands, 9, vec!["4201"], 1), (fails, 10, vec![], 0)] {
         let members: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(app.item_key(item, "buyers"))
+            .arg(app.item_keys(item).buyers())
             .query_async(&mut conn)
             .await
             .unwrap();
         assert_eq!(
             (
-                redis_int(&app, "GET", &app.item_key(item, "stock")).await,
+                redis_int(&app, "GET", &app.item_keys(item).stock()).await,
                 members,
-                redis_int(&app, "GET", &app.item_key(item, "success"))
+                redis_int(&app, "GET", &app.item_keys(item).success())
                     .await
                     .unwrap_or(0),
             ),
@@ -517,19 +517,19 @@ async fn the_reconciler_repairs_buyers_and_the_success_counter_as_well_as_stock(
     let mut conn = app.redis().await;
     let _: () = redis::pipe()
         .cmd("SREM")
-        .arg(app.item_key(item, "buyers"))
+        .arg(app.item_keys(item).buyers())
         .arg(4301)
         .ignore()
         .cmd("SADD")
-        .arg(app.item_key(item, "buyers"))
+        .arg(app.item_keys(item).buyers())
         .arg(999)
         .ignore()
         .cmd("SET")
-        .arg(app.item_key(item, "success"))
+        .arg(app.item_keys(item).success())
         .arg(7)
         .ignore()
         .cmd("SET")
-        .arg(app.item_key(item, "stock"))
+        .arg(app.item_keys(item).stock())
         .arg(3)
         .ignore()
         .query_async(&mut conn)
@@ -544,15 +544,15 @@ async fn the_reconciler_repairs_buyers_and_the_success_counter_as_well_as_stock(
             let app = &app;
             async move {
                 let mut buyers: Vec<i64> = redis::cmd("SMEMBERS")
-                    .arg(app.item_key(item, "buyers"))
+                    .arg(app.item_keys(item).buyers())
                     .query_async(&mut conn)
                     .await
                     .unwrap();
                 buyers.sort();
                 let state = (
-                    redis_int(app, "GET", &app.item_key(item, "stock")).await,
+                    redis_int(app, "GET", &app.item_keys(item).stock()).await,
                     buyers,
-                    redis_int(app, "GET", &app.item_key(item, "success")).await,
+                    redis_int(app, "GET", &app.item_keys(item).success()).await,
                 );
                 (state == (Some(8), vec![4301, 4302], Some(2))).then_some(())
             }
@@ -585,8 +585,8 @@ async fn a_commit_whose_answer_is_lost_but_which_committed_is_a_success(db: PgPo
         .await;
     assert_eq!(
         (
-            redis_int(&app, "GET", &app.item_key(item, "stock")).await,
-            redis_int(&app, "GET", &app.item_key(item, "success")).await,
+            redis_int(&app, "GET", &app.item_keys(item).stock()).await,
+            redis_int(&app, "GET", &app.item_keys(item).success()).await,
             pg_remaining(&db, item).await,
         ),
         (Some(4), Some(1), 4)

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use actix_web::dev::ServerHandle;
 use seckill::configuration::Settings;
+use seckill::sale::item::ItemId;
+use seckill::sale::redis::ItemKeys;
 use seckill::startup::Application;
 use secrecy::SecretString;
 use sqlx::PgPool;
@@ -171,7 +173,7 @@ impl TestApp {
         let conn = self.redis().await;
         eventually(what, deadline, || {
             let mut conn = conn.clone();
-            let key = self.item_key(item, "pending");
+            let key = self.item_keys(item).pending();
             async move {
                 let pending: i64 = redis::cmd("ZCARD")
                     .arg(key)
@@ -194,12 +196,9 @@ impl TestApp {
             .expect("redis connection")
     }
 
-    /// A key of one item's sale state, e.g. `item_key(7, "stock")`.
-    pub fn item_key(&self, item_id: i64, suffix: &str) -> String {
-        format!(
-            "{}:{{item:{item_id}}}:{suffix}",
-            self.settings.redis_key_prefix
-        )
+    /// The keys of one item's sale state, spelled by the app's own key builder.
+    pub fn item_keys(&self, item_id: i64) -> ItemKeys {
+        item_keys(&self.settings.redis_key_prefix, item_id)
     }
 
     /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.
@@ -401,4 +400,9 @@ impl Drop for OwnRedis {
 pub async fn failpoint_lock() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
+}
+
+/// The keys of one item's sale state under `prefix`, spelled by the app's own key builder.
+pub fn item_keys(prefix: &str, item_id: i64) -> ItemKeys {
+    ItemKeys::new(prefix, ItemId::try_from(item_id).expect("a valid item id"))
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use chrono::Duration;
+use seckill::domain::UserId;
 use sqlx::PgPool;
 
 use crate::helpers::{
@@ -41,22 +42,27 @@ async fn sale_state(
 ) {
     let mut conn = app.redis().await;
     let mut buyers: Vec<String> = redis::cmd("SMEMBERS")
-        .arg(app.item_key(item, "buyers"))
+        .arg(app.item_keys(item).buyers())
         .query_async(&mut conn)
         .await
         .unwrap();
     buyers.sort();
     let orders: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(app.item_key(item, "orders"))
+        .arg(app.item_keys(item).orders())
         .query_async(&mut conn)
         .await
         .unwrap();
     (
-        redis_get(app, &app.item_key(item, "stock")).await,
+        redis_get(app, &app.item_keys(item).stock()).await,
         buyers,
-        redis_get(app, &app.item_key(item, "success")).await,
+        redis_get(app, &app.item_keys(item).success()).await,
         orders,
-        redis_get(app, &app.item_key(item, &format!("bought:{user}"))).await,
+        redis_get(
+            app,
+            &app.item_keys(item)
+                .marker(UserId::try_from(user).expect("a valid user id")),
+        )
+        .await,
     )
 }
 
@@ -102,7 +108,7 @@ async fn admins_create_items_and_shoppers_see_them_with_live_stock(db: PgPool) {
     // Live stock comes from Redis.
     let mut conn = app.redis().await;
     let _: () = redis::cmd("SET")
-        .arg(app.item_key(ids[0], "stock"))
+        .arg(app.item_keys(ids[0]).stock())
         .arg(4)
         .query_async(&mut conn)
         .await
@@ -330,13 +336,13 @@ async fn five_hundred_concurrent_buyers_of_one_hundred_units_get_exactly_one_hun
     let remaining = pg_remaining(&db, item).await;
     assert_eq!((orders, distinct_users, remaining), (100, 100, 0));
     assert_eq!(
-        redis_get(&app, &app.item_key(item, "stock"))
+        redis_get(&app, &app.item_keys(item).stock())
             .await
             .as_deref(),
         Some("0")
     );
     assert_eq!(
-        redis_get(&app, &app.item_key(item, "success"))
+        redis_get(&app, &app.item_keys(item).success())
             .await
             .as_deref(),
         Some("100")
@@ -391,7 +397,7 @@ async fn a_unique_violation_answers_already_purchased_and_leaves_stock_unchanged
     // Redis forgets the buyer; Postgres does not.
     let mut conn = app.redis().await;
     let _: i64 = redis::cmd("SREM")
-        .arg(app.item_key(item, "buyers"))
+        .arg(app.item_keys(item).buyers())
         .arg(3)
         .query_async(&mut conn)
         .await
