@@ -1,0 +1,163 @@
+//! What the reconciler reads and writes in Redis: overdue reservations, in-doubt
+//! commits, a consistent snapshot of an item's counters, and the compare-and-set repair.
+//! The purchase path uses none of it.
+
+use super::{PendingReservation, SaleRedis};
+use crate::metrics::RedisPurpose;
+use crate::sale::item::ItemId;
+use crate::sale::postgres::TxId;
+
+/// An item's Redis state as the reconciler reads it: the counter, the reservations
+/// behind it, who bought, the success counter, and the counter's version, which every
+/// reservation, undo and repair bumps. The drift repair compares versions, not values: a
+/// value can come back (one unit taken, another given back) while the reservations
+/// behind it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StockSnapshot {
+    pub stock: Option<i64>,
+    pub pending: Vec<PendingReservation>,
+    /// How many buyers the set holds (`SCARD`: reading the members would block Redis
+    /// for as long as the set is big, every round).
+    pub buyers: i64,
+    pub success: i64,
+    pub version: i64,
+}
+
+/// How long an in-doubt record is kept at most: the reconciler removes it once it has
+/// resolved the reservation, well before this.
+const IN_DOUBT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+impl SaleRedis {
+    /// Reservations of `item` pending past their deadline (on the Redis clock).
+    pub async fn overdue(&self, item: ItemId) -> anyhow::Result<Vec<PendingReservation>> {
+        let (secs, micros): (u64, u64) = self
+            .call(RedisPurpose::Other, "time", &redis::cmd("TIME"))
+            .await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let members: Vec<String> = self
+            .call(
+                RedisPurpose::Other,
+                "overdue reservations",
+                &*redis::cmd("ZRANGEBYSCORE")
+                    .arg(self.keys(item).pending())
+                    .arg("-inf")
+                    .arg(now_ms),
+            )
+            .await?;
+        Ok(members
+            .iter()
+            .filter_map(|m| PendingReservation::parse(m))
+            .collect())
+    }
+
+    /// Records that `reservation`'s COMMIT went unanswered in transaction `txid`.
+    pub async fn note_in_doubt(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+        txid: TxId,
+    ) -> anyhow::Result<()> {
+        let key = self.keys(item).in_doubt();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .hset(&key, reservation.order.to_string(), txid.0)
+            .ignore()
+            .pexpire(&key, IN_DOUBT_TTL_MS as i64)
+            .ignore();
+        self.call(RedisPurpose::Other, "note an in-doubt commit", &pipe)
+            .await
+    }
+
+    /// The transaction ids recorded for `reservations` (see [`Self::note_in_doubt`]).
+    pub async fn in_doubt(
+        &self,
+        item: ItemId,
+        reservations: &[PendingReservation],
+    ) -> anyhow::Result<Vec<Option<TxId>>> {
+        if reservations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let orders: Vec<String> = reservations.iter().map(|r| r.order.to_string()).collect();
+        let txids: Vec<Option<i64>> = self
+            .call(
+                RedisPurpose::Other,
+                "read in-doubt commits",
+                &*redis::cmd("HMGET")
+                    .arg(self.keys(item).in_doubt())
+                    .arg(&orders),
+            )
+            .await?;
+        Ok(txids.into_iter().map(|t| t.map(TxId)).collect())
+    }
+
+    /// Drops the in-doubt record of a reservation that has been resolved.
+    pub async fn forget_in_doubt(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+    ) -> anyhow::Result<()> {
+        let hdel = redis::cmd("HDEL")
+            .arg(self.keys(item).in_doubt())
+            .arg(reservation.order.to_string())
+            .to_owned();
+        self.call::<i64>(RedisPurpose::Other, "forget an in-doubt commit", &hdel)
+            .await
+            .map(drop)
+    }
+
+    /// Stock counter, pending reservations, the number of buyers, success counter and
+    /// the stock's version, read atomically.
+    pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
+        let keys = self.keys(item);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .get(keys.stock())
+            .zrange(keys.pending(), 0, -1)
+            .scard(keys.buyers())
+            .get(keys.success())
+            .get(keys.version());
+        type Replies = (Option<i64>, Vec<String>, i64, Option<i64>, Option<i64>);
+        let (stock, members, buyers, success, version): Replies = self
+            .call(RedisPurpose::Other, "stock snapshot", &pipe)
+            .await?;
+        Ok(StockSnapshot {
+            stock,
+            pending: members
+                .iter()
+                .filter_map(|m| PendingReservation::parse(m))
+                .collect(),
+            buyers,
+            success: success.unwrap_or(0),
+            version: version.unwrap_or(0),
+        })
+    }
+
+    /// Writes the reconciler's repair (see `lua/repair_item.lua`) only if nothing moved
+    /// the stock since `snapshot`: the stock, and when `sold` is given (no reservation
+    /// was pending) the buyers and the success counter too.
+    pub async fn repair_if_unmoved(
+        &self,
+        item: ItemId,
+        snapshot: &StockSnapshot,
+        stock: i64,
+        sold: Option<(&[i64], i64)>,
+    ) -> anyhow::Result<bool> {
+        let keys = self.keys(item);
+        let mut invocation = self.repair.prepare_invoke();
+        invocation
+            .key(keys.stock())
+            .key(keys.version())
+            .key(keys.buyers())
+            .key(keys.success())
+            .arg(snapshot.version)
+            .arg(stock);
+        match sold {
+            Some((buyers, orders)) => invocation.arg(orders).arg(buyers),
+            None => invocation.arg(""),
+        };
+        let written: i64 = self
+            .call(RedisPurpose::Other, "repair item", &invocation)
+            .await?;
+        Ok(written == 1)
+    }
+}
