@@ -1,9 +1,11 @@
 //! The one error type of the HTTP boundary and its mapping to responses.
 //!
-//! Every failure a client can see is an [`ApiError`] variant; this file alone decides its
-//! status code and its stable `code`. Bodies are always JSON
-//! `{"code": "...", "message": "..."}` (plus `field` for validation errors). Internal causes
-//! are logged here, once, and never sent to the client.
+//! Every failure a client can see is an [`ApiError`] variant, and this file decides its
+//! status code and its stable `code`, except for a sale's refusals: `ApiError::Sale`
+//! carries the [`SaleError`], whose code, status and message the sale decides (in one
+//! place beside its metric label). Bodies are always JSON `{"code": "...", "message":
+//! "..."}` (plus `field` for validation errors). Internal causes are logged here, once,
+//! and never sent to the client.
 
 use std::borrow::Cow;
 

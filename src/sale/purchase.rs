@@ -95,7 +95,18 @@ impl Sale {
         order_id: Uuid,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
-        let result = self.limited_purchase(item, user, order_id, caller).await;
+        let result = async {
+            let admission = self
+                .limiter
+                .check(SECKILL_POLICY, None, caller)
+                .await
+                .map_err(PurchaseFailure::Limited)?;
+            match self.reserve_and_order(item, user, order_id).await {
+                Ok(order) => Ok(Purchase { order, admission }),
+                Err(error) => Err(PurchaseFailure::Refused { error, admission }),
+            }
+        }
+        .await;
         self.outcomes.count(match &result {
             Ok(_) => Outcome::Created,
             Err(failure) => failure.outcome(),
@@ -106,24 +117,6 @@ impl Sale {
     /// An idempotent replay answered a purchase without running it.
     pub fn record_replay(&self) {
         self.outcomes.count(Outcome::IdempotentReplay);
-    }
-
-    async fn limited_purchase(
-        &self,
-        item: &Item,
-        user: UserId,
-        order_id: Uuid,
-        caller: &Caller<'_>,
-    ) -> Result<Purchase, PurchaseFailure> {
-        let admission = self
-            .limiter
-            .check(SECKILL_POLICY, None, caller)
-            .await
-            .map_err(PurchaseFailure::Limited)?;
-        match self.reserve_and_order(item, user, order_id).await {
-            Ok(order) => Ok(Purchase { order, admission }),
-            Err(error) => Err(PurchaseFailure::Refused { error, admission }),
-        }
     }
 
     /// Steps 3 to 6, once the limiter has admitted the request.
