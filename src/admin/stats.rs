@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::background::Ticks;
-use crate::limiter::policy::SECKILL_POLICY;
+use crate::configuration::policies::SECKILL_POLICY;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;

@@ -1,4 +1,5 @@
-//! The rate-limiter engine.
+//! The rate-limiter engine: it enforces whatever policies it is given and knows no
+//! application's (the sale's live in `configuration::policies`).
 //!
 //! One call to [`Limiter::check`] decides every rule of a policy in **one** Redis round
 //! trip, atomically and all-or-nothing: either every rule admits and every rule records
