@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use tracing::Instrument;
 
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
@@ -131,7 +132,50 @@ impl Limiter {
     /// overrides it: from the denial cache when a rule already refused one of the
     /// caller's keys, otherwise in one Redis round trip (bounded by the limiter's
     /// timeout); on a Redis failure the policy's fail mode decides.
+    ///
+    /// Traced by a `debug` span `limiter.check` with `policy`, `outcome` (`admitted`,
+    /// `refused`, `refused_locally`, `unavailable`, `needs_user`, `misconfigured`) and,
+    /// for a refusal, `dimension`. At `info` (the default) the span is never built: a
+    /// stampede's refusals cost no more than before, and nothing per refused request
+    /// is logged.
     pub async fn check(
+        &self,
+        policy_name: &str,
+        algorithm: Option<Algorithm>,
+        caller: &Caller<'_>,
+    ) -> Result<Admission, Rejection> {
+        let span = tracing::debug_span!(
+            "limiter.check",
+            policy = policy_name,
+            outcome = tracing::field::Empty,
+            dimension = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.decide(policy_name, algorithm, caller).await;
+        }
+        let decided = self
+            .decide(policy_name, algorithm, caller)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &decided {
+            Ok(_) => "admitted",
+            Err(Rejection::Refused(refusal)) => {
+                span.record("dimension", refusal.dimension());
+                if refusal.local {
+                    "refused_locally"
+                } else {
+                    "refused"
+                }
+            }
+            Err(Rejection::Unavailable) => "unavailable",
+            Err(Rejection::NeedsUser) => "needs_user",
+            Err(Rejection::Misconfigured(_)) => "misconfigured",
+        };
+        span.record("outcome", outcome);
+        decided
+    }
+
+    async fn decide(
         &self,
         policy_name: &str,
         algorithm: Option<Algorithm>,
