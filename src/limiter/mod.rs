@@ -172,6 +172,9 @@ impl Limiter {
             Err(Rejection::Misconfigured(_)) => "misconfigured",
         };
         span.record("outcome", outcome);
+        // The log format prints a span's fields with the events inside it only, and the
+        // outcome is known last: one event carries it to the log.
+        span.in_scope(|| tracing::debug!("limiter decided"));
         decided
     }
 
