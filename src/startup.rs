@@ -72,7 +72,7 @@ impl Application {
         // The settings seed the rules table; from then on Postgres is the truth.
         let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
         rules
-            .seed(&settings.limiter.seed_policies())
+            .seed(&settings.seed_policies())
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;

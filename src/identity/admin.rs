@@ -18,8 +18,10 @@ use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
 use super::lockout::{Attempt, LockoutLimits, Reservation, SignInLockout};
+use crate::configuration::policies::{
+    ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS,
+};
 use crate::domain::ClientIp;
-use crate::limiter::policy::{ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS};
 use crate::limiter::{BurstLog, FailMode, Limiter};
 use crate::metrics::Metrics;
 

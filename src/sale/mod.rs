@@ -37,8 +37,8 @@ use chrono::Utc;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
-use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Limiter, Rejection};
 use crate::metrics::{Metrics, RedisPurpose};
 use catalog::Catalog;
