@@ -119,7 +119,11 @@ fn dependencies_point_down_the_layers() {
                         .or_default()
                         .push(format!(
                             "{}:{}",
-                            source.path.strip_prefix(&src).unwrap_or(&source.path).display(),
+                            source
+                                .path
+                                .strip_prefix(&src)
+                                .unwrap_or(&source.path)
+                                .display(),
                             number + 1
                         ));
                 }
@@ -141,7 +145,10 @@ fn only_the_http_layer_knows_actix() {
         .filter(|s| s.text.lines().any(|line| code(line).contains("actix")))
         .map(|s| s.path.display().to_string())
         .collect();
-    assert!(offenders.is_empty(), "actix outside the HTTP layer: {offenders:#?}");
+    assert!(
+        offenders.is_empty(),
+        "actix outside the HTTP layer: {offenders:#?}"
+    );
 }
 
 #[test]

@@ -28,7 +28,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 pub use crate::limiter::LimiterSettings;
-pub use safety::UnsafeSetting;
+pub use safety::{named_secrets, UnsafeSetting};
 
 /// The JWT secret used when none is configured. Fine on a laptop; refused in production.
 pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";

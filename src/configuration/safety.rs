@@ -2,7 +2,7 @@
 //! in production (public secrets, the dev login), or anywhere (timeouts under which the
 //! reconciler could undo a live purchase).
 
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 
 use super::{Environment, Settings, LOCAL_ADMIN_TOKEN, LOCAL_JWT_SECRET};
 
@@ -62,8 +62,11 @@ impl Settings {
                 "is the local default `dev-admin-token`, which is public",
             ));
         }
-        let tokens = crate::identity::AdminTokens::parse(&self.admin_token);
-        if tokens.secrets().any(|secret| secret.chars().count() < 32) {
+        let tokens = named_secrets(&self.admin_token);
+        if tokens
+            .iter()
+            .any(|(_, secret)| secret.expose_secret().chars().count() < 32)
+        {
             return Err(UnsafeSetting::new(
                 "SECKILL_ADMIN_TOKEN",
                 "every admin secret (the part after `name:`) must be at least 32 characters long",
@@ -100,4 +103,22 @@ impl Settings {
         );
         Ok(())
     }
+}
+
+/// A list of secrets as `SECKILL_ADMIN_TOKEN` spells it: comma-separated, each either
+/// `name:secret` (so that changes can be attributed) or a bare secret (named `admin`).
+/// Blank entries are ignored, so an empty setting is no token at all.
+pub fn named_secrets(configured: &SecretString) -> Vec<(String, SecretString)> {
+    configured
+        .expose_secret()
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| match entry.split_once(':') {
+            Some((name, secret)) if !name.is_empty() && !secret.is_empty() => {
+                (name.to_string(), SecretString::from(secret))
+            }
+            _ => ("admin".to_string(), SecretString::from(entry)),
+        })
+        .collect()
 }
