@@ -164,7 +164,7 @@ impl Application {
             static_dir: settings.static_dir.clone().into(),
         };
 
-        // The request span exists only at `debug` (see `web::request_span`); below that
+        // The request span exists only at `debug` (see `http::request_span`); below that
         // the middleware is left out altogether, request id and all.
         let request_spans = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
         let mut server = HttpServer::new(move || {

@@ -65,7 +65,7 @@ pub enum KeySource {
     Literal(String),
     /// The authenticated user id.
     User,
-    /// The client IP (see `web::client_ip` for whom we believe).
+    /// The client IP (see `http::client_ip` for whom we believe).
     Ip,
     /// `X-Client-Id`, falling back to the client IP.
     ClientId,
