@@ -49,7 +49,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { echo "bench-limiter-script: $*" >&2; }
 die() { log "error: $*"; exit 1; }
-# stop_process
+# stop_process, wait_for
 . scripts/lib.sh
 
 N=${1:-${N:-100000}}
@@ -102,12 +102,8 @@ start_redis() {
     --logfile "$TMP/$port/redis.log" --daemonize no --save "" \
     --auto-aof-rewrite-percentage 0 "$@" &
   PIDS+=($!)
-  local end=$((SECONDS + 10))
-  until rcli "$port" PING >/dev/null 2>&1; do
-    kill -0 "${PIDS[-1]}" 2>/dev/null || die "redis-server on $port exited: $(tail -n 5 "$TMP/$port/redis.log")"
-    [ $SECONDS -lt $end ] || die "redis-server on $port did not answer within 10 s"
-    sleep 0.1
-  done
+  wait_for "redis-server on $port" 10 "${PIDS[-1]}" rcli "$port" PING ||
+    die "redis-server on $port did not start: $(tail -n 5 "$TMP/$port/redis.log")"
 }
 start_redis "$PORT_OFF" --appendonly no
 start_redis "$PORT_ON" --appendonly yes --appendfsync everysec

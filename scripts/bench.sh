@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the performance table of the README, from one run on this machine.
+# `make bench`: the performance tables of docs/performance.md, from one run on this machine.
 #
 # Builds release, starts the private services, then for each scenario starts fresh app
 # instances (own Redis key prefix, own item, own database) on loopback, drives them with
@@ -48,7 +48,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { echo "bench: $*" >&2; }
 die() { log "error: $*"; exit 1; }
-# stop_process
+# start_app, wait_for, stop_process, port_in_use, make_database, drop_database, pg_bin,
+# pg_user, as_pg
 . scripts/lib.sh
 
 SECONDS_EACH=${BENCH_SECONDS:-8}
@@ -97,7 +98,6 @@ BENCH_DBS=()
 # The Postgres server the next start_instances creates its database on (the durable
 # scenario points it at its own cluster, whose databases go with it).
 DB_BASE=$DB_BASE_URL
-DB_COUNT=0
 log "building release binaries"
 cargo build --release --locked --workspace --bins >&2
 # BENCH_APP: another build of the app (e.g. `--no-default-features`, glibc malloc).
@@ -165,22 +165,10 @@ write_config "$OUT/orders_max_open.toml" real 1000000000
 
 # A port something else listens on would answer our readiness checks: refuse to start.
 ensure_port_free() {
-  if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-    die "port $1 is already in use (set BENCH_PORT_BASE to move the bench's ports)"
-  fi
+  ! port_in_use "$1" || die "port $1 is already in use (set BENCH_PORT_BASE to move the bench's ports)"
 }
-
-# wait_serving PID URL LOG WHAT: until URL answers, while PID lives, for at most 30 s.
-wait_serving() {
-  local pid=$1 url=$2 file=$3 what=$4 end=$((SECONDS + 30))
-  until curl -sf "$url" >/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $end ]; then
-      cat "$file" >&2
-      die "$what did not start"
-    fi
-    sleep 0.1
-  done
-}
+# Seconds for start_app's readiness poll (the app and the ceiling).
+READY_DEADLINE=30
 
 PIDS=()
 PREFIX=""
@@ -188,25 +176,19 @@ INSTANCE_DB_URL=""
 # start_instances COUNT [CONFIG_FILE [ENV=VALUE...]]: fresh instances sharing one fresh
 # key prefix and one fresh database, at the default log level and format.
 start_instances() {
-  local count=$1 config=${2:-/nonexistent.toml} i db
+  local count=$1 config=${2:-/nonexistent.toml} i
   shift $(($# < 2 ? $# : 2))
   PREFIX="bench-$(date +%s%N)"
-  db="seckill_bench_$$_$DB_COUNT"
-  DB_COUNT=$((DB_COUNT + 1))
-  psql "$DB_BASE/postgres" -qc "CREATE DATABASE $db"
-  [ "$DB_BASE" != "$DB_BASE_URL" ] || BENCH_DBS+=("$db")
-  INSTANCE_DB_URL="$DB_BASE/$db"
+  make_database seckill_bench "$DB_BASE/postgres" || die "could not create the scenario's database"
+  [ "$DB_BASE" != "$DB_BASE_URL" ] || BENCH_DBS+=("$DB_NAME")
+  INSTANCE_DB_URL=$DB_URL
   PIDS=()
   for ((i = 0; i < count; i++)); do
     ensure_port_free "${PORTS[$i]}"
-    env DATABASE_URL="$DB_BASE/$db" \
-      SECKILL_CONFIG="$config" SECKILL_PORT="${PORTS[$i]}" SECKILL_REDIS_KEY_PREFIX="$PREFIX" \
-      SECKILL_ADMIN_TOKEN=$ADMIN SECKILL_WORKERS=2 "$@" \
-      "$APP" >"$OUT/app-$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for ((i = 0; i < count; i++)); do
-    wait_serving "${PIDS[$i]}" "http://127.0.0.1:${PORTS[$i]}/health/ready" "$OUT/app-$i.log" "instance $i"
+    start_app "$APP" "${PORTS[$i]}" "$OUT/app-$i.log" DATABASE_URL="$INSTANCE_DB_URL" \
+      SECKILL_CONFIG="$config" SECKILL_REDIS_KEY_PREFIX="$PREFIX" \
+      SECKILL_ADMIN_TOKEN=$ADMIN SECKILL_WORKERS=2 "$@"
+    PIDS+=("$APP_PID")
   done
 }
 
@@ -232,10 +214,9 @@ CEILING_PID=""
 # keys), two workers like the app.
 start_ceiling() {
   ensure_port_free "$CEILING_PORT"
-  env SECKILL_PORT=$CEILING_PORT SECKILL_REDIS_KEY_PREFIX="ceiling-$(date +%s%N)" \
-    SECKILL_WORKERS=2 "$@" "$CEILING" >"$OUT/ceiling.log" 2>&1 &
-  CEILING_PID=$!
-  wait_serving "$CEILING_PID" "http://127.0.0.1:$CEILING_PORT/health/live" "$OUT/ceiling.log" "the ceiling server"
+  READY_PATH=/health/live start_app "$CEILING" "$CEILING_PORT" "$OUT/ceiling.log" \
+    SECKILL_REDIS_KEY_PREFIX="ceiling-$(date +%s%N)" SECKILL_WORKERS=2 "$@"
+  CEILING_PID=$APP_PID
 }
 stop_ceiling() {
   [ -n "$CEILING_PID" ] || return 0
@@ -244,11 +225,8 @@ stop_ceiling() {
 }
 
 # The durable Postgres cluster: its own data folder, port and settings, run the way
-# scripts/services.sh runs the private one (as the `postgres` user when we are root).
-# shellcheck disable=SC2012 # version folders are plain numbers
-pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
-pg_user() { if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi; }
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# scripts/services.sh runs the private one (as the `postgres` user when we are root:
+# pg_bin, pg_user and as_pg come from scripts/lib.sh).
 DURABLE_DIR=""
 start_durable_pg() {
   local bin dir
@@ -305,7 +283,7 @@ cleanup() {
   stop_durable_pg
   local db
   for db in "${BENCH_DBS[@]}"; do
-    psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+    drop_database "$db" "$ADMIN_DB_URL" || true
   done
 }
 trap cleanup EXIT

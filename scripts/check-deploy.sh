@@ -38,32 +38,26 @@ POLICY_RC=/usr/sbin/policy-rc.d
 PY=/usr/bin/python3
 
 log() { echo "check-deploy: $*" >&2; }
+die() { log "error: $*"; exit 2; }
 
 cleanup() {
   set +e  # best effort: one failing step must not skip the rest
   local pid
   # Only the processes this script started, by id.
   while read -r pid; do
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  done <"$PIDFILE"
-  while read -r pid; do
-    [ -n "$pid" ] || continue
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+    [ -z "$pid" ] || stop_process "$pid"
   done <"$PIDFILE"
   restore_policy_rc
   drop_redis_keys
-  drop_database
+  drop_database "$(state_get DB_NAME)" "$(state_get DB_ADMIN_URL)"
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null; then sudo "$@"
-  else log "need root (or sudo) to run: $*"; return 1; fi
-}
+# as_root, wait_for, stop_process, free_port, make_database, drop_database, app_binary,
+# start_app. In a check's subshell, `die` ends that check only, as failed.
+. "$ROOT/scripts/lib.sh"
 
 # --- service start-up guard for apt ---------------------------------------------------
 # Debian's packages start their daemons on install (nginx on :80, prometheus on :9090).
@@ -91,21 +85,8 @@ restore_policy_rc() {
 }
 
 # --- helpers ---------------------------------------------------------------------------
-free_port() {
-  $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 state_set() { echo "$1=$2" >>"$STATE"; }
 state_get() { sed -n "s/^$1=//p" "$STATE" | tail -n 1; }
-
-# Polls a command until it succeeds or `deadline` seconds pass.
-wait_for() {
-  local what=$1 deadline=$2; shift 2
-  local end=$((SECONDS + deadline))
-  until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $end ]; then echo "$what: not within ${deadline}s"; return 1; fi
-    sleep 0.5
-  done
-}
 
 # --- the checks ------------------------------------------------------------------------
 # Each runs in a subshell with `set -e` (so any failing command fails the check), its
@@ -216,47 +197,35 @@ EOF
 }
 
 check_app_ready() {
-  local bin=${SECKILL_BIN:-target/debug/seckill}
-  if [ ! -x "$bin" ]; then
-    if [ -n "${SECKILL_BIN:-}" ]; then echo "SECKILL_BIN=$bin is not an executable"; return 1; fi
-    echo "building $bin"
-    cargo build --bin seckill
-  fi
+  local bin prefix db_url
+  bin=$(app_binary debug)
   eval "$(scripts/services.sh up)"
-  local port prefix db db_url
-  port=$(free_port)
   prefix="check-deploy-$$-$RANDOM"
-  state_set APP_PORT "$port"
   state_set REDIS_PREFIX "$prefix"
   state_set REDIS_URL "$REDIS_URL"
   # A database of its own, dropped on exit: the instance runs its migrations and loads
   # items at start-up, and a binary older or newer than the tests' database must not
   # meet migrations it does not know. Without the right to create one, share the given.
-  db="check_deploy_$$_$RANDOM"
-  db_url=$(DB="$db" $PY -c 'import os, urllib.parse as u; p = u.urlsplit(os.environ["DATABASE_URL"]); print(u.urlunsplit(p._replace(path="/" + os.environ["DB"])))')
-  if psql "$DATABASE_URL" -qc "CREATE DATABASE $db" >/dev/null 2>&1; then
-    state_set DB_NAME "$db"
-    state_set DB_ADMIN_URL "$DATABASE_URL"
+  if make_database seckill_check_deploy; then
+    state_set DB_NAME "$DB_NAME"
+    state_set DB_ADMIN_URL "$DB_ADMIN_URL"
+    db_url=$DB_URL
   else
     echo "could not create a database; using DATABASE_URL as given"
     db_url=$DATABASE_URL
   fi
-  # A local-environment instance on loopback; its own Redis key prefix keeps it away
-  # from any other instance or test sharing the same Redis.
-  env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$port" \
-    SECKILL_REDIS_KEY_PREFIX="$prefix" SECKILL_LOG_LEVEL=warn \
-    REDIS_URL="$REDIS_URL" DATABASE_URL="$db_url" \
-    "$bin" >"$TMP/app.log" 2>&1 &
-  echo $! >>"$PIDFILE"
-  wait_for "app /health/ready on 127.0.0.1:$port" "$READY_DEADLINE" \
-    curl -fsS --max-time 2 "http://127.0.0.1:$port/health/ready" \
-    || { tail -n 30 "$TMP/app.log"; return 1; }
+  # Its own Redis key prefix keeps it away from any other instance or test sharing the
+  # same Redis.
+  start_app "$bin" 0 "$TMP/app.log" SECKILL_REDIS_KEY_PREFIX="$prefix" SECKILL_LOG_LEVEL=warn \
+    REDIS_URL="$REDIS_URL" DATABASE_URL="$db_url"
+  echo "$APP_PID" >>"$PIDFILE"
+  state_set APP_PORT "$APP_PORT"
   # Read the whole answer first: `curl | grep -q` fails under pipefail when grep stops
   # reading early.
   local metrics
-  metrics=$(curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics")
+  metrics=$(curl -fsS --max-time 2 "$APP_URL/metrics")
   grep -q '^seckill_' <<<"$metrics" || { echo "/metrics has no seckill_ series"; return 1; }
-  echo "seckill ($bin) ready on 127.0.0.1:$port, database ${db_url##*/}"
+  echo "seckill ($bin) ready on $APP_URL, database ${db_url##*/}"
 }
 
 check_prometheus_scrape() {
@@ -286,14 +255,15 @@ EOF
   promtool check config "$dir/prometheus.yml" >/dev/null
   prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
     --web.listen-address="127.0.0.1:$prom_port" >"$dir/prometheus.log" 2>&1 &
-  echo $! >>"$PIDFILE"
+  local prom_pid=$!
+  echo "$prom_pid" >>"$PIDFILE"
   state_set PROM_PORT "$prom_port"
   local q="http://127.0.0.1:$prom_port/api/v1/query"
   up() {
     curl -fsS --max-time 2 -G "$q" --data-urlencode 'query=up{job="seckill"}' \
       | jq -e '.status == "success" and (.data.result | length == 1) and .data.result[0].value[1] == "1"'
   }
-  wait_for "Prometheus target 127.0.0.1:$app_port up == 1" "$SCRAPE_DEADLINE" up \
+  wait_for "Prometheus target 127.0.0.1:$app_port up == 1" "$SCRAPE_DEADLINE" "$prom_pid" up \
     || { tail -n 20 "$dir/prometheus.log"; curl -fsS --max-time 2 "http://127.0.0.1:$prom_port/api/v1/targets" || true; return 1; }
   # The alert rules were loaded from the relative path.
   local groups
@@ -516,14 +486,6 @@ drop_redis_keys() {
   [ -n "$prefix" ] && [ -n "$url" ] && command -v redis-cli >/dev/null || return 0
   timeout 10 redis-cli -u "$url" --scan --pattern "$prefix*" 2>/dev/null \
     | timeout 10 xargs -r -n 100 redis-cli -u "$url" DEL >/dev/null 2>&1 || true
-}
-
-drop_database() {
-  local db url
-  db=$(state_get DB_NAME 2>/dev/null || true)
-  url=$(state_get DB_ADMIN_URL 2>/dev/null || true)
-  [ -n "$db" ] && [ -n "$url" ] || return 0
-  timeout 20 psql "$url" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 }
 
 # --- runner ------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ OUT=$(cd "$OUT" && pwd)
 # Screenshots of an earlier run would pass for this one's.
 rm -f "$OUT"/*.png "$OUT"/app.log
 
-# as_root, apt_install
+# as_root, apt_install, make_database, drop_database, app_binary, start_app, stop_process
 . "$ROOT/scripts/lib.sh"
 
 # --- tools ------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ ensure_tools() {
 
 APP_PID=""
 DB_NAME=""
-ADMIN_DB_URL=""
+DB_ADMIN_URL=""
 RUN_TMP=""
 
 stop_app() {
@@ -89,10 +89,7 @@ stop_app() {
 cleanup() {
   local rc=$?
   stop_app
-  if [ -n "$DB_NAME" ] && [ "$KEEP_DB" != 1 ]; then
-    psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null 2>&1 \
-      || log "could not drop database $DB_NAME"
-  fi
+  [ "$KEEP_DB" = 1 ] || drop_database "$DB_NAME" "$DB_ADMIN_URL" || true
   [ -z "$RUN_TMP" ] || rm -rf "$RUN_TMP"
   exit "$rc"
 }
@@ -100,78 +97,19 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-make_database() {
-  command -v psql >/dev/null || die "psql not found (scripts/services.sh up installs it)"
-  DB_NAME="seckill_e2e_$(date -u +%Y%m%d%H%M%S)_$$"
-  ADMIN_DB_URL="${DATABASE_URL%/*}/postgres"
-  APP_DB_URL="${DATABASE_URL%/*}/$DB_NAME"
-  psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $DB_NAME" >/dev/null \
-    || { DB_NAME=""; die "could not create a database through $ADMIN_DB_URL"; }
-  log "database $DB_NAME"
-}
-
-app_binary() {
-  if [ -n "${SECKILL_BIN:-}" ]; then
-    [ -x "$SECKILL_BIN" ] || die "SECKILL_BIN=$SECKILL_BIN is not executable"
-    echo "$SECKILL_BIN"
-    return
-  fi
-  if [ ! -x "$ROOT/target/debug/seckill" ]; then
-    log "building the app (cargo build --bin seckill)"
-    cargo build --bin seckill >&2
-  fi
-  echo "$ROOT/target/debug/seckill"
-}
-
-free_port() {
-  node -e '
-    const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); });'
-}
-
-# Starts the app and waits until it is ready. Another process can take the free port
-# between the probe and the bind, so a start that dies early is retried on a new port.
-start_app() {
-  local bin=$1 prefix="e2e-$(date -u +%s)-$$" attempt
-  for attempt in 1 2 3; do
-    PORT=$(free_port)
-    BASE="http://127.0.0.1:$PORT"
-    : >"$OUT/app.log"
-    env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$PORT" \
-      SECKILL_ADMIN_TOKEN="$ADMIN_NAME:$ADMIN_SECRET" SECKILL_REDIS_KEY_PREFIX="$prefix" \
-      SECKILL_STATIC_DIR="$ROOT/static" SECKILL_LOG_LEVEL=warn \
-      REDIS_URL="$REDIS_URL" DATABASE_URL="$APP_DB_URL" \
-      "$bin" >>"$OUT/app.log" 2>&1 &
-    APP_PID=$!
-    log "app pid $APP_PID on $BASE, redis prefix $prefix (attempt $attempt)"
-    local end=$((SECONDS + READY_DEADLINE))
-    while :; do
-      if ! kill -0 "$APP_PID" 2>/dev/null; then
-        wait "$APP_PID" 2>/dev/null || true
-        APP_PID=""
-        tail -n 20 "$OUT/app.log" >&2
-        log "the app exited during start-up"
-        continue 2
-      fi
-      if curl -fsS -o /dev/null --max-time 2 "$BASE/health/ready" 2>/dev/null; then
-        log "app ready on $BASE"
-        return 0
-      fi
-      [ $SECONDS -lt $end ] || die "$BASE/health/ready did not answer 200 within ${READY_DEADLINE}s (see $OUT/app.log)"
-      sleep 0.2
-    done
-  done
-  die "the app did not start (see $OUT/app.log)"
-}
-
 # --- the run ------------------------------------------------------------------------------
 
 ensure_tools
 SERVICES_ENV=$(scripts/services.sh up) || die "scripts/services.sh up failed"
 eval "$SERVICES_ENV"
-make_database
-APP_BIN=$(app_binary)
-start_app "$APP_BIN"
+make_database seckill_e2e || die "could not create the run's database"
+APP_BIN=$(app_binary debug)
+PREFIX="e2e-$(date -u +%s)-$$"
+log "redis prefix $PREFIX"
+start_app "$APP_BIN" 0 "$OUT/app.log" \
+  SECKILL_ADMIN_TOKEN="$ADMIN_NAME:$ADMIN_SECRET" SECKILL_REDIS_KEY_PREFIX="$PREFIX" \
+  SECKILL_STATIC_DIR="$ROOT/static" SECKILL_LOG_LEVEL=warn \
+  REDIS_URL="$REDIS_URL" DATABASE_URL="$DB_URL"
 
 # Chromium's temporary profile (a fresh --user-data-dir per launch) goes here.
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/seckill-e2e.XXXXXX")
@@ -179,7 +117,7 @@ log "running the browser tests (bound: ${E2E_TEST_TIMEOUT}s)"
 test_rc=0
 (
   cd "$E2E_DIR"
-  E2E_BASE_URL="$BASE" E2E_ADMIN_TOKEN="$ADMIN_SECRET" E2E_ADMIN_NAME="$ADMIN_NAME" \
+  E2E_BASE_URL="$APP_URL" E2E_ADMIN_TOKEN="$ADMIN_SECRET" E2E_ADMIN_NAME="$ADMIN_NAME" \
     E2E_CHROMIUM="$CHROMIUM" E2E_ARTIFACTS="$OUT" TMPDIR="$RUN_TMP" \
     timeout --kill-after=15 "$E2E_TEST_TIMEOUT" \
     node --test --test-reporter=tap seckill.test.mjs

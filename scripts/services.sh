@@ -24,28 +24,8 @@ REDIS_DIR="$LOCAL/redis"
 log() { echo "services: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# as_root, apt_install
+# as_root, apt_install, wait_for, pg_bin, pg_user, as_pg
 . "$ROOT/scripts/lib.sh"
-
-# Polls a command until it succeeds or the deadline (seconds) passes.
-wait_for() {
-  local what=$1 deadline=$2; shift 2
-  local end=$((SECONDS + deadline))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || die "$what did not answer within ${deadline}s"
-    sleep 0.2
-  done
-}
-
-pg_bin() {
-  local d
-  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-  [ -n "$d" ] && echo "$d"
-}
-
-# Postgres refuses to run as root: as root it runs as the `postgres` user, otherwise as us.
-pg_user() { if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi; }
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
 # The data folder must be reachable by the Postgres user; a checkout under /root is not,
 # so fall back to a folder under /var/tmp named after the checkout.
@@ -70,7 +50,7 @@ redis_up() {
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$REDIS_DIR" \
     --appendonly yes --save "" --daemonize yes \
     --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" >&2
-  wait_for "redis on $REDIS_PORT" 30 redis-cli -p "$REDIS_PORT" ping
+  wait_for "redis on $REDIS_PORT" 30 "" redis-cli -p "$REDIS_PORT" ping || exit 1
   log "redis up on $REDIS_PORT"
 }
 
@@ -95,7 +75,7 @@ pg_up() {
   else
     log "postgres already up on $PG_PORT"
   fi
-  wait_for "postgres on $PG_PORT" 60 "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"
+  wait_for "postgres on $PG_PORT" 60 "" "$bin/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" || exit 1
   if [ "$(psql -h 127.0.0.1 -p "$PG_PORT" -U "$(pg_user)" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname='$PG_DB'")" != 1 ]; then
     psql -h 127.0.0.1 -p "$PG_PORT" -U "$(pg_user)" -d postgres -qc "CREATE DATABASE $PG_DB" >&2
   fi

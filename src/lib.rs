@@ -3,6 +3,8 @@
 //! Map of the crate (dependencies point down this list, never up; ARCHITECTURE.md has
 //! the rule and how `make test` checks it):
 //! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
+//! - [`configuration`]: the settings (defaults, file, environment), the checks that
+//!   refuse unsafe ones, and the app's rate-limit policies.
 //! - [`http`]: the HTTP layer, the only one that knows actix: handlers, extractors, the
 //!   one error type and its mapping to responses, the rate-limit guard.
 //! - [`admin`]: rules stored in Postgres and applied at runtime; live counters of all instances.

@@ -26,7 +26,9 @@ use crate::sale::committer::{Batching, Committer};
 use crate::sale::item::NewItem;
 use crate::sale::redis::SaleRedis;
 use crate::sale::Sale;
-use crate::store::{postgres, RedisStore};
+use crate::store::postgres::{self, PostgresOptions};
+use crate::store::redis::RedisOptions;
+use crate::store::RedisStore;
 
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
 pub struct Application {
@@ -44,20 +46,21 @@ impl Application {
         settings.check_production_safety()?;
         settings.check_timeouts()?;
         let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
+        let postgres_options = postgres_options(&settings);
         let pool = postgres::pool(
-            &settings,
+            &postgres_options,
             settings.database_max_connections,
             settings.database_acquire_timeout(),
         )?;
         // Waiting for a commit connection is part of the commit's own time budget.
         let commit_pool = postgres::pool(
-            &settings,
+            &postgres_options,
             settings.database_commit_connections,
             commit_timeout,
         )?;
         postgres::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
-        let redis = RedisStore::connect(&settings, Arc::clone(&metrics)).await?;
+        let redis = RedisStore::connect(&redis_options(&settings), Arc::clone(&metrics)).await?;
         let keys = TokenKeys::new(
             &settings.jwt_secret,
             Duration::from_secs(settings.token_ttl_secs),
@@ -69,7 +72,7 @@ impl Application {
         // The settings seed the rules table; from then on Postgres is the truth.
         let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
         rules
-            .seed(&settings.limiter.seed_policies())
+            .seed(&settings.seed_policies())
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
@@ -161,7 +164,7 @@ impl Application {
             static_dir: settings.static_dir.clone().into(),
         };
 
-        // The request span exists only at `debug` (see `web::request_span`); below that
+        // The request span exists only at `debug` (see `http::request_span`); below that
         // the middleware is left out altogether, request id and all.
         let request_spans = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
         let mut server = HttpServer::new(move || {
@@ -220,6 +223,25 @@ impl Application {
             stopped = self.server => stopped,
             () = self.background => Ok(()),
         }
+    }
+}
+
+/// What the Redis store needs from the settings.
+pub fn redis_options(settings: &Settings) -> RedisOptions {
+    RedisOptions {
+        url: settings.redis_url.clone(),
+        key_prefix: settings.redis_key_prefix.clone(),
+        limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
+        timeout: Duration::from_millis(settings.redis_timeout_ms),
+    }
+}
+
+/// What the Postgres pools need from the settings.
+fn postgres_options(settings: &Settings) -> PostgresOptions {
+    PostgresOptions {
+        url: settings.database_url.clone(),
+        statement_timeout_ms: settings.database_statement_timeout_ms,
+        idle_in_transaction_timeout_ms: settings.database_idle_in_transaction_timeout_ms,
     }
 }
 

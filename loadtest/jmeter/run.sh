@@ -61,7 +61,7 @@ BUYERS=$((THREADS * LOOPS))
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)   # JMeter resolves relative paths against the plan's folder
 
-# as_root, apt_install
+# as_root, apt_install, make_database, drop_database, app_binary, start_app, stop_process
 . "$ROOT/scripts/lib.sh"
 
 # --- JMeter ---------------------------------------------------------------------------
@@ -150,12 +150,10 @@ EOF
 
 APP_PID=""
 DB_NAME=""
-ADMIN_DB_URL=""
+DB_ADMIN_URL=""
 cleanup() {
   stop_app
-  if [ -n "$DB_NAME" ] && [ "$KEEP_DB" != 1 ]; then
-    psql "$ADMIN_DB_URL" -qc "DROP DATABASE IF EXISTS $DB_NAME" >/dev/null 2>&1 || true
-  fi
+  [ "$KEEP_DB" = 1 ] || drop_database "$DB_NAME" "$DB_ADMIN_URL" || true
 }
 trap cleanup EXIT
 
@@ -165,60 +163,16 @@ stop_app() {
   APP_PID=""
 }
 
-# A database of its own per run: the item, orders and counts checked are this run's only,
-# and the developer database never collects load-test items.
-make_database() {
+# A database of its own per run (scripts/lib.sh says why); without psql, the one in
+# DATABASE_URL as it is, and no order count check.
+use_database() {
   if ! command -v psql >/dev/null; then
     log "psql not found: using DATABASE_URL as it is (no order count check)"
     APP_DB_URL=$DATABASE_URL
     return
   fi
-  DB_NAME="seckill_lt_$(date -u +%Y%m%d%H%M%S)_$$"
-  ADMIN_DB_URL="${DATABASE_URL%/*}/postgres"
-  APP_DB_URL="${DATABASE_URL%/*}/$DB_NAME"
-  psql "$ADMIN_DB_URL" -qc "CREATE DATABASE $DB_NAME" >/dev/null \
-    || die "could not create database $DB_NAME through $ADMIN_DB_URL"
-}
-
-app_binary() {
-  if [ -n "${SECKILL_BIN:-}" ]; then
-    [ -x "$SECKILL_BIN" ] || die "SECKILL_BIN=$SECKILL_BIN is not executable"
-    echo "$SECKILL_BIN"
-  else
-    log "building the app (cargo build --release --bin seckill)"
-    cargo build --release --locked --bin seckill >&2
-    echo "$ROOT/target/release/seckill"
-  fi
-}
-
-start_app() {
-  local bin=$1 prefix="lt-$(date -u +%s)-$$"
-  # Created here, not by the child's redirection, so the first poll below never races it.
-  : >"$OUT/app.log"
-  # JSON logs: the "seckill listening" line carries the bound port as a field.
-  env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$APP_PORT" \
-    SECKILL_ADMIN_TOKEN="$ADMIN_TOKEN" SECKILL_REDIS_KEY_PREFIX="$prefix" \
-    SECKILL_LOG_FORMAT=json SECKILL_LOG_LEVEL="${SECKILL_LOG_LEVEL:-info}" \
-    REDIS_URL="$REDIS_URL" DATABASE_URL="$APP_DB_URL" \
-    "$bin" >>"$OUT/app.log" 2>&1 &
-  APP_PID=$!
-  log "app pid $APP_PID, redis prefix $prefix, database ${DB_NAME:-from DATABASE_URL}"
-
-  local end=$((SECONDS + READY_DEADLINE))
-  PORT=""
-  until [ -n "$PORT" ]; do
-    kill -0 "$APP_PID" 2>/dev/null || { tail -n 20 "$OUT/app.log" >&2; die "the app exited during start-up"; }
-    [ $SECONDS -lt $end ] || die "the app did not bind within ${READY_DEADLINE}s (see $OUT/app.log)"
-    PORT=$(sed -n 's/.*"message":"seckill listening".*"port":\([0-9]*\).*/\1/p' "$OUT/app.log" | head -n 1)
-    [ -n "$PORT" ] || sleep 0.2
-  done
-  BASE="http://127.0.0.1:$PORT"
-  until curl -fsS -o /dev/null --max-time 2 "$BASE/health/ready" 2>/dev/null; do
-    kill -0 "$APP_PID" 2>/dev/null || { tail -n 20 "$OUT/app.log" >&2; die "the app exited before it was ready"; }
-    [ $SECONDS -lt $end ] || die "$BASE/health/ready did not answer 200 within ${READY_DEADLINE}s"
-    sleep 0.2
-  done
-  log "app ready on $BASE"
+  make_database seckill_lt || die "could not create the run's database"
+  APP_DB_URL=$DB_URL
 }
 
 create_item() {
@@ -226,7 +180,7 @@ create_item() {
   local body status
   body=$(printf '{"name":"jmeter run %s","priceCents":100,"stock":%d,"startsAt":"%s","endsAt":"%s"}' \
     "$$" "$STOCK" "$(date -u -d '-60 sec' +%FT%TZ)" "$(date -u -d '+1 hour' +%FT%TZ)")
-  status=$(curl -sS -o "$OUT/item.json" -w '%{http_code}' --max-time 10 "$BASE/admin/api/items" \
+  status=$(curl -sS -o "$OUT/item.json" -w '%{http_code}' --max-time 10 "$APP_URL/admin/api/items" \
     -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' -d "$body")
   [ "$status" = 201 ] || die "creating the item answered $status: $(cat "$OUT/item.json")"
   ITEM_ID=$(sed -n 's/.*"id":\([0-9]*\).*/\1/p' "$OUT/item.json")
@@ -236,7 +190,7 @@ create_item() {
 
 # remainingStock of our item from GET /api/items (one object per item; no jq needed).
 remaining_stock() {
-  curl -fsS --max-time 10 "$BASE/api/items" | sed 's/},{/}\n{/g' \
+  curl -fsS --max-time 10 "$APP_URL/api/items" | sed 's/},{/}\n{/g' \
     | grep -E "\"id\":$ITEM_ID[,}]" | sed -n 's/.*"remainingStock":\([0-9]*\).*/\1/p'
 }
 
@@ -248,15 +202,21 @@ debian_xstream_shim
 # part of another command's arguments.
 SERVICES_ENV=$(scripts/services.sh up) || die "scripts/services.sh up failed"
 eval "$SERVICES_ENV"
-make_database
-APP_BIN=$(app_binary)
-start_app "$APP_BIN"
+use_database
+APP_BIN=$(app_binary release)
+PREFIX="lt-$(date -u +%s)-$$"
+log "redis prefix $PREFIX, database ${DB_NAME:-from DATABASE_URL}"
+# JSON logs, one object a line, for reading back from the results folder.
+start_app "$APP_BIN" "$APP_PORT" "$OUT/app.log" \
+  SECKILL_ADMIN_TOKEN="$ADMIN_TOKEN" SECKILL_REDIS_KEY_PREFIX="$PREFIX" \
+  SECKILL_LOG_FORMAT=json SECKILL_LOG_LEVEL="${SECKILL_LOG_LEVEL:-info}" \
+  REDIS_URL="$REDIS_URL" DATABASE_URL="$APP_DB_URL"
 create_item
 
 loadtest/jmeter/gen-users.sh "$BUYERS" "$USERS_PER_IP" >"$OUT/users.csv"
 
 JMETER_CMD=("$JMETER" -n -t "$PLAN"
-  -Jhost=127.0.0.1 -Jport="$PORT" -JitemId="$ITEM_ID"
+  -Jhost=127.0.0.1 -Jport="$APP_PORT" -JitemId="$ITEM_ID"
   -Jthreads="$THREADS" -Jrampup="$RAMPUP" -Jloops="$LOOPS" -Jattempts="$ATTEMPTS"
   -Jcsv="$OUT/users.csv" -JmaxSeconds="$MAX_SECONDS" -Jerrors="$OUT/errors.xml"
   # The results file: tab-separated (no field of ours holds a tab, so plain awk can read

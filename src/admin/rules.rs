@@ -18,8 +18,9 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::PgPool;
 
+use super::edit::{PolicyEdit, RuleChangeError};
 use crate::background::Ticks;
-use crate::limiter::policy::{PolicyConfig, PolicyError};
+use crate::limiter::policy::PolicyConfig;
 use crate::limiter::{Limiter, PolicySet};
 use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
@@ -27,27 +28,6 @@ use crate::store::RedisStore;
 pub struct RuleStore {
     pool: PgPool,
     redis: RedisStore,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuleChangeError {
-    #[error("no policy named {0:?}")]
-    UnknownPolicy(String),
-    /// The change was made from another version than the stored one: someone else
-    /// changed the policy since its author loaded it.
-    #[error("policy {policy:?} is at version {current}, not the one this change was made from")]
-    VersionConflict { policy: String, current: i64 },
-    /// The change names a rule the policy does not have (`index` into the change's rules).
-    #[error("policy {policy:?} has no rule {rule:?}")]
-    UnknownRule {
-        policy: String,
-        rule: String,
-        index: usize,
-    },
-    #[error(transparent)]
-    Invalid(#[from] PolicyError),
-    #[error(transparent)]
-    Store(#[from] anyhow::Error),
 }
 
 /// A policy as stored, with its version: 1 when seeded, bumped by every change.
@@ -121,20 +101,19 @@ impl RuleStore {
         }))
     }
 
-    /// Changes one policy: `apply` turns the stored policy into the new one, inside one
-    /// transaction holding the policy's row lock, so concurrent changes of different
+    /// Changes one policy by `edit`, merged onto the stored policy inside one
+    /// transaction holding the policy's row lock, so concurrent edits of different
     /// rules all stand (each applies to the other's result, never to a stale copy).
-    /// With `expected`, the change is refused unless the stored version is that one
+    /// With `edit.version`, the edit is refused unless the stored version is that one
     /// (the version its author loaded): of two edits made from the same version, the
     /// second to take the lock finds the first's bump and conflicts. The result is
-    /// validated, stored with a bumped version and its audit row, and announced to
-    /// every instance.
+    /// validated as settings are, stored with a bumped version and its audit row, and
+    /// announced to every instance.
     pub async fn change(
         &self,
         name: &str,
         who: &str,
-        expected: Option<i64>,
-        apply: impl FnOnce(PolicyConfig) -> Result<PolicyConfig, RuleChangeError>,
+        edit: &PolicyEdit,
     ) -> Result<StoredPolicy, RuleChangeError> {
         let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
         let old = sqlx::query!(
@@ -145,13 +124,13 @@ impl RuleStore {
         .await
         .map_err(anyhow::Error::from)?
         .ok_or_else(|| RuleChangeError::UnknownPolicy(name.to_string()))?;
-        if expected.is_some_and(|expected| expected != old.version) {
+        if edit.version.is_some_and(|expected| expected != old.version) {
             return Err(RuleChangeError::VersionConflict {
                 policy: name.to_string(),
                 current: old.version,
             });
         }
-        let new = apply(old.config.0.clone())?;
+        let new = edit.apply(name, old.config.0.clone())?;
         crate::limiter::Policy::parse(name, &new)?;
         let version = sqlx::query_scalar!(
             "UPDATE limiter_policies SET config = $2, version = version + 1, updated_at = now() WHERE name = $1 RETURNING version",

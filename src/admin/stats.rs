@@ -3,20 +3,61 @@
 //! Each instance adds what happened since its last flush to a per-second bucket in Redis
 //! (`<prefix>:stats:<unix second>`, a hash, kept for an hour) once a second, off the
 //! request path: the requests themselves only touch in-process counters. The dashboard
-//! sums the buckets of the last N seconds in one round trip.
+//! sums the buckets of the last N seconds in one round trip and reads them as [`Sums`].
+//!
+//! A bucket's fields are `pass:<dimension>` and `reject:<dimension>` (the `seckill`
+//! policy's rules), `orders` and `fail_open`: written and read here only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::background::Ticks;
-use crate::limiter::policy::SECKILL_POLICY;
+use crate::configuration::policies::SECKILL_POLICY;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 
 /// How long a bucket is kept: the longest window the dashboard may ask for.
 pub const MAX_WINDOW_SECS: u64 = 3_600;
+
+/// The bucket fields (the format stored in Redis, shared by every instance's version).
+const PASS: &str = "pass:";
+const REJECT: &str = "reject:";
+const ORDERS: &str = "orders";
+const FAIL_OPEN: &str = "fail_open";
+
+/// What happened over a window, summed over every instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sums {
+    /// Admissions of the sale's policy, by dimension (rule name).
+    pub passes: BTreeMap<String, i64>,
+    /// Its refusals, by the dimension that refused.
+    pub rejections: BTreeMap<String, i64>,
+    /// Orders created.
+    pub orders: i64,
+    /// Requests let through because the limiter could not ask Redis, every policy.
+    pub fail_open: i64,
+}
+
+impl Sums {
+    /// Reads summed bucket fields; a field of another version's making is left out.
+    fn from_fields(fields: BTreeMap<String, i64>) -> Self {
+        let mut sums = Self::default();
+        for (field, value) in fields {
+            if let Some(dimension) = field.strip_prefix(PASS) {
+                sums.passes.insert(dimension.to_string(), value);
+            } else if let Some(dimension) = field.strip_prefix(REJECT) {
+                sums.rejections.insert(dimension.to_string(), value);
+            } else if field == ORDERS {
+                sums.orders = value;
+            } else if field == FAIL_OPEN {
+                sums.fail_open = value;
+            }
+        }
+        sums
+    }
+}
 
 pub struct LiveStats {
     redis: RedisStore,
@@ -37,24 +78,23 @@ impl LiveStats {
         format!("{}:stats:{second}", self.redis.prefix())
     }
 
-    /// This instance's running totals, by field: `pass:<dimension>`,
-    /// `reject:<dimension>` (policy `seckill`), `orders`, `fail_open`.
+    /// This instance's running totals, by bucket field.
     fn totals(&self) -> BTreeMap<String, i64> {
         let mut totals = BTreeMap::new();
         if let Some(policy) = self.limiter.policy(SECKILL_POLICY) {
             for rule in &policy.rules {
-                for outcome in ["pass", "reject"] {
+                for (field, outcome) in [(PASS, "pass"), (REJECT, "reject")] {
                     let count = self
                         .metrics
                         .limiter_decisions
                         .with_label_values(&[SECKILL_POLICY, &rule.name, outcome])
                         .get();
-                    totals.insert(format!("{outcome}:{}", rule.name), count as i64);
+                    totals.insert(format!("{field}{}", rule.name), count as i64);
                 }
             }
         }
         totals.insert(
-            "orders".into(),
+            ORDERS.into(),
             self.metrics
                 .sale_outcomes
                 .with_label_values(&["created"])
@@ -66,7 +106,7 @@ impl LiveStats {
             .iter()
             .map(|p| self.metrics.limiter_fail_open.with_label_values(&[p]).get())
             .sum::<u64>();
-        totals.insert("fail_open".into(), fail_open as i64);
+        totals.insert(FAIL_OPEN.into(), fail_open as i64);
         totals
     }
 
@@ -108,7 +148,7 @@ impl LiveStats {
     }
 
     /// Sums over all instances for the last `window_secs` seconds.
-    pub async fn sums(&self, window_secs: u64) -> anyhow::Result<BTreeMap<String, i64>> {
+    pub async fn sums(&self, window_secs: u64) -> anyhow::Result<Sums> {
         let window = window_secs.clamp(1, MAX_WINDOW_SECS) as i64;
         let now = chrono::Utc::now().timestamp();
         let mut pipe = redis::pipe();
@@ -117,12 +157,39 @@ impl LiveStats {
         }
         let buckets: Vec<BTreeMap<String, i64>> =
             self.redis.call(RedisPurpose::Other, &pipe).await?;
-        let mut sums = BTreeMap::new();
+        let mut fields = BTreeMap::new();
         for bucket in buckets {
             for (field, value) in bucket {
-                *sums.entry(field).or_insert(0) += value;
+                *fields.entry(field).or_insert(0) += value;
             }
         }
-        Ok(sums)
+        Ok(Sums::from_fields(fields))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_fields_read_back_as_typed_sums() {
+        let fields = [
+            ("pass:api", 7),
+            ("pass:user", 5),
+            ("reject:ip", 2),
+            ("orders", 4),
+            ("fail_open", 1),
+            ("from_a_later_version", 9),
+        ];
+        let sums = Sums::from_fields(fields.iter().map(|(f, v)| (f.to_string(), *v)).collect());
+        assert_eq!(
+            sums,
+            Sums {
+                passes: [("api".to_string(), 7), ("user".to_string(), 5)].into(),
+                rejections: [("ip".to_string(), 2)].into(),
+                orders: 4,
+                fail_open: 1,
+            }
+        );
     }
 }

@@ -239,3 +239,17 @@ impl From<SignInError> for ApiError {
         }
     }
 }
+
+impl From<crate::admin::edit::RuleChangeError> for ApiError {
+    fn from(error: crate::admin::edit::RuleChangeError) -> Self {
+        use crate::admin::edit::RuleChangeError as E;
+        match error {
+            E::UnknownPolicy(_) => Self::NotFound,
+            E::VersionConflict { current, .. } => Self::VersionConflict { current },
+            E::Store(cause) => Self::Internal(cause),
+            E::UnknownRule { .. } | E::Invalid(_) => {
+                Self::validation(error.field().unwrap_or_default(), error.to_string())
+            }
+        }
+    }
+}

@@ -18,28 +18,19 @@ use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
 use super::lockout::{Attempt, LockoutLimits, Reservation, SignInLockout};
+use crate::configuration::policies::{
+    ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS,
+};
 use crate::domain::ClientIp;
-use crate::limiter::policy::{ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS};
 use crate::limiter::{BurstLog, FailMode, Limiter};
 use crate::metrics::Metrics;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
 
 impl AdminTokens {
+    /// The tokens of `SECKILL_ADMIN_TOKEN` (see [`crate::configuration::named_secrets`]).
     pub fn parse(configured: &SecretString) -> Self {
-        let tokens = configured
-            .expose_secret()
-            .split(',')
-            .map(str::trim)
-            .filter(|entry| !entry.is_empty())
-            .map(|entry| match entry.split_once(':') {
-                Some((name, secret)) if !name.is_empty() && !secret.is_empty() => {
-                    (name.to_string(), SecretString::from(secret))
-                }
-                _ => ("admin".to_string(), SecretString::from(entry)),
-            })
-            .collect();
-        Self(tokens)
+        Self(crate::configuration::named_secrets(configured))
     }
 
     /// Every configured secret (for the production-safety check of their strength).

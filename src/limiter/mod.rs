@@ -1,4 +1,5 @@
-//! The rate-limiter engine.
+//! The rate-limiter engine: it enforces whatever policies it is given and knows no
+//! application's (the sale's live in `configuration::policies`).
 //!
 //! One call to [`Limiter::check`] decides every rule of a policy in **one** Redis round
 //! trip, atomically and all-or-nothing: either every rule admits and every rule records
@@ -9,33 +10,42 @@
 //! - [`keys`]: how a rule and a caller become a Redis key.
 //! - [`backend`]: the Lua scripts (`lua/`) and their calling convention.
 //! - [`clock`]: Redis time, app time, or a manual clock for tests.
-//! - [`denial`]: refusals Redis made, answered again locally until they expire.
+//! - [`denial`]: refusals Redis made, answered again locally until they expire; `local`
+//!   consults and teaches it around each decision.
+//! - `installed` (the policies in force with their metric series), `outcome` (what a
+//!   check answers), `burst_log` (one warning per outage, not per request).
 //!
 //! Several instances share one truth: all state lives in Redis. The process keeps only
 //! the denial cache, which repeats refusals Redis made and that cannot have changed yet,
 //! so it never admits what Redis would refuse nor refuses what Redis would admit.
 
 pub mod backend;
+mod burst_log;
 pub mod clock;
 pub mod denial;
-
+mod installed;
 pub mod keys;
+mod local;
+mod outcome;
 pub mod policy;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use prometheus::{Histogram, IntCounter};
+use tracing::Instrument;
 
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use backend::{Decision, ScriptBackend};
+pub(crate) use burst_log::BurstLog;
 pub use clock::{Clock, ManualClock};
-use denial::{DenialCache, Probe, Seen};
+use denial::{DenialCache, Seen};
+use installed::{Enforced, Installed};
 pub use keys::Caller;
+use local::whole_ms;
+pub use outcome::{Admission, QuotaLeft, Refusal, Rejection};
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
 pub struct Limiter {
@@ -54,136 +64,6 @@ pub struct Limiter {
     sequence: AtomicU64,
     fail_open_log: BurstLog,
     fail_closed_log: BurstLog,
-}
-
-/// The policies in force, each with its metric handles resolved, and the generation
-/// that the denial cache stamps its entries with.
-struct Installed {
-    set: PolicySet,
-    generation: u64,
-    policies: HashMap<String, Arc<Enforced>>,
-}
-
-/// A policy and its metric series, looked up once per rule change instead of by label
-/// on every decision.
-struct Enforced {
-    policy: Arc<Policy>,
-    /// Per rule: `limiter_decisions{outcome="pass"}`, `{outcome="reject"}`, and
-    /// `limiter_local_refusals`.
-    passes: Vec<IntCounter>,
-    rejects: Vec<IntCounter>,
-    local_refusals: Vec<IntCounter>,
-    fail_open: IntCounter,
-    fail_closed: IntCounter,
-    /// Per algorithm (indexed by `Algorithm as usize`).
-    latency: [Histogram; Algorithm::ALL.len()],
-}
-
-impl Installed {
-    fn new(set: PolicySet, generation: u64, metrics: &Metrics) -> Self {
-        let policies = set
-            .iter()
-            .map(|policy| {
-                let name = policy.name.as_str();
-                let per_rule = |counters: &prometheus::IntCounterVec, outcome: Option<&str>| {
-                    policy
-                        .rules
-                        .iter()
-                        .map(|rule| match outcome {
-                            Some(outcome) => {
-                                counters.with_label_values(&[name, rule.name.as_str(), outcome])
-                            }
-                            None => counters.with_label_values(&[name, rule.name.as_str()]),
-                        })
-                        .collect()
-                };
-                let enforced = Enforced {
-                    policy: Arc::clone(policy),
-                    passes: per_rule(&metrics.limiter_decisions, Some("pass")),
-                    rejects: per_rule(&metrics.limiter_decisions, Some("reject")),
-                    local_refusals: per_rule(&metrics.limiter_local_refusals, None),
-                    fail_open: metrics.limiter_fail_open.with_label_values(&[name]),
-                    fail_closed: metrics.limiter_fail_closed.with_label_values(&[name]),
-                    latency: Algorithm::ALL.map(|a| {
-                        metrics
-                            .limiter_latency
-                            .with_label_values(&[name, a.as_str()])
-                    }),
-                };
-                (policy.name.clone(), Arc::new(enforced))
-            })
-            .collect();
-        Self {
-            set,
-            generation,
-            policies,
-        }
-    }
-}
-
-/// The request may proceed.
-#[derive(Debug, Clone)]
-pub struct Admission {
-    pub policy: Arc<Policy>,
-    pub algorithm: Algorithm,
-    /// The tightest rule and what it has left; `None` when admitted without asking
-    /// Redis (fail-open, or the policy is disabled).
-    pub quota_left: Option<QuotaLeft>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuotaLeft {
-    /// Index into the policy's rules.
-    pub rule: usize,
-    pub remaining: i64,
-    /// When `remaining` is 0: ms until `rule` admits again, else 0.
-    pub next_slot_ms: i64,
-}
-
-/// The limiter refused: which rule, its message, how long to wait.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub policy: Arc<Policy>,
-    pub algorithm: Algorithm,
-    /// Index into the policy's rules of the rule that answers for the refusal: the first
-    /// refusing one.
-    pub rule: usize,
-    /// How long until that rule would admit (≥ 1).
-    pub own_wait_ms: u64,
-    /// The longest wait among the refusing rules (≥ 1): only then would all of them
-    /// admit.
-    pub longest_wait_ms: u64,
-    /// Answered from the denial cache, without asking Redis.
-    pub local: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Rejection {
-    #[error("rate limited")]
-    Refused(Box<Refusal>),
-    /// Redis could not be asked and the policy fails closed.
-    #[error("the rate limiter is unavailable")]
-    Unavailable,
-    /// A rule keyed by user on a request without one.
-    #[error("this limit needs an authenticated user")]
-    NeedsUser,
-    #[error("limiter misconfigured: {0}")]
-    Misconfigured(String),
-}
-
-impl Refusal {
-    pub fn dimension(&self) -> &str {
-        &self.policy.rules[self.rule].name
-    }
-
-    pub fn message(&self) -> &str {
-        &self.policy.rules[self.rule].message
-    }
-
-    /// The longest wait among the refusing rules: only then would all of them admit.
-    pub fn retry_after_ms(&self) -> u64 {
-        self.longest_wait_ms
-    }
 }
 
 impl Limiter {
@@ -252,7 +132,53 @@ impl Limiter {
     /// overrides it: from the denial cache when a rule already refused one of the
     /// caller's keys, otherwise in one Redis round trip (bounded by the limiter's
     /// timeout); on a Redis failure the policy's fail mode decides.
+    ///
+    /// Traced by a `debug` span `limiter.check` with `policy`, `outcome` (`admitted`,
+    /// `refused`, `refused_locally`, `unavailable`, `needs_user`, `misconfigured`) and,
+    /// for a refusal, `dimension`. At `info` (the default) the span is never built: a
+    /// stampede's refusals cost no more than before, and nothing per refused request
+    /// is logged.
     pub async fn check(
+        &self,
+        policy_name: &str,
+        algorithm: Option<Algorithm>,
+        caller: &Caller<'_>,
+    ) -> Result<Admission, Rejection> {
+        let span = tracing::debug_span!(
+            "limiter.check",
+            policy = policy_name,
+            outcome = tracing::field::Empty,
+            dimension = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.decide(policy_name, algorithm, caller).await;
+        }
+        let decided = self
+            .decide(policy_name, algorithm, caller)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &decided {
+            Ok(_) => "admitted",
+            Err(Rejection::Refused(refusal)) => {
+                span.record("dimension", refusal.dimension());
+                if refusal.local {
+                    "refused_locally"
+                } else {
+                    "refused"
+                }
+            }
+            Err(Rejection::Unavailable) => "unavailable",
+            Err(Rejection::NeedsUser) => "needs_user",
+            Err(Rejection::Misconfigured(_)) => "misconfigured",
+        };
+        span.record("outcome", outcome);
+        // The log format prints a span's fields with the events inside it only, and the
+        // outcome is known last: one event carries it to the log.
+        span.in_scope(|| tracing::debug!("limiter decided"));
+        decided
+    }
+
+    async fn decide(
         &self,
         policy_name: &str,
         algorithm: Option<Algorithm>,
@@ -368,129 +294,6 @@ impl Limiter {
         Rejection::Refused(Box::new(refusal))
     }
 
-    /// When some key's denial expired: a key like that is probed by one request at a
-    /// time; the others wait for its answer, at most the limiter's timeout, and look
-    /// again. A live denial found then refuses locally (the first such rule answers,
-    /// with the longest of their waits, each no later than Redis's own). Returns the
-    /// probes this request holds, to be settled with Redis's answer.
-    async fn consult_denials<'k>(
-        &'k self,
-        enforced: &Enforced,
-        algorithm: Algorithm,
-        keys: &'k [String],
-        generation: u64,
-    ) -> Result<Vec<Probe<'k>>, Refusal> {
-        if !self.denials.is_enabled() {
-            return Ok(Vec::new());
-        }
-        let deadline = tokio::time::Instant::now() + self.redis.timeout(RedisPurpose::Limiter);
-        loop {
-            let now = self.clock.local_us(self.epoch);
-            let mut refusal: Option<Refusal> = None;
-            let mut probing = None;
-            let mut expired = Vec::new();
-            for (rule, key) in keys.iter().enumerate() {
-                match self.denials.seen(key, now, generation) {
-                    Seen::Refused { wait_us } => {
-                        let wait = whole_ms(wait_us);
-                        match refusal.as_mut() {
-                            Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
-                            None => {
-                                refusal = Some(Refusal {
-                                    policy: Arc::clone(&enforced.policy),
-                                    algorithm,
-                                    rule,
-                                    own_wait_ms: wait,
-                                    longest_wait_ms: wait,
-                                    local: true,
-                                })
-                            }
-                        }
-                    }
-                    Seen::Probing(notify) => {
-                        probing.get_or_insert((key, notify));
-                    }
-                    Seen::Expired => expired.push(key),
-                    Seen::Unknown => {}
-                }
-            }
-            if let Some(refusal) = refusal {
-                return Err(refusal);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(Vec::new()); // waited long enough: just ask Redis
-            }
-            if let Some((key, notify)) = probing {
-                let notified = notify.notified();
-                // Registered before looking again, so an answer in between is not missed.
-                if self.denials.is_probing(key, &notify) {
-                    let _ = tokio::time::timeout_at(deadline, notified).await;
-                }
-                continue;
-            }
-            let probes: Vec<Probe<'k>> = expired
-                .iter()
-                .filter_map(|key| self.denials.claim(key, now, generation))
-                .collect();
-            if probes.len() == expired.len() {
-                return Ok(probes);
-            }
-            // Someone claimed one first: drop ours (handing them on) and look again.
-        }
-    }
-
-    /// Teaches the denial cache what Redis answered. A refusal is recorded for the
-    /// refusing rule's key, and so is an admission that took a rule's last slot: that
-    /// key is full until its next slot opens. A probe's key is forgotten only when the
-    /// answer shows it has room (the tightest rule still had some left, or the probe's
-    /// rule came before the tightest and so had more); otherwise (another rule refused
-    /// and its own state is unknown) the next request probes.
-    fn learn(
-        &self,
-        decision: &Decision,
-        keys: &[String],
-        probes: Vec<Probe<'_>>,
-        started_us: i64,
-        generation: u64,
-    ) {
-        let (full, wait_ms) = match *decision {
-            Decision::Refused {
-                rule,
-                retry_after_ms,
-                ..
-            } => (Some(rule), retry_after_ms),
-            Decision::Admitted {
-                tightest,
-                remaining,
-                next_slot_ms,
-            } => ((remaining <= 0).then_some(tightest), next_slot_ms),
-        };
-        if let Some(rule) = full {
-            self.denials.insert(
-                &keys[rule],
-                started_us.saturating_add(wait_ms.max(1).saturating_mul(1000)),
-                generation,
-            );
-        }
-        for probe in probes {
-            // The tightest rule is the first with the fewest left: an earlier rule has
-            // more than it, a later one at least as many.
-            let has_room = match *decision {
-                Decision::Refused { .. } => false,
-                Decision::Admitted {
-                    tightest,
-                    remaining,
-                    ..
-                } => {
-                    remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest)
-                }
-            };
-            if has_room {
-                probe.forget();
-            }
-        }
-    }
-
     fn record(
         enforced: &Enforced,
         algorithm: Algorithm,
@@ -531,57 +334,6 @@ impl Limiter {
                     local: false,
                 })))
             }
-        }
-    }
-}
-
-/// A local wait in whole milliseconds for the headers, rounded up (≥ 1): never later
-/// than Redis's own answer, which counts whole milliseconds from an earlier start.
-fn whole_ms(wait_us: i64) -> u64 {
-    (wait_us.max(1) as u64).div_ceil(1000)
-}
-
-/// Logs a burst of limiter failures once, then at most every 10 s with the number
-/// suppressed: during an outage every request fails (open or closed), and a line per
-/// request would bury the log (and the disk) exactly when someone needs to read it.
-pub(crate) struct BurstLog {
-    /// What the failures mean for requests, e.g. "failing open".
-    outcome: &'static str,
-    last_logged_ms: AtomicI64,
-    suppressed: AtomicU64,
-}
-
-impl BurstLog {
-    const QUIET_MS: i64 = 10_000;
-
-    pub(crate) fn new(outcome: &'static str) -> Self {
-        Self {
-            outcome,
-            // Far enough in the past that the first failure is logged at once.
-            last_logged_ms: AtomicI64::new(i64::MIN / 2),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn warn(&self, policy: &str, error: &str) {
-        let now = chrono::Utc::now().timestamp_millis();
-        let last = self.last_logged_ms.load(Ordering::Relaxed);
-        if now - last >= Self::QUIET_MS
-            && self
-                .last_logged_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-            tracing::warn!(
-                policy,
-                error,
-                suppressed,
-                "limiter unavailable, {}",
-                self.outcome
-            );
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! A **rule** is one dimension (`api`, `user`, `ip`, …): where its key comes from, its
 //! limits, and the message a refused caller reads. A **policy** is an ordered list of
-//! rules decided together by one algorithm in one script call. Policies are loaded from
-//! settings, checked once here, and then trusted by the rest of the limiter.
+//! rules decided together by one algorithm in one script call. Which policies exist is
+//! the application's to say (its settings hand them over in [`LimiterSettings`]); they are
+//! checked once here, and then trusted by the rest of the limiter.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -64,7 +65,7 @@ pub enum KeySource {
     Literal(String),
     /// The authenticated user id.
     User,
-    /// The client IP (see `web::client_ip` for whom we believe).
+    /// The client IP (see `http::client_ip` for whom we believe).
     Ip,
     /// `X-Client-Id`, falling back to the client IP.
     ClientId,
@@ -132,6 +133,7 @@ pub enum ClockSource {
     App,
 }
 
+/// The engine's settings: its tunables and the policies it starts with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LimiterSettings {
@@ -142,140 +144,22 @@ pub struct LimiterSettings {
     /// without Redis until they expire. 0 turns it off. Memory is bounded by the slots
     /// (each holds one key of at most ~200 bytes).
     pub denial_cache_slots: usize,
-    /// A `[limiter.policies]` table in a settings file replaces these defaults whole.
+    /// The policies in force at start, by name.
     pub policies: BTreeMap<String, PolicyConfig>,
 }
 
 impl Default for LimiterSettings {
+    /// The engine's defaults, and no policy: which policies there are is the
+    /// application's to say.
     fn default() -> Self {
-        let rule = RuleConfig::new;
-        let mut policies = BTreeMap::new();
-        policies.insert(
-            SECKILL_POLICY.into(),
-            PolicyConfig {
-                algorithm: Algorithm::SlidingWindow,
-                fail_mode: FailMode::Closed,
-                enabled: true,
-                rules: vec![
-                    rule(
-                        "api",
-                        KeySource::Literal("purchase".into()),
-                        1_000,
-                        1_000,
-                        "System busy, please try again later",
-                    ),
-                    rule(
-                        "user",
-                        KeySource::User,
-                        60_000,
-                        3,
-                        "No duplicate submissions",
-                    ),
-                    rule(
-                        "ip",
-                        KeySource::Ip,
-                        60_000,
-                        5,
-                        "Too frequent, please slow down",
-                    ),
-                ],
-            },
-        );
-        policies.insert(
-            LIMITED_POLICY.into(),
-            PolicyConfig {
-                algorithm: Algorithm::SlidingWindow,
-                fail_mode: FailMode::Open,
-                enabled: true,
-                rules: vec![rule(
-                    "client",
-                    KeySource::ClientId,
-                    60_000,
-                    100,
-                    "Rate limit exceeded, slow down",
-                )],
-            },
-        );
-        policies.insert(
-            ADMIN_AUTH_POLICY.into(),
-            PolicyConfig {
-                algorithm: Algorithm::SlidingWindow,
-                fail_mode: FailMode::Open,
-                enabled: true,
-                rules: vec![rule(
-                    "ip",
-                    KeySource::Ip,
-                    ADMIN_AUTH_WINDOW_MS,
-                    ADMIN_AUTH_FAILURES,
-                    "Too many failed sign-ins, try again later",
-                )],
-            },
-        );
-        policies.insert(
-            ORDERS_READ_POLICY.into(),
-            PolicyConfig {
-                // O(1) state per key (a sliding window would keep one entry per read),
-                // and a burst for a page that opens, then the polling rate.
-                algorithm: Algorithm::TokenBucket,
-                fail_mode: FailMode::Open,
-                enabled: true,
-                rules: vec![
-                    rule(
-                        "user",
-                        KeySource::User,
-                        60_000,
-                        120,
-                        "Too many order lookups, please slow down",
-                    ),
-                    rule(
-                        "ip",
-                        KeySource::Ip,
-                        60_000,
-                        600,
-                        "Too many order lookups from this address, please slow down",
-                    ),
-                ],
-            },
-        );
         Self {
             timeout_ms: 250,
             clock: ClockSource::Redis,
             denial_cache_slots: 16_384,
-            policies,
+            policies: BTreeMap::new(),
         }
     }
 }
-
-impl LimiterSettings {
-    /// The policies the rules table is seeded with: the configured ones, plus the
-    /// built-in default of each policy the app's own routes use that the configuration
-    /// leaves out. A settings file's `[limiter.policies]` replaces the defaults whole,
-    /// and a route whose policy is missing could only answer 500.
-    pub fn seed_policies(&self) -> BTreeMap<String, PolicyConfig> {
-        let mut seeds = self.policies.clone();
-        for (name, default) in Self::default().policies {
-            seeds.entry(name).or_insert(default);
-        }
-        seeds
-    }
-}
-
-/// The policy guarding `POST /seckill`.
-pub const SECKILL_POLICY: &str = "seckill";
-/// Failed admin sign-ins per client IP: its first rule's threshold is how many refused
-/// admin tokens lock an address out, its window for how long (see
-/// `identity::lockout`); disabling the policy disables the lockout.
-pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
-/// The `admin_auth` defaults, also the lockout's when a deployment's settings leave the
-/// policy out: 10 refused tokens lock an address out for 5 minutes.
-pub const ADMIN_AUTH_FAILURES: u64 = 10;
-pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
-/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail-open, well
-/// above the shop page's polling every 2 s (30 a minute), so reads can never crowd out
-/// the sale's work in Postgres.
-pub const ORDERS_READ_POLICY: &str = "orders_read";
-/// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
-pub const LIMITED_POLICY: &str = "limited";
 
 /// Most rules one policy may have: each is a key in one script call.
 const MAX_RULES: usize = 8;
@@ -456,55 +340,5 @@ impl PolicySet {
 
     pub fn iter(&self) -> impl Iterator<Item = &std::sync::Arc<Policy>> {
         self.0.values()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_policies_are_valid() {
-        let set = PolicySet::parse(&LimiterSettings::default().policies).unwrap();
-        let seckill = set.get(SECKILL_POLICY).unwrap();
-        let names: Vec<_> = seckill.rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["api", "user", "ip"]);
-        assert_eq!(seckill.fail_mode, FailMode::Closed);
-        assert_eq!(set.get(LIMITED_POLICY).unwrap().fail_mode, FailMode::Open);
-    }
-
-    #[test]
-    fn zero_windows_bad_names_and_duplicates_are_refused() {
-        let mut config = LimiterSettings::default().policies[SECKILL_POLICY].clone();
-        config.rules[1].window_ms = 0;
-        assert_eq!(
-            Policy::parse("seckill", &config),
-            Err(PolicyError::NotPositive {
-                rule: "user".into(),
-                field: "window_ms"
-            })
-        );
-        let mut config = LimiterSettings::default().policies[SECKILL_POLICY].clone();
-        config.rules[2].name = "user".into();
-        assert!(matches!(
-            Policy::parse("seckill", &config),
-            Err(PolicyError::DuplicateRule { .. })
-        ));
-        assert!(matches!(
-            Policy::parse("Sec{kill}", &config),
-            Err(PolicyError::BadPolicyName(_))
-        ));
-    }
-
-    #[test]
-    fn token_bucket_parameters_default_from_the_window() {
-        let set = PolicySet::parse(&LimiterSettings::default().policies).unwrap();
-        let rule = &set.get(LIMITED_POLICY).unwrap().rules[0];
-        assert_eq!(
-            (rule.capacity, rule.refill_tokens, rule.refill_ms),
-            (100, 100, 60_000)
-        );
-        assert_eq!(rule.quota(Algorithm::TokenBucket), (100, 60));
-        assert_eq!(rule.quota(Algorithm::SlidingWindow), (100, 60));
     }
 }

@@ -17,8 +17,8 @@ use super::item::{Item, ItemId, SalePhase};
 use super::postgres::{self, CommitError, NewOrder, Order};
 use super::redis::{PendingReservation, Reservation, Undo};
 use super::{Outcome, Replayable, Sale, SaleError};
+use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
-use crate::limiter::policy::SECKILL_POLICY;
 use crate::limiter::{Admission, Caller, Rejection};
 
 /// A successful purchase and the limiter's admission (for its headers).

@@ -4,11 +4,18 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::configuration::Settings;
+/// Where Postgres is and the server-side timeouts every session carries (from the
+/// settings: `Settings::postgres_options`).
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pub url: SecretString,
+    pub statement_timeout_ms: u64,
+    pub idle_in_transaction_timeout_ms: u64,
+}
 
 /// Builds the pool lazily: the first connection is made on first use, so a restarting
 /// Postgres delays readiness instead of failing start-up.
@@ -26,20 +33,20 @@ use crate::configuration::Settings;
 /// ends it soon after instead of letting it hold an item's row lock, and the reconciler
 /// can rely on no order transaction outliving the reservation deadline.
 pub fn pool(
-    settings: &Settings,
+    settings: &PostgresOptions,
     max_connections: u32,
     acquire_timeout: Duration,
 ) -> anyhow::Result<PgPool> {
-    let options = PgConnectOptions::from_str(settings.database_url.expose_secret())
+    let options = PgConnectOptions::from_str(settings.url.expose_secret())
         .context("DATABASE_URL is not a valid Postgres URL")?
         .options([
             (
                 "statement_timeout",
-                settings.database_statement_timeout_ms.to_string(),
+                settings.statement_timeout_ms.to_string(),
             ),
             (
                 "idle_in_transaction_session_timeout",
-                settings.database_idle_in_transaction_timeout_ms.to_string(),
+                settings.idle_in_transaction_timeout_ms.to_string(),
             ),
         ]);
     Ok(PgPoolOptions::new()

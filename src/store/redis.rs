@@ -24,11 +24,10 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use thread_local::ThreadLocal;
 use tokio::sync::OnceCell;
 
-use crate::configuration::Settings;
 use crate::metrics::{Metrics, RedisPurpose};
 
 /// A handle on the deployment's Redis; cheap to clone.
@@ -96,10 +95,20 @@ impl<'a> From<&'a ScriptInvocation<'a>> for Request<'a> {
     }
 }
 
+/// Where Redis is, this deployment's key prefix and the call timeouts (from the
+/// settings: `Settings::redis_options`).
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    pub url: SecretString,
+    pub key_prefix: String,
+    pub limiter_timeout: Duration,
+    pub timeout: Duration,
+}
+
 impl RedisStore {
     /// Checks the URL and that Redis answers; connections are made per thread later.
-    pub async fn connect(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let client = redis::Client::open(settings.redis_url.expose_secret())
+    pub async fn connect(settings: &RedisOptions, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        let client = redis::Client::open(settings.url.expose_secret())
             .context("REDIS_URL is not a valid Redis URL")?;
         // One connection attempt per reconnect, no backoff: commands issued while the
         // manager reconnects wait for that attempt, and with retries a refused
@@ -113,17 +122,17 @@ impl RedisStore {
         let store = Self(Arc::new(Shared {
             client,
             config,
-            prefix: settings.redis_key_prefix.as_str().into(),
+            prefix: settings.key_prefix.as_str().into(),
             metrics,
-            limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
-            timeout: Duration::from_millis(settings.redis_timeout_ms),
+            limiter_timeout: settings.limiter_timeout,
+            timeout: settings.timeout,
             connections: ThreadLocal::new(),
         }));
         store.ping().await.context("connecting to Redis")?;
         Ok(store)
     }
 
-    /// The key prefix of this deployment (see `Settings::redis_key_prefix`).
+    /// The key prefix of this deployment (`RedisOptions::key_prefix`).
     pub fn prefix(&self) -> &str {
         &self.0.prefix
     }

@@ -545,7 +545,9 @@ async fn concurrent_edits_of_one_policy_are_all_kept(db: PgPool) {
 async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
     let settings = redis_test_settings();
     let metrics = Arc::new(Metrics::new().unwrap());
-    let redis = RedisStore::connect(&settings, metrics).await.unwrap();
+    let redis = RedisStore::connect(&seckill::startup::redis_options(&settings), metrics)
+        .await
+        .unwrap();
     let lease = Duration::from_millis(300);
     let lockout = SignInLockout::new(redis, Clock::Redis, lease);
     let limits = LockoutLimits {

@@ -341,9 +341,10 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
 
     let settings = crate::helpers::redis_test_settings();
     let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
-    let store = seckill::store::RedisStore::connect(&settings, metrics)
-        .await
-        .unwrap();
+    let store =
+        seckill::store::RedisStore::connect(&seckill::startup::redis_options(&settings), metrics)
+            .await
+            .unwrap();
     let sale = SaleRedis::new(store, std::time::Duration::from_secs(60));
     let now = chrono::Utc::now();
     let item = Item {

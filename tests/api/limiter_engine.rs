@@ -70,9 +70,12 @@ pub async fn engine_with_denial_cache(
 ) -> Engine {
     let settings = redis_test_settings();
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    let redis = RedisStore::connect(&settings, Arc::clone(&metrics))
-        .await
-        .expect("redis");
+    let redis = RedisStore::connect(
+        &seckill::startup::redis_options(&settings),
+        Arc::clone(&metrics),
+    )
+    .await
+    .expect("redis");
     let limiter_settings = one_policy(algorithm, FailMode::Open, rules, slots);
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let limiter = Limiter::new(redis.clone(), &limiter_settings, Arc::clone(&metrics))
@@ -628,9 +631,12 @@ async fn a_redis_outage_is_logged_once_per_burst_when_failing_closed() {
     let mut settings = redis_test_settings();
     settings.redis_url = secrecy::SecretString::from(redis.url());
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    let store = RedisStore::connect(&settings, Arc::clone(&metrics))
-        .await
-        .expect("redis");
+    let store = RedisStore::connect(
+        &seckill::startup::redis_options(&settings),
+        Arc::clone(&metrics),
+    )
+    .await
+    .expect("redis");
     let limiter = Limiter::new(
         store,
         &one_policy(

@@ -11,10 +11,10 @@ pub mod session;
 
 use actix_web::web;
 
+use crate::configuration::policies::LIMITED_POLICY;
 use crate::http::auth::require_admin;
 use crate::http::fallback::resource;
 use crate::http::rate_limit::RateLimit;
-use crate::limiter::policy::LIMITED_POLICY;
 
 /// Which optional routes exist in this deployment.
 #[derive(Debug, Clone)]

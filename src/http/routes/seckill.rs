@@ -6,13 +6,13 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use validator::Validate;
 
+use crate::configuration::policies::ORDERS_READ_POLICY;
 use crate::domain::UserId;
 use crate::http::auth::Shopper;
 use crate::http::client_ip::client_ip;
 use crate::http::idempotency::{Attempt, Idempotent, Recover, Reply};
 use crate::http::ApiError;
 use crate::http::JsonBody;
-use crate::limiter::policy::ORDERS_READ_POLICY;
 use crate::limiter::{Caller, Limiter};
 use crate::sale::item::ItemId;
 use crate::sale::postgres::Order;

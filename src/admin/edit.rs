@@ -1,0 +1,117 @@
+//! A policy edit as an operator makes it: what may change (the algorithm, the switch,
+//! each named rule's window, threshold and message; never a key source), how it merges
+//! onto the stored policy, and what a refused edit tells its author, down to the field
+//! (in the dashboard's spelling) it points at.
+
+use serde::Deserialize;
+use validator::Validate;
+
+use crate::limiter::policy::{Algorithm, PolicyConfig, PolicyError, RuleConfig};
+
+/// An edit of one policy. `version`, when given, is the version it was made from: the
+/// edit is refused unless the policy is still at it.
+#[derive(Debug, Deserialize, Validate)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyEdit {
+    pub version: Option<i64>,
+    pub algorithm: Option<Algorithm>,
+    pub enabled: Option<bool>,
+    pub rules: Vec<RuleEdit>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleEdit {
+    pub name: String,
+    pub window_ms: Option<u64>,
+    pub threshold: Option<u64>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuleChangeError {
+    #[error("no policy named {0:?}")]
+    UnknownPolicy(String),
+    /// The change was made from another version than the stored one: someone else
+    /// changed the policy since its author loaded it.
+    #[error("policy {policy:?} is at version {current}, not the one this change was made from")]
+    VersionConflict { policy: String, current: i64 },
+    /// The change names a rule the policy does not have (`index` into the change's rules).
+    #[error("policy {policy:?} has no rule {rule:?}")]
+    UnknownRule {
+        policy: String,
+        rule: String,
+        index: usize,
+    },
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
+    #[error(transparent)]
+    Store(#[from] anyhow::Error),
+}
+
+impl RuleChangeError {
+    /// The field of the edit a refusal points at, in the edit's own spelling; `None`
+    /// when the edit itself is not at fault.
+    pub fn field(&self) -> Option<String> {
+        match self {
+            Self::UnknownRule { index, .. } => Some(format!("rules[{index}].name")),
+            Self::Invalid(invalid) => Some(invalid_field(invalid).into()),
+            Self::UnknownPolicy(_) | Self::VersionConflict { .. } | Self::Store(_) => None,
+        }
+    }
+}
+
+/// The field of an edit a policy error points at: an edit sets windows, thresholds and
+/// messages, and the token-bucket parameters follow from the first two.
+fn invalid_field(error: &PolicyError) -> &'static str {
+    match error {
+        PolicyError::NotPositive { field, .. } | PolicyError::TooLarge { field, .. } => {
+            match *field {
+                "window_ms" | "refill_ms" => "windowMs",
+                _ => "threshold",
+            }
+        }
+        PolicyError::BadMessage(_) => "message",
+        _ => "rules",
+    }
+}
+
+impl PolicyEdit {
+    /// The stored policy with this edit merged in (named rules only).
+    pub fn apply(
+        &self,
+        policy: &str,
+        mut config: PolicyConfig,
+    ) -> Result<PolicyConfig, RuleChangeError> {
+        if let Some(algorithm) = self.algorithm {
+            config.algorithm = algorithm;
+        }
+        if let Some(enabled) = self.enabled {
+            config.enabled = enabled;
+        }
+        for (index, edit) in self.rules.iter().enumerate() {
+            let rule: &mut RuleConfig = config
+                .rules
+                .iter_mut()
+                .find(|r| r.name == edit.name)
+                .ok_or_else(|| RuleChangeError::UnknownRule {
+                    policy: policy.to_string(),
+                    rule: edit.name.clone(),
+                    index,
+                })?;
+            if let Some(window_ms) = edit.window_ms {
+                rule.window_ms = window_ms;
+                rule.refill_ms = None; // the token bucket follows the window
+            }
+            if let Some(threshold) = edit.threshold {
+                rule.threshold = threshold;
+                rule.capacity = None;
+                rule.refill_tokens = None;
+            }
+            if let Some(message) = &edit.message {
+                rule.message = message.clone();
+            }
+        }
+        Ok(config)
+    }
+}

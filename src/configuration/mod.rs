@@ -1,0 +1,289 @@
+//! Typed settings: defaults in code, optionally a TOML file, then environment variables.
+//!
+//! Precedence, lowest first:
+//! 1. [`Settings::default`] (safe for a laptop, closed for admin endpoints);
+//! 2. the file named by `SECKILL_CONFIG` (optional; `config/seckill.toml` when present);
+//! 3. the conventional `DATABASE_URL` and `REDIS_URL`;
+//! 4. `SECKILL_<FIELD>` variables, e.g. `SECKILL_PORT=9000`, `SECKILL_ADMIN_TOKEN=…`.
+//!    Nested tables use a double underscore: `SECKILL_LIMITER__TIMEOUT_MS=100`.
+//!
+//! Secrets are [`SecretString`]s: their `Debug` output is redacted, so a settings dump
+//! in a log line never leaks them.
+//!
+//! - this file: [`Settings`], their defaults and loading;
+//! - [`policies`]: the app's rate-limit policies (names and defaults), which the limiter
+//!   engine knows nothing of;
+//! - [`safety`]: settings refused at start-up (production safety, timeouts).
+
+pub mod policies;
+mod safety;
+#[cfg(test)]
+mod tests;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+pub use crate::limiter::LimiterSettings;
+pub use safety::{named_secrets, UnsafeSetting};
+
+/// The JWT secret used when none is configured. Fine on a laptop; refused in production.
+pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";
+
+/// The admin token `make run` uses locally. Refused in production.
+pub const LOCAL_ADMIN_TOKEN: &str = "dev-admin-token";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    Local,
+    Production,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines for a terminal.
+    Pretty,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// Every setting, flat: a field's name is its file key and, upper-cased after
+/// `SECKILL_`, its environment variable, which deployments use as they are. The
+/// sections below are those of the README's table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    // Server: where and how the process serves.
+    pub environment: Environment,
+    /// Address to bind. Loopback by default: exposing the service is a deliberate act.
+    pub host: String,
+    /// Port to bind; 0 picks a free one (tests).
+    pub port: u16,
+    /// actix worker threads; `None` = one per core.
+    pub workers: Option<usize>,
+    /// How long a graceful shutdown waits for in-flight requests.
+    pub shutdown_timeout_secs: u64,
+    /// Per-probe timeout of `GET /health/ready`.
+    pub readiness_timeout_ms: u64,
+    /// Longest a request body may take to arrive (from the end of its headers): a body
+    /// that drips in slower answers 408 `REQUEST_TIMEOUT` instead of holding a worker.
+    pub body_timeout_ms: u64,
+    /// Peers whose `X-Forwarded-For` is believed. A list, or one comma-separated string
+    /// (`SECKILL_TRUSTED_PROXIES=127.0.0.1,::1,10.0.0.5`).
+    #[serde(deserialize_with = "ip_list")]
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Folder of the web pages served at `/` (the shopper page, `/admin/`).
+    pub static_dir: String,
+
+    // Redis.
+    pub redis_url: SecretString,
+    /// Every Redis key this instance writes starts with this, so several deployments
+    /// (or parallel tests) can share one Redis without seeing each other.
+    pub redis_key_prefix: String,
+    /// Timeout of each sale Redis call (reservation, pipeline, repair).
+    pub redis_timeout_ms: u64,
+
+    // Postgres.
+    pub database_url: SecretString,
+    pub database_max_connections: u32,
+    /// Kept short on purpose: a request waiting for a connection longer than this
+    /// fails cleanly instead of outliving the client's own timeout.
+    pub database_acquire_timeout_ms: u64,
+    /// Connections reserved for order commits (a pool of their own), so that reads,
+    /// however many, can never push a commit into the acquire timeout.
+    pub database_commit_connections: u32,
+    /// Server-side `statement_timeout` of the app's sessions: a statement the app gave up
+    /// on (see `order_commit_timeout_ms`) cannot go on running, holding an item's row
+    /// lock, for longer than this.
+    pub database_statement_timeout_ms: u64,
+    /// Server-side `idle_in_transaction_session_timeout`: a transaction whose client went
+    /// away between statements is aborted after this, not left holding locks.
+    pub database_idle_in_transaction_timeout_ms: u64,
+
+    // Logging.
+    /// `tracing` filter directive, e.g. `info` or `seckill=debug,info`.
+    pub log_level: String,
+    pub log_format: Option<LogFormat>,
+
+    // Identity: shoppers' tokens and the admin token.
+    pub jwt_secret: SecretString,
+    pub token_ttl_secs: u64,
+    /// `POST /api/session` hands out tokens for any user id: a development aid.
+    /// `None` = on in `local`, off in `production`.
+    pub dev_login: Option<bool>,
+    /// Bearer token for `/admin/api/…`. Empty = admin endpoints closed.
+    pub admin_token: SecretString,
+
+    // Rate limiting.
+    /// The engine's tunables and the policies, the app's own ([`policies`]) unless a
+    /// settings file has a `[limiter.policies]` table, which replaces them whole.
+    pub limiter: LimiterSettings,
+
+    // The sale: orders, reservations and their repair, idempotency.
+    /// Longest a purchase waits for the committer to start its order, and longest a
+    /// batch may take before its outcome counts as unknown (then Postgres is asked about
+    /// the transaction). Keep twice this below the clients' own timeout.
+    pub order_commit_timeout_ms: u64,
+    /// Most orders the committer writes in one batch (group commit).
+    pub commit_batch_max: usize,
+    /// Under load, how long a batch that is not full waits for more orders (0: starts
+    /// at once, as soon as the previous batch returned). See `committer::Batching`.
+    pub commit_linger_ms: u64,
+    /// Create a demo item at start-up when there is no item at all (`make run` does).
+    pub seed_demo_item: bool,
+    /// How long a reservation may stay pending before the reconciler settles it from
+    /// Postgres. Must exceed the longest an order transaction can live (see
+    /// [`Settings::check_timeouts`]), or live purchases would be undone.
+    pub reservation_deadline_ms: u64,
+    /// How often (one instance at a time) the reconciler runs.
+    pub reconcile_interval_ms: u64,
+    /// How long an `Idempotency-Key`'s stored answer is kept. (A claim in progress lives
+    /// only as long as a purchase can: reservation deadline + commit timeout.)
+    pub idempotency_ttl_secs: u64,
+    /// Purchases with an `Idempotency-Key` one user may have in flight at once; more
+    /// answer 429 `TOO_MANY_PENDING`. Bounds the claims one login can make exist.
+    pub idempotency_max_in_flight: u32,
+    /// How often the orders-vs-success-counter pair is exported to metrics.
+    pub consistency_interval_secs: u64,
+}
+
+fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match Raw::deserialize(de)? {
+        Raw::One(s) => s
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        Raw::Many(v) => v,
+    };
+    items
+        .iter()
+        .map(|s| {
+            s.parse()
+                .map_err(|_| serde::de::Error::custom(format!("{s:?} is not an IP address")))
+        })
+        .collect()
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            environment: Environment::Local,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            workers: None,
+            shutdown_timeout_secs: 10,
+            readiness_timeout_ms: 500,
+            body_timeout_ms: 5_000,
+            trusted_proxies: vec![
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            ],
+            static_dir: "static".into(),
+
+            redis_url: SecretString::from("redis://127.0.0.1:6380"),
+            redis_key_prefix: "seckill".into(),
+            redis_timeout_ms: 500,
+
+            database_url: SecretString::from("postgres://postgres@127.0.0.1:5433/seckill"),
+            database_max_connections: 20,
+            database_acquire_timeout_ms: 2_000,
+            database_commit_connections: 8,
+            database_statement_timeout_ms: 5_000,
+            database_idle_in_transaction_timeout_ms: 5_000,
+
+            log_level: "info".into(),
+            log_format: None,
+
+            jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
+            token_ttl_secs: 3_600,
+            dev_login: None,
+            admin_token: SecretString::from(""),
+
+            limiter: policies::limiter_settings(),
+
+            order_commit_timeout_ms: 5_000,
+            commit_batch_max: 256,
+            commit_linger_ms: 0,
+            seed_demo_item: false,
+            reservation_deadline_ms: 30_000,
+            reconcile_interval_ms: 10_000,
+            idempotency_ttl_secs: 86_400,
+            idempotency_max_in_flight: 4,
+            consistency_interval_secs: 15,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads defaults, the optional file and the environment (see the module docs).
+    pub fn load() -> anyhow::Result<Self> {
+        let file = std::env::var("SECKILL_CONFIG").unwrap_or_else(|_| "config/seckill.toml".into());
+        let mut builder = config::Config::builder()
+            .add_source(config::File::with_name(&file).required(false))
+            .add_source(
+                config::Environment::with_prefix("SECKILL")
+                    .prefix_separator("_")
+                    .separator("__")
+                    // SECKILL_CONFIG names the file; it is not a setting.
+                    .source(Some(
+                        std::env::vars()
+                            .filter(|(k, _)| k != "SECKILL_CONFIG")
+                            .collect(),
+                    )),
+            );
+        for (conventional, key) in [("DATABASE_URL", "database_url"), ("REDIS_URL", "redis_url")] {
+            let ours = format!("SECKILL_{}", key.to_uppercase());
+            if std::env::var_os(&ours).is_none() {
+                builder = builder.set_override_option(key, std::env::var(conventional).ok())?;
+            }
+        }
+        let config = builder.build().context("reading settings")?;
+        // Without a `[limiter.policies]` table of its own, a `[limiter]` section (or a
+        // `SECKILL_LIMITER__…` variable) keeps the app's policies, as if only the given
+        // keys had been written over the defaults.
+        let policies_given = config
+            .get::<serde::de::IgnoredAny>("limiter.policies")
+            .is_ok();
+        let mut settings: Self = config.try_deserialize().context("settings are invalid")?;
+        if !policies_given {
+            settings.limiter.policies = policies::defaults();
+        }
+        Ok(settings)
+    }
+
+    pub fn dev_login_enabled(&self) -> bool {
+        self.dev_login
+            .unwrap_or(self.environment == Environment::Local)
+    }
+
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format.unwrap_or(match self.environment {
+            Environment::Local => LogFormat::Pretty,
+            Environment::Production => LogFormat::Json,
+        })
+    }
+
+    pub fn database_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.database_acquire_timeout_ms)
+    }
+
+    pub fn readiness_timeout(&self) -> Duration {
+        Duration::from_millis(self.readiness_timeout_ms)
+    }
+
+    pub fn admin_endpoints_open(&self) -> bool {
+        !self.admin_token.expose_secret().is_empty()
+    }
+}

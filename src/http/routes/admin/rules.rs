@@ -1,0 +1,188 @@
+//! `/admin/api/policies` and `/admin/api/audit`: the rate-limit policies as the dashboard
+//! shows them, their edits (parsed here, made by [`RuleStore::change`]) and the audit.
+
+use actix_web::http::header::{ETag, EntityTag, IF_MATCH};
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::admin::edit::PolicyEdit;
+use crate::admin::rules::{AuditEntry, RuleStore, StoredPolicy};
+use crate::http::ApiError;
+use crate::http::JsonBody;
+use crate::identity::Admin;
+use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig};
+
+/// A policy as the dashboard shows and edits it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyView {
+    name: String,
+    /// Bumped by every change; absent from the audit's before/after pictures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<i64>,
+    algorithm: Algorithm,
+    fail_mode: FailMode,
+    enabled: bool,
+    rules: Vec<RuleView>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleView {
+    name: String,
+    key: KeySource,
+    window_ms: u64,
+    threshold: u64,
+    message: String,
+}
+
+impl PolicyView {
+    fn new(name: &str, config: &PolicyConfig, version: Option<i64>) -> Self {
+        Self {
+            name: name.to_string(),
+            version,
+            algorithm: config.algorithm,
+            fail_mode: config.fail_mode,
+            enabled: config.enabled,
+            rules: config
+                .rules
+                .iter()
+                .map(|r| RuleView {
+                    name: r.name.clone(),
+                    key: r.key.clone(),
+                    window_ms: r.window_ms,
+                    threshold: r.threshold,
+                    message: r.message.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /admin/api/policies`.
+pub async fn policies(
+    _admin: Admin,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let stored = rules.load().await?;
+    let policies: Vec<_> = stored
+        .iter()
+        .map(|(name, stored)| PolicyView::new(name, &stored.config, Some(stored.version)))
+        .collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "policies": policies })))
+}
+
+/// `GET /admin/api/policies/{name}`: one policy, its version also as the `ETag` (e.g.
+/// `"3"`) to send back in `If-Match` with an edit.
+pub async fn policy(
+    _admin: Admin,
+    name: web::Path<String>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let stored = rules.get(&name).await?.ok_or(ApiError::NotFound)?;
+    Ok(versioned(&name, &stored))
+}
+
+/// A policy with its version in the body and in the `ETag`.
+fn versioned(name: &str, stored: &StoredPolicy) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(ETag(EntityTag::new_strong(stored.version.to_string())))
+        .json(PolicyView::new(name, &stored.config, Some(stored.version)))
+}
+
+/// `PUT /admin/api/policies/{name}`: validated like settings, audited, and in force on
+/// every instance within about half a second. With `If-Match: "<version>"` or a
+/// `version` in the body, refused with 409 `VERSION_CONFLICT` (naming the current
+/// version) unless the policy is still at that version; without either, applied to
+/// whatever is stored.
+pub async fn update_policy(
+    admin: Admin,
+    req: HttpRequest,
+    name: web::Path<String>,
+    body: JsonBody<PolicyEdit>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let mut edit = body.0;
+    edit.version = expected_version(&req, edit.version)?;
+    let stored = rules.change(&name, &admin.name, &edit).await?;
+    Ok(versioned(&name, &stored))
+}
+
+/// The version an edit was made from: `If-Match` (one of our entity tags, `"3"`; `*`
+/// means any) and the body's `version`, which must agree when both are sent.
+fn expected_version(req: &HttpRequest, body: Option<i64>) -> Result<Option<i64>, ApiError> {
+    if body.is_some_and(|version| version < 1) {
+        return Err(ApiError::validation(
+            "version",
+            "version must be a positive integer",
+        ));
+    }
+    let Some(value) = req.headers().get(IF_MATCH) else {
+        return Ok(body);
+    };
+    let header = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| *v != "*")
+        .map(|v| {
+            v.strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<i64>().ok())
+                .filter(|version| *version >= 1)
+        });
+    match (header, body) {
+        (Some(None), _) => Err(ApiError::validation(
+            "If-Match",
+            r#"If-Match must be one version's entity tag, e.g. "3", or *"#,
+        )),
+        (Some(Some(tag)), Some(version)) if tag != version => Err(ApiError::validation(
+            "version",
+            "version and If-Match name different versions",
+        )),
+        (Some(Some(tag)), _) => Ok(Some(tag)),
+        (None, body) => Ok(body),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuditQuery {
+    policy: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditView {
+    policy: String,
+    changed_by: String,
+    changed_at: DateTime<Utc>,
+    old: PolicyView,
+    new: PolicyView,
+}
+
+impl From<AuditEntry> for AuditView {
+    fn from(entry: AuditEntry) -> Self {
+        Self {
+            old: PolicyView::new(&entry.policy, &entry.old, None),
+            new: PolicyView::new(&entry.policy, &entry.new, None),
+            policy: entry.policy,
+            changed_by: entry.changed_by,
+            changed_at: entry.changed_at,
+        }
+    }
+}
+
+/// `GET /admin/api/audit?policy=`: the latest 100 rule changes.
+pub async fn audit(
+    _admin: Admin,
+    query: web::Query<AuditQuery>,
+    rules: web::Data<RuleStore>,
+) -> Result<HttpResponse, ApiError> {
+    let entries = rules.audit(query.policy.as_deref(), 100).await?;
+    let entries: Vec<AuditView> = entries.into_iter().map(AuditView::from).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "entries": entries })))
+}

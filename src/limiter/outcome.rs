@@ -1,0 +1,71 @@
+//! What a check answers: an [`Admission`], or a [`Rejection`] (a [`Refusal`] by a rule,
+//! or the limiter unable to decide).
+
+use std::sync::Arc;
+
+use super::{Algorithm, Policy};
+
+/// The request may proceed.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub policy: Arc<Policy>,
+    pub algorithm: Algorithm,
+    /// The tightest rule and what it has left; `None` when admitted without asking
+    /// Redis (fail-open, or the policy is disabled).
+    pub quota_left: Option<QuotaLeft>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaLeft {
+    /// Index into the policy's rules.
+    pub rule: usize,
+    pub remaining: i64,
+    /// When `remaining` is 0: ms until `rule` admits again, else 0.
+    pub next_slot_ms: i64,
+}
+
+/// The limiter refused: which rule, its message, how long to wait.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub policy: Arc<Policy>,
+    pub algorithm: Algorithm,
+    /// Index into the policy's rules of the rule that answers for the refusal: the first
+    /// refusing one.
+    pub rule: usize,
+    /// How long until that rule would admit (≥ 1).
+    pub own_wait_ms: u64,
+    /// The longest wait among the refusing rules (≥ 1): only then would all of them
+    /// admit.
+    pub longest_wait_ms: u64,
+    /// Answered from the denial cache, without asking Redis.
+    pub local: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("rate limited")]
+    Refused(Box<Refusal>),
+    /// Redis could not be asked and the policy fails closed.
+    #[error("the rate limiter is unavailable")]
+    Unavailable,
+    /// A rule keyed by user on a request without one.
+    #[error("this limit needs an authenticated user")]
+    NeedsUser,
+    #[error("limiter misconfigured: {0}")]
+    Misconfigured(String),
+}
+
+impl Refusal {
+    pub fn dimension(&self) -> &str {
+        &self.policy.rules[self.rule].name
+    }
+
+    pub fn message(&self) -> &str {
+        &self.policy.rules[self.rule].message
+    }
+
+    /// The longest wait among the refusing rules: only then would all of them admit.
+    pub fn retry_after_ms(&self) -> u64 {
+        self.longest_wait_ms
+    }
+}
