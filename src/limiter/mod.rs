@@ -135,9 +135,8 @@ impl Limiter {
     ///
     /// Traced by a `debug` span `limiter.check` with `policy`, `outcome` (`admitted`,
     /// `refused`, `refused_locally`, `unavailable`, `needs_user`, `misconfigured`) and,
-    /// for a refusal, `dimension`. At `info` (the default) the span is never built: a
-    /// stampede's refusals cost no more than before, and nothing per refused request
-    /// is logged.
+    /// for a refusal, `dimension`. At `info` (the default) the span is disabled: entering it
+    /// is a flag check, and nothing per refused request is logged.
     pub async fn check(
         &self,
         policy_name: &str,
@@ -150,13 +149,15 @@ impl Limiter {
             outcome = tracing::field::Empty,
             dimension = tracing::field::Empty,
         );
-        if span.is_disabled() {
-            return self.decide(policy_name, algorithm, caller).await;
-        }
+        // One `decide` future whatever the level: two (one per branch) would double
+        // the size of every future that awaits a check, and refusals copy those.
         let decided = self
             .decide(policy_name, algorithm, caller)
             .instrument(span.clone())
             .await;
+        if span.is_disabled() {
+            return decided;
+        }
         let outcome = match &decided {
             Ok(_) => "admitted",
             Err(Rejection::Refused(refusal)) => {
@@ -233,7 +234,9 @@ impl Limiter {
             keys.push(key);
         }
         let probes = if contended {
-            self.consult_denials(&enforced, algorithm, &keys, generation)
+            // Boxed: waiting on another request's probe is rare, and its future would
+            // otherwise enlarge every check's.
+            Box::pin(self.consult_denials(&enforced, algorithm, &keys, generation))
                 .await
                 .map_err(|refusal| Self::refuse_locally(refusal, &enforced))?
         } else {

@@ -101,7 +101,9 @@ impl Sale {
                 .check(SECKILL_POLICY, None, caller)
                 .await
                 .map_err(PurchaseFailure::Limited)?;
-            match self.reserve_and_order(item, user, order_id).await {
+            // Boxed: only an admitted purchase needs the reservation's and the order's
+            // futures; a refused one then carries (and copies) just the limiter's.
+            match Box::pin(self.reserve_and_order(item, user, order_id)).await {
                 Ok(order) => Ok(Purchase { order, admission }),
                 Err(error) => Err(PurchaseFailure::Refused { error, admission }),
             }
@@ -138,7 +140,22 @@ impl Sale {
             self.reserve(item, reservation),
         )
         .await?;
+        // Boxed: the steps of a purchase that got a unit (pipeline, commit, repairs) make
+        // a future of several kB, and every refused purchase would otherwise carry it
+        // and have it copied whenever its future moves.
+        Box::pin(self.record_and_commit(item, reservation)).await
+    }
 
+    /// Steps 4 to 6, for a reserved unit.
+    async fn record_and_commit(
+        &self,
+        item: &Item,
+        reservation: PendingReservation,
+    ) -> Result<Order, SaleError> {
+        let PendingReservation {
+            user,
+            order: order_id,
+        } = reservation;
         let pipeline_span =
             tracing::debug_span!("pipeline", item.id = %item.id, outcome = field::Empty);
         let pipeline = async {
@@ -174,40 +191,43 @@ impl Sale {
     /// item's stock. Its answers become the purchase's here, and only here.
     async fn reserve(&self, item: &Item, reservation: PendingReservation) -> Result<(), SaleError> {
         let PendingReservation { user, order } = reservation;
-        let mut reserved = self
-            .redis
-            .reserve(item, user, order)
-            .await
-            .map_err(SaleError::OrderFailed)?;
-        if reserved == Reservation::Missing {
-            tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
-            super::restore(&self.pool, &self.redis, item)
-                .await
-                .map_err(SaleError::OrderFailed)?;
-            reserved = self
+        // At most twice: again after a rebuild when Redis had lost the item's stock.
+        let mut rebuilt = false;
+        let reserved = loop {
+            let reserved = self
                 .redis
                 .reserve(item, user, order)
                 .await
                 .map_err(SaleError::OrderFailed)?;
-        }
-        match reserved {
-            Reservation::Reserved { remaining } => {
-                if remaining == 0 {
-                    self.sold_out.announce(item.id, true).await;
-                }
-                Ok(())
+            if reserved != Reservation::Missing || rebuilt {
+                break reserved;
             }
+            tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
+            // Boxed, as the rebuild's Postgres reads are large futures and rare.
+            Box::pin(super::restore(&self.pool, &self.redis, item))
+                .await
+                .map_err(SaleError::OrderFailed)?;
+            rebuilt = true;
+        };
+        let answer = match reserved {
+            Reservation::Reserved { .. } => Ok(()),
             Reservation::NotStarted => Err(SaleError::NotStarted),
             Reservation::Ended => Err(SaleError::Ended),
             Reservation::AlreadyPurchased => Err(SaleError::AlreadyPurchased),
-            Reservation::SoldOut => {
-                self.sold_out.announce(item.id, true).await;
-                Err(SaleError::SoldOut)
-            }
+            Reservation::SoldOut => Err(SaleError::SoldOut),
             Reservation::Missing => Err(SaleError::OrderFailed(anyhow::anyhow!(
                 "stock still missing after a rebuild"
             ))),
+        };
+        // The last unit taken, or none left: every instance hears of it (boxed: rare,
+        // and a refusal's future should not carry it).
+        if matches!(
+            reserved,
+            Reservation::Reserved { remaining: 0 } | Reservation::SoldOut
+        ) {
+            Box::pin(self.sold_out.announce(item.id, true)).await;
         }
+        answer
     }
 
     /// Step 5 (through the committer) and, when it does not succeed, the repair of

@@ -73,7 +73,7 @@ pub async fn purchase(
         id: order_id,
     };
     let retried = Retried { sale: &sale, user };
-    let work = async { reply(sale.purchase(&item, user, order_id, &caller).await) };
+    let work = || async { reply(sale.purchase(&item, user, order_id, &caller).await) };
     idempotent.run(attempt, &retried, work).await
 }
 
