@@ -1,0 +1,165 @@
+//! What the handlers and the background tasks share, built once from the settings:
+//! the stores, the limiter with the rules from Postgres, the sale (warmed up), the
+//! idempotency store, the admin guard and the live stats.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use crate::admin::rules::RuleStore;
+use crate::admin::stats::LiveStats;
+use crate::configuration::Settings;
+use crate::http::idempotency::{Idempotency, IdempotencyLimits};
+use crate::identity::lockout::SignInLockout;
+use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
+use crate::limiter::{Clock, Limiter};
+use crate::metrics::Metrics;
+use crate::sale::committer::{Committer, Queue};
+use crate::sale::item::NewItem;
+use crate::sale::redis::SaleRedis;
+use crate::sale::Sale;
+use crate::store::postgres::{self, PostgresOptions};
+use crate::store::redis::RedisOptions;
+use crate::store::RedisStore;
+
+pub(super) struct Services {
+    pub pool: PgPool,
+    pub redis: RedisStore,
+    pub keys: TokenKeys,
+    pub metrics: Arc<Metrics>,
+    pub limiter: Arc<Limiter>,
+    pub rules: Arc<RuleStore>,
+    pub sale: Arc<Sale>,
+    pub idempotency: Idempotency,
+    pub admin_guard: AdminGuard,
+    pub stats: Arc<LiveStats>,
+}
+
+impl Services {
+    /// Connects, migrates, loads the rules and the items. Also answers the commit
+    /// queue, which only the committer task drains.
+    pub async fn build(settings: &Settings) -> anyhow::Result<(Self, Queue)> {
+        let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
+        let postgres_options = postgres_options(settings);
+        let pool = postgres::pool(
+            &postgres_options,
+            settings.database_max_connections,
+            settings.database_acquire_timeout(),
+        )?;
+        // Waiting for a commit connection is part of the commit's own time budget.
+        let commit_pool = postgres::pool(
+            &postgres_options,
+            settings.database_commit_connections,
+            commit_timeout,
+        )?;
+        postgres::migrate(&pool).await?;
+        let metrics = Arc::new(Metrics::new()?);
+        let redis = RedisStore::connect(&redis_options(settings), Arc::clone(&metrics)).await?;
+        let limiter = Arc::new(
+            Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
+                .context("invalid rate-limit policies")?,
+        );
+        // The settings seed the rules table; from then on Postgres is the truth.
+        let rules = Arc::new(RuleStore::new(pool.clone(), redis.clone()));
+        rules
+            .seed(&settings.seed_policies())
+            .await
+            .context("seeding rate-limit rules")?;
+        rules.apply(&limiter).await?;
+        // Room for two batches: more waiting than that would outlast the commit timeout.
+        let (committer, commit_queue) = Committer::new(2 * settings.commit_batch_max);
+        let sale = Arc::new(Sale::new(
+            pool.clone(),
+            commit_pool,
+            committer,
+            SaleRedis::new(
+                redis.clone(),
+                Duration::from_millis(settings.reservation_deadline_ms),
+            ),
+            Arc::clone(&limiter),
+            Arc::clone(&metrics),
+            commit_timeout,
+        ));
+        if settings.seed_demo_item {
+            seed_demo_item(&pool, &sale).await?;
+        }
+        sale.warm_up().await.context("loading items and stock")?;
+        let services = Self {
+            keys: TokenKeys::new(
+                &settings.jwt_secret,
+                Duration::from_secs(settings.token_ttl_secs),
+            ),
+            idempotency: Idempotency::new(
+                redis.clone(),
+                IdempotencyLimits {
+                    answer_ttl: Duration::from_secs(settings.idempotency_ttl_secs),
+                    claim_ttl: Duration::from_millis(settings.reservation_deadline_ms)
+                        + commit_timeout,
+                    stale_after: commit_timeout,
+                    max_in_flight: settings.idempotency_max_in_flight,
+                },
+            ),
+            admin_guard: AdminGuard::new(
+                AdminTokens::parse(&settings.admin_token),
+                Arc::clone(&limiter),
+                SignInLockout::new(
+                    redis.clone(),
+                    Clock::from_source(settings.limiter.clock),
+                    AdminGuard::ATTEMPT_LEASE,
+                ),
+                &metrics,
+            ),
+            stats: Arc::new(LiveStats::new(
+                redis.clone(),
+                Arc::clone(&metrics),
+                Arc::clone(&limiter),
+            )),
+            pool,
+            redis,
+            metrics,
+            limiter,
+            rules,
+            sale,
+        };
+        Ok((services, commit_queue))
+    }
+}
+
+/// What the Redis store needs from the settings.
+pub fn redis_options(settings: &Settings) -> RedisOptions {
+    RedisOptions {
+        url: settings.redis_url.clone(),
+        key_prefix: settings.redis_key_prefix.clone(),
+        limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
+        timeout: Duration::from_millis(settings.redis_timeout_ms),
+    }
+}
+
+/// What the Postgres pools need from the settings.
+fn postgres_options(settings: &Settings) -> PostgresOptions {
+    PostgresOptions {
+        url: settings.database_url.clone(),
+        statement_timeout_ms: settings.database_statement_timeout_ms,
+        idle_in_transaction_timeout_ms: settings.database_idle_in_transaction_timeout_ms,
+    }
+}
+
+/// Something to sell on a fresh local install: 100 units, on sale now for a day.
+async fn seed_demo_item(pool: &sqlx::PgPool, sale: &Sale) -> anyhow::Result<()> {
+    if crate::sale::postgres::item_count(pool).await? > 0 {
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let demo = NewItem::parse(
+        "Demo flash-sale phone",
+        99_900,
+        100,
+        now,
+        now + chrono::Duration::days(1),
+    )
+    .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
+    sale.create_item(demo).await?;
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! The loops that run beside the server, for as long as it runs (see
+//! [`crate::background`] for how a periodic one behaves and why stopping is dropping).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::future::{BoxFuture, FutureExt};
+
+use super::services::Services;
+use crate::admin::rules;
+use crate::background;
+use crate::configuration::Settings;
+use crate::sale::committer::{Batching, Queue};
+use crate::sale::Sale;
+
+/// The committer (it drains `commit_queue`, and flushes it when the server stops), the
+/// catalog and sold-out refresh, the sold-out channel, the reconciler, the consistency
+/// export, the rule watcher and the live-stats flush.
+pub(super) fn background(
+    settings: &Settings,
+    services: &Services,
+    commit_queue: Queue,
+) -> BoxFuture<'static, ()> {
+    let sale = &services.sale;
+    let committer = Arc::clone(sale).run_committer(
+        commit_queue,
+        Batching {
+            max: settings.commit_batch_max,
+            linger: Duration::from_millis(settings.commit_linger_ms),
+        },
+    );
+    let listener = sale.sold_out().listen(settings.redis_url.clone());
+    let reconciler = sale.reconciler().run(
+        Duration::from_millis(settings.reconcile_interval_ms),
+        uuid::Uuid::new_v4().to_string(),
+    );
+    let consistency = {
+        let export = Arc::new(sale.consistency_export());
+        let period = Duration::from_secs(settings.consistency_interval_secs.max(1));
+        background::every("consistency export", period, move || {
+            let export = Arc::clone(&export);
+            async move { export.run().await }
+        })
+    };
+    let loops: Vec<BoxFuture<'static, ()>> = vec![
+        committer.boxed(),
+        refresh(Arc::clone(sale)).boxed(),
+        listener.boxed(),
+        reconciler.boxed(),
+        consistency.boxed(),
+        rules::watch(
+            Arc::clone(&services.rules),
+            Arc::clone(&services.limiter),
+            Duration::from_millis(500),
+        )
+        .boxed(),
+        Arc::clone(&services.stats).run().boxed(),
+    ];
+    futures_util::future::join_all(loops).map(drop).boxed()
+}
+
+/// Other instances create items and sell stock too: every second, reload the catalog
+/// (their items become purchasable here) and re-read the stock counters (the safety net
+/// under the sold-out channel).
+async fn refresh(sale: Arc<Sale>) {
+    background::every(
+        "catalog and sold-out refresh",
+        Duration::from_secs(1),
+        || {
+            let sale = Arc::clone(&sale);
+            async move {
+                sale.reload_catalog().await.context("catalog reload")?;
+                sale.refresh_sold_out().await.context("sold-out check")
+            }
+        },
+    )
+    .await
+}
