@@ -1,6 +1,11 @@
-//! Logging setup. Every request runs inside a `tracing-actix-web` span carrying its
-//! `request_id`, so each log line of a request can be found by that id.
+//! Logging setup. At `debug`, every request runs inside a `tracing-actix-web` span
+//! carrying its `request_id`, and a purchase's steps (`limiter.check`, `reservation`,
+//! `pipeline`, `commit`) inside spans of their own; each span writes one line when it
+//! closes, with its fields (the item, the outcome) and its `time.busy` / `time.idle`, so
+//! a slow purchase can be read step by step from the log. Below `debug` those spans are
+//! disabled and cost a level check.
 
+use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::{fmt, EnvFilter};
 
 use crate::configuration::{LogFormat, Settings};
@@ -10,7 +15,10 @@ use crate::configuration::{LogFormat, Settings};
 pub fn init(settings: &Settings) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.log_level));
-    let builder = fmt().with_env_filter(filter).with_target(true);
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_target(true)
+        .with_span_events(FmtSpan::CLOSE);
     let _already_set = match settings.log_format() {
         LogFormat::Json => builder
             .json()

@@ -172,10 +172,8 @@ impl Limiter {
             Err(Rejection::NeedsUser) => "needs_user",
             Err(Rejection::Misconfigured(_)) => "misconfigured",
         };
+        // Written with the span's closing line (see `telemetry`).
         span.record("outcome", outcome);
-        // The log format prints a span's fields with the events inside it only, and the
-        // outcome is known last: one event carries it to the log.
-        span.in_scope(|| tracing::debug!("limiter decided"));
         decided
     }
 
