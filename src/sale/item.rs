@@ -1,42 +1,8 @@
 //! Items on sale: the parsed domain types.
 
-use std::fmt;
-
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
-/// An item's id: a positive integer (Postgres `BIGSERIAL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ItemId(i64);
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("an item id is a positive integer")]
-pub struct InvalidItemId;
-
-impl ItemId {
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl TryFrom<i64> for ItemId {
-    type Error = InvalidItemId;
-
-    fn try_from(value: i64) -> Result<Self, InvalidItemId> {
-        if value > 0 {
-            Ok(Self(value))
-        } else {
-            Err(InvalidItemId)
-        }
-    }
-}
-
-impl fmt::Display for ItemId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+pub use crate::domain::{InvalidItemId, ItemId};
 
 /// An item as stored. `remaining_stock` is Postgres's count, the final truth; the live
 /// count during a sale is Redis's.

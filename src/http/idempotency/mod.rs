@@ -33,8 +33,9 @@ use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use serde::Serialize;
 use uuid::Uuid;
 
-pub use self::store::{Claim, Idempotency, IdempotencyKey, IdempotencyLimits};
+pub use self::store::{Claim, Idempotency, IdempotencyLimits};
 use super::ApiError;
+use crate::domain::IdempotencyKey;
 use crate::domain::UserId;
 use crate::sale::item::ItemId;
 use crate::sale::{Replayable, SaleError};
