@@ -74,8 +74,10 @@ impl LiveStats {
         }
     }
 
+    /// One hash per second. The `{stats}` hash tag keeps every second in one slot, so
+    /// the window's read stays one pipeline on a Redis Cluster too.
     fn bucket(&self, second: i64) -> String {
-        format!("{}:stats:{second}", self.redis.prefix())
+        format!("{}:{{stats}}:{second}", self.redis.prefix())
     }
 
     /// This instance's running totals, by bucket field.

@@ -82,6 +82,9 @@ pub struct Settings {
 
     // Redis.
     pub redis_url: SecretString,
+    /// A Redis Cluster to use instead of `redis_url`: its nodes' URLs, comma-separated
+    /// (any subset that is up will do; the others are found). Empty: one server.
+    pub redis_cluster_nodes: SecretString,
     /// Every Redis key this instance writes starts with this, so several deployments
     /// (or parallel tests) can share one Redis without seeing each other.
     pub redis_key_prefix: String,
@@ -193,6 +196,7 @@ impl Default for Settings {
             static_dir: "static".into(),
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
+            redis_cluster_nodes: SecretString::from(""),
             redis_key_prefix: "seckill".into(),
             redis_timeout_ms: 500,
 
@@ -266,6 +270,17 @@ impl Settings {
     pub fn dev_login_enabled(&self) -> bool {
         self.dev_login
             .unwrap_or(self.environment == Environment::Local)
+    }
+
+    /// The cluster's node URLs; empty when the app uses one server.
+    pub fn redis_cluster_nodes(&self) -> Vec<SecretString> {
+        self.redis_cluster_nodes
+            .expose_secret()
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(SecretString::from)
+            .collect()
     }
 
     pub fn log_format(&self) -> LogFormat {

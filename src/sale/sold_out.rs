@@ -64,12 +64,16 @@ impl SoldOut {
     }
 
     /// Follows the channel forever, reconnecting after a second when Redis goes away.
-    /// Pub/sub needs a connection of its own, hence the URL.
-    pub async fn listen(self: Arc<Self>, redis_url: secrecy::SecretString) {
+    /// Pub/sub needs a connection of its own, hence the URLs: the one server's, or the
+    /// cluster's nodes, tried in turn. On a cluster a classic `PUBLISH` reaches the
+    /// subscribers of every node (the cluster bus forwards it), so one node is enough,
+    /// and when it dies the next one takes over; what was published in between is
+    /// caught by the periodic check (`Sale::refresh_sold_out`).
+    pub async fn listen(self: Arc<Self>, urls: Vec<secrecy::SecretString>) {
         let channel = channel(self.redis.prefix());
         let apply = |item, sold_out| self.note(item, sold_out);
-        loop {
-            if let Err(e) = follow(redis_url.expose_secret(), &channel, &apply).await {
+        for url in urls.iter().cycle() {
+            if let Err(e) = follow(url.expose_secret(), &channel, &apply).await {
                 tracing::warn!(error = %format!("{e:#}"), "sold-out channel lost, resubscribing");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -131,6 +131,7 @@ impl Services {
 pub fn redis_options(settings: &Settings) -> RedisOptions {
     RedisOptions {
         url: settings.redis_url.clone(),
+        cluster_nodes: settings.redis_cluster_nodes(),
         key_prefix: settings.redis_key_prefix.clone(),
         limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
         timeout: Duration::from_millis(settings.redis_timeout_ms),

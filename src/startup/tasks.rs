@@ -30,7 +30,12 @@ pub(super) fn background(
             linger: Duration::from_millis(settings.commit_linger_ms),
         },
     );
-    let listener = sale.sold_out().listen(settings.redis_url.clone());
+    // The sold-out channel's own connection: to the one server, or to any cluster node.
+    let pubsub_urls = match settings.redis_cluster_nodes() {
+        nodes if nodes.is_empty() => vec![settings.redis_url.clone()],
+        nodes => nodes,
+    };
+    let listener = sale.sold_out().listen(pubsub_urls);
     let reconciler = sale.reconciler().run(
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),

@@ -17,13 +17,22 @@
 //!
 //! The per-thread connections belong to the store, not to a global: a test that starts
 //! many applications in one process gets separate connections for each.
+//!
+//! **One server or a cluster.** With [`RedisOptions::cluster_nodes`] set, each thread's
+//! connection is a Redis Cluster connection instead: it routes every command to the
+//! master of its key's slot (a script by its first key, a pipeline by its first keyed
+//! command: the callers keep each script's and each `MULTI` pipeline's keys in one slot
+//! with hash tags), follows `MOVED`/`ASK` after a resharding or a failover, and retries
+//! within the call's timeout, which still bounds every call.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 use secrecy::{ExposeSecret, SecretString};
 use thread_local::ThreadLocal;
 use tokio::sync::OnceCell;
@@ -35,8 +44,7 @@ use crate::metrics::{Metrics, RedisPurpose};
 pub struct RedisStore(Arc<Shared>);
 
 struct Shared {
-    client: redis::Client,
-    config: ConnectionManagerConfig,
+    topology: Topology,
     prefix: Box<str>,
     metrics: Arc<Metrics>,
     /// The limiter's budget: a decision that cannot be had quickly is worth less than
@@ -44,7 +52,98 @@ struct Shared {
     limiter_timeout: Duration,
     /// Every other call (sale, idempotency, admin, background tasks).
     timeout: Duration,
-    connections: ThreadLocal<OnceCell<ConnectionManager>>,
+    connections: ThreadLocal<OnceCell<RedisConnection>>,
+}
+
+/// Where the deployment's Redis is.
+enum Topology {
+    Single {
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    },
+    Cluster(ClusterClient),
+}
+
+impl Topology {
+    fn new(settings: &RedisOptions) -> anyhow::Result<Self> {
+        Ok(if settings.cluster_nodes.is_empty() {
+            let client = redis::Client::open(settings.url.expose_secret())
+                .context("REDIS_URL is not a valid Redis URL")?;
+            // One connection attempt per reconnect, no backoff: commands issued while
+            // the manager reconnects wait for that attempt, and with retries a refused
+            // connection made every request wait out the backoff (measured: 250 ms
+            // each, the limiter timeout, instead of 0.2 ms). Each failed command starts
+            // a new attempt, so the first command after Redis returns reconnects.
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Duration::from_millis(500))
+                .set_response_timeout(Duration::from_secs(2))
+                .set_number_of_retries(0);
+            Self::Single { client, config }
+        } else {
+            let nodes: Vec<&str> = settings
+                .cluster_nodes
+                .iter()
+                .map(|node| node.expose_secret())
+                .collect();
+            // Retries (after MOVED, or while a failover promotes a replica) are cut
+            // short by each call's own timeout: a purchase during a failover fails
+            // closed within its budget instead of waiting for the cluster.
+            let client = ClusterClient::builder(nodes)
+                .connection_timeout(Duration::from_millis(500))
+                .response_timeout(Duration::from_secs(2))
+                .retries(5)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .build()
+                .context("SECKILL_REDIS_CLUSTER_NODES is not a list of Redis URLs")?;
+            Self::Cluster(client)
+        })
+    }
+
+    async fn connect(&self) -> RedisResult<RedisConnection> {
+        Ok(match self {
+            Self::Single { client, config } => RedisConnection::Single(
+                ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
+            ),
+            Self::Cluster(client) => RedisConnection::Cluster(client.get_async_connection().await?),
+        })
+    }
+}
+
+/// A connection to the one server or to the cluster: each thread's own in the store,
+/// or one for a tool or a test ([`RedisStore::connect_raw`]).
+#[derive(Clone)]
+pub enum RedisConnection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
 }
 
 /// Why a Redis call produced no answer.
@@ -100,6 +199,9 @@ impl<'a> From<&'a ScriptInvocation<'a>> for Request<'a> {
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
     pub url: SecretString,
+    /// The nodes of a Redis Cluster to use instead of `url` (any of them will do to
+    /// find the others); empty for one server.
+    pub cluster_nodes: Vec<SecretString>,
     pub key_prefix: String,
     pub limiter_timeout: Duration,
     pub timeout: Duration,
@@ -108,20 +210,9 @@ pub struct RedisOptions {
 impl RedisStore {
     /// Checks the URL and that Redis answers; connections are made per thread later.
     pub async fn connect(settings: &RedisOptions, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let client = redis::Client::open(settings.url.expose_secret())
-            .context("REDIS_URL is not a valid Redis URL")?;
-        // One connection attempt per reconnect, no backoff: commands issued while the
-        // manager reconnects wait for that attempt, and with retries a refused
-        // connection made every request wait out the backoff (measured: 250 ms each,
-        // the limiter timeout, instead of 0.2 ms). Each failed command starts a new
-        // attempt, so the first command after Redis returns reconnects.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_millis(500))
-            .set_response_timeout(Duration::from_secs(2))
-            .set_number_of_retries(0);
+        let topology = Topology::new(settings)?;
         let store = Self(Arc::new(Shared {
-            client,
-            config,
+            topology,
             prefix: settings.key_prefix.as_str().into(),
             metrics,
             limiter_timeout: settings.limiter_timeout,
@@ -130,6 +221,11 @@ impl RedisStore {
         }));
         store.ping().await.context("connecting to Redis")?;
         Ok(store)
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.0.topology, Topology::Cluster(_))
     }
 
     /// The key prefix of this deployment (`RedisOptions::key_prefix`).
@@ -189,13 +285,17 @@ impl RedisStore {
     /// This thread's connection, made on first use. Made on the runtime of the calling
     /// thread, which then drives it (see the module docs). A failed attempt is not
     /// kept: the next call tries again.
-    async fn connection(&self) -> RedisResult<ConnectionManager> {
+    async fn connection(&self) -> RedisResult<RedisConnection> {
         let shared = &self.0;
         let cell = shared.connections.get_or_default();
-        cell.get_or_try_init(|| {
-            ConnectionManager::new_with_config(shared.client.clone(), shared.config.clone())
-        })
-        .await
-        .cloned()
+        cell.get_or_try_init(|| shared.topology.connect())
+            .await
+            .cloned()
+    }
+
+    /// A connection of its own, outside the store (no timeout, no metrics): for tools
+    /// and tests that read back what the app wrote, on one server or a cluster alike.
+    pub async fn connect_raw(settings: &RedisOptions) -> anyhow::Result<RedisConnection> {
+        Ok(Topology::new(settings)?.connect().await?)
     }
 }

@@ -10,13 +10,12 @@ use seckill::identity::lockout::{LockoutLimits, Reservation, SignInLockout};
 use seckill::limiter::Clock;
 use seckill::metrics::Metrics;
 use seckill::store::RedisStore;
-use secrecy::ExposeSecret;
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, redis_test_settings, spawn_app, spawn_app_from, spawn_app_with, OwnRedis,
-    TestApp, ADMIN_TOKEN,
+    eventually, json, redis_connection, redis_test_settings, spawn_app, spawn_app_from,
+    spawn_app_with, use_own_redis, OwnRedis, TestApp, ADMIN_TOKEN,
 };
 
 async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
@@ -576,8 +575,7 @@ async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
     assert!(reserve().await.is_err());
 
     let keys = format!("{}:{{admin-auth:10.56.0.1}}", settings.redis_key_prefix);
-    let client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis_connection(&settings).await;
     for (key, most) in [("failures", 60_000), ("in-flight", 300)] {
         let ttl: i64 = redis::cmd("PTTL")
             .arg(format!("{keys}:{key}"))
@@ -602,7 +600,7 @@ async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
 #[sqlx::test]
 async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool) {
     let mut redis = OwnRedis::start().await;
-    let app = spawn_app_with(&db, |s| s.redis_url = redis.url().into()).await;
+    let app = spawn_app_with(&db, |s| use_own_redis(s, redis.url())).await;
     redis.stop();
     assert_eq!(sign_in(&app, "10.57.0.1", "guess").await.status(), 401);
     assert_eq!(sign_in(&app, "10.57.0.1", ADMIN_TOKEN).await.status(), 200);

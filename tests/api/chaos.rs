@@ -90,6 +90,10 @@ fn chaos_env(settings: &seckill::configuration::Settings) -> Vec<(String, String
         ),
         ("REDIS_URL", settings.redis_url.expose_secret().to_string()),
         (
+            "SECKILL_REDIS_CLUSTER_NODES",
+            settings.redis_cluster_nodes.expose_secret().to_string(),
+        ),
+        (
             "SECKILL_REDIS_KEY_PREFIX",
             settings.redis_key_prefix.clone(),
         ),
@@ -212,11 +216,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
     );
 
     let pending_key = item_keys(&settings.redis_key_prefix, item).pending();
-    let redis_client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
-    let mut conn = redis_client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = crate::helpers::redis_connection(&settings).await;
     eventually(
         "every pending reservation is settled",
         Duration::from_secs(20),
@@ -435,11 +435,7 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
     let survivor = Instance::start(&env);
     survivor.wait_ready(&client).await;
     let prefix = &settings.redis_key_prefix;
-    let redis_client = redis::Client::open(settings.redis_url.expose_secret()).unwrap();
-    let conn = redis_client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = crate::helpers::redis_connection(&settings).await;
     eventually(
         "every pending reservation is settled",
         Duration::from_secs(30),

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use crate::helpers::{
     eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, spawn_app_from,
-    spawn_app_with, test_settings, OwnRedis, TestApp,
+    spawn_app_with, test_settings, use_own_redis, OwnRedis, TestApp,
 };
 
 async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {
@@ -279,7 +279,7 @@ async fn a_crash_after_the_commit_keeps_the_order_and_redis_agrees(db: PgPool) {
 async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPool) {
     let redis = OwnRedis::start().await;
     let mut settings = test_settings(&db);
-    settings.redis_url = redis.url().into();
+    use_own_redis(&mut settings, redis.url());
     let app = spawn_app_from(settings).await;
     let item = app.open_item(3).await;
     let mut tokens = Vec::new();

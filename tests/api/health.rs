@@ -2,7 +2,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, spawn_app, spawn_app_with, OwnRedis, TestApp};
+use crate::helpers::{
+    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
+};
 
 /// Polls readiness until it reports exactly `store` down; liveness must not care.
 async fn wait_until_not_ready(app: &TestApp, store: &str) {
@@ -50,7 +52,7 @@ async fn liveness_and_readiness_answer_when_both_stores_are_up(db: PgPool) {
 async fn readiness_follows_redis_down_and_back_without_a_restart(db: PgPool) {
     let mut redis = OwnRedis::start().await;
     let url = redis.url();
-    let app = spawn_app_with(&db, |s| s.redis_url = url.into()).await;
+    let app = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
     assert_eq!(app.get("/health/ready").await.status(), 200);
 
     redis.stop();

@@ -11,6 +11,8 @@ use seckill::configuration::Settings;
 use seckill::sale::item::ItemId;
 use seckill::sale::redis::ItemKeys;
 use seckill::startup::Application;
+use seckill::store::redis::RedisConnection;
+use seckill::store::RedisStore;
 use secrecy::SecretString;
 use sqlx::PgPool;
 use sqlx::{Connection, Executor, PgConnection};
@@ -34,12 +36,31 @@ fn env(name: &str) -> String {
 }
 
 /// Settings with the shared test Redis and a fresh key prefix: no other test sees its keys.
+/// With `SECKILL_REDIS_CLUSTER_NODES` set (`make test`'s cluster pass), that Redis is a
+/// Redis Cluster.
 pub fn redis_test_settings() -> Settings {
     Settings {
         redis_url: SecretString::from(env("REDIS_URL")),
+        redis_cluster_nodes: SecretString::from(
+            std::env::var("SECKILL_REDIS_CLUSTER_NODES").unwrap_or_default(),
+        ),
         redis_key_prefix: format!("test:{}", uuid::Uuid::new_v4().simple()),
         ..Settings::default()
     }
+}
+
+/// A connection to the Redis of `settings` (one server or the cluster).
+pub async fn redis_connection(settings: &Settings) -> RedisConnection {
+    RedisStore::connect_raw(&seckill::startup::redis_options(settings))
+        .await
+        .expect("redis connection")
+}
+
+/// Points `settings` at a Redis of the test's own (one server, whatever the suite's
+/// Redis is): the tests that stop, break or swap Redis.
+pub fn use_own_redis(settings: &mut Settings, url: impl Into<SecretString>) {
+    settings.redis_url = url.into();
+    settings.redis_cluster_nodes = SecretString::from("");
 }
 
 /// Settings pointing at this test's database and a fresh Redis key prefix.
@@ -186,14 +207,10 @@ impl TestApp {
         .await;
     }
 
-    /// A connection to this app's Redis, for reading back what the app wrote.
-    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
-        let url = secrecy::ExposeSecret::expose_secret(&self.settings.redis_url).to_string();
-        redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connection")
+    /// A connection to this app's Redis (one server or the cluster), for reading back
+    /// what the app wrote.
+    pub async fn redis(&self) -> RedisConnection {
+        redis_connection(&self.settings).await
     }
 
     /// The keys of one item's sale state, spelled by the app's own key builder.

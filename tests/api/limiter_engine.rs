@@ -629,7 +629,7 @@ async fn a_redis_outage_is_logged_once_per_burst_when_failing_closed() {
 
     let mut redis = crate::helpers::OwnRedis::start().await;
     let mut settings = redis_test_settings();
-    settings.redis_url = secrecy::SecretString::from(redis.url());
+    crate::helpers::use_own_redis(&mut settings, redis.url());
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let store = RedisStore::connect(
         &seckill::startup::redis_options(&settings),

@@ -7,7 +7,8 @@ use seckill::limiter::FailMode;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, spawn_app_from, spawn_app_with, test_settings, OwnRedis, TestApp,
+    eventually, json, spawn_app_from, spawn_app_with, test_settings, use_own_redis, OwnRedis,
+    TestApp,
 };
 
 async fn limited(app: &TestApp, query: &str, client_id: Option<&str>) -> reqwest::Response {
@@ -176,7 +177,7 @@ async fn through_a_redis_outage(
 ) -> Vec<(u16, Option<String>, Option<String>)> {
     let mut redis = OwnRedis::start().await;
     let mut settings = test_settings(db);
-    settings.redis_url = redis.url().into();
+    use_own_redis(&mut settings, redis.url());
     settings
         .limiter
         .policies

@@ -26,7 +26,10 @@ fn config(app: &TestApp) -> Config {
         limits: Limits::default(),
         stores: Some(Stores {
             database_url: app.settings.database_url.expose_secret().to_string(),
-            redis_url: app.settings.redis_url.expose_secret().to_string(),
+            redis_url: match app.settings.redis_cluster_nodes.expose_secret() {
+                "" => app.settings.redis_url.expose_secret().to_string(),
+                nodes => nodes.to_string(),
+            },
             redis_prefix: app.settings.redis_key_prefix.clone(),
         }),
         progress: false,

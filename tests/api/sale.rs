@@ -508,7 +508,7 @@ async fn answers_before_the_limiter_cost_no_redis_call_and_no_quota(db: PgPool) 
 async fn without_redis_the_sale_fails_closed(db: PgPool) {
     let mut redis = crate::helpers::OwnRedis::start().await;
     let url = redis.url();
-    let app = spawn_app_with(&db, |s| s.redis_url = url.into()).await;
+    let app = spawn_app_with(&db, |s| crate::helpers::use_own_redis(s, url)).await;
     let item = app.open_item(5).await;
     let token = app.token_for(4).await;
 

@@ -74,6 +74,7 @@ pub enum ItemChoice {
 #[derive(Debug, Clone)]
 pub struct Stores {
     pub database_url: String,
+    /// One server's URL, or a cluster's node URLs separated by commas.
     pub redis_url: String,
     pub redis_prefix: String,
 }
@@ -735,18 +736,19 @@ async fn store_checks(
             .await?;
     pool.close().await;
 
-    let mut redis = redis::Client::open(stores.redis_url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
     let base = format!("{}:{{item:{item}}}", stores.redis_prefix);
-    let stock: Option<i64> = redis::cmd("GET")
-        .arg(format!("{base}:stock"))
-        .query_async(&mut redis)
-        .await?;
-    let pending: i64 = redis::cmd("ZCARD")
-        .arg(format!("{base}:pending"))
-        .query_async(&mut redis)
-        .await?;
+    let (stock, pending) = if stores.redis_url.contains(',') {
+        let nodes: Vec<&str> = stores.redis_url.split(',').map(str::trim).collect();
+        let mut redis = redis::cluster::ClusterClient::new(nodes)?
+            .get_async_connection()
+            .await?;
+        stock_and_pending(&mut redis, &base).await?
+    } else {
+        let mut redis = redis::Client::open(stores.redis_url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        stock_and_pending(&mut redis, &base).await?
+    };
 
     let new_orders = orders - orders_before;
     let ok = report.count(200) as i64;
@@ -771,6 +773,22 @@ async fn store_checks(
             ),
         },
     ])
+}
+
+/// An item's live stock and pending reservations (`base` is its key prefix).
+async fn stock_and_pending(
+    redis: &mut impl redis::aio::ConnectionLike,
+    base: &str,
+) -> redis::RedisResult<(Option<i64>, i64)> {
+    let stock = redis::cmd("GET")
+        .arg(format!("{base}:stock"))
+        .query_async(redis)
+        .await?;
+    let pending = redis::cmd("ZCARD")
+        .arg(format!("{base}:pending"))
+        .query_async(redis)
+        .await?;
+    Ok((stock, pending))
 }
 
 #[cfg(test)]

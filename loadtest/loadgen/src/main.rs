@@ -61,6 +61,7 @@ struct Args {
     /// Check Postgres and Redis after the run (needs all three).
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
+    /// One server's URL, or a Redis Cluster's node URLs separated by commas.
     #[arg(long, env = "REDIS_URL")]
     redis_url: Option<String>,
     #[arg(long, env = "SECKILL_REDIS_KEY_PREFIX", default_value = "seckill")]
