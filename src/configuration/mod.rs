@@ -143,6 +143,9 @@ pub struct Settings {
     /// Postgres. Must exceed the longest an order transaction can live (see
     /// [`Settings::check_timeouts`]), or live purchases would be undone.
     pub reservation_deadline_ms: u64,
+    /// After each reservation, wait up to this long for a Redis replica to acknowledge
+    /// it (`WAIT 1 <ms>`); 0 (the default) does not wait. See `deploy/README.md`.
+    pub reservation_replica_wait_ms: u64,
     /// How often (one instance at a time) the reconciler runs.
     pub reconcile_interval_ms: u64,
     /// How long an `Idempotency-Key`'s stored answer is kept. (A claim in progress lives
@@ -222,6 +225,7 @@ impl Default for Settings {
             commit_linger_ms: 0,
             seed_demo_item: false,
             reservation_deadline_ms: 30_000,
+            reservation_replica_wait_ms: 0,
             reconcile_interval_ms: 10_000,
             idempotency_ttl_secs: 86_400,
             idempotency_max_in_flight: 4,

@@ -76,6 +76,8 @@ pub struct SaleRedis {
     repair: Script,
     /// How long a reservation may stay pending before the reconciler looks at it.
     pending_ms: u64,
+    /// `WAIT 1 <ms>` after each reservation, or not (see [`Self::with_replica_wait`]).
+    replica_wait_ms: Option<u64>,
 }
 
 impl SaleRedis {
@@ -86,7 +88,18 @@ impl SaleRedis {
             undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
             repair: Script::new(include_str!("../../lua/repair_item.lua")),
             pending_ms: pending.as_millis() as u64,
+            replica_wait_ms: None,
         }
+    }
+
+    /// After each reservation, waits up to `wait` for one replica to acknowledge it
+    /// (`WAIT 1 <ms>`), so a failover right after it is less likely to lose it. Best
+    /// effort: a replica that does not answer in time delays the purchase by `wait`
+    /// and changes nothing else (the reservation stands on the master; Postgres and the
+    /// reconciler still guard against what a failover loses). Zero: no wait.
+    pub fn with_replica_wait(mut self, wait: Duration) -> Self {
+        self.replica_wait_ms = (!wait.is_zero()).then(|| wait.as_millis() as u64);
+        self
     }
 
     pub fn store(&self) -> &RedisStore {
@@ -131,6 +144,24 @@ impl SaleRedis {
         let (status, remaining): (i64, i64) = self
             .call(RedisPurpose::Reservation, "reserve stock", &invocation)
             .await?;
+        if status == 1 {
+            if let Some(wait_ms) = self.replica_wait_ms {
+                // On a cluster the client sends WAIT to every master (over the same
+                // connections as the writes), so the slowest replica decides.
+                // Best effort: the reservation is made whatever the answer, and failing
+                // the purchase now would only hold its unit until the reconciler.
+                let acked: anyhow::Result<i64> = self
+                    .call(
+                        RedisPurpose::Reservation,
+                        "wait for a replica",
+                        &*redis::cmd("WAIT").arg(1).arg(wait_ms),
+                    )
+                    .await;
+                if !matches!(acked, Ok(1..)) {
+                    tracing::debug!(item.id = %item.id, wait_ms, ?acked, "no replica acknowledged a reservation in time");
+                }
+            }
+        }
         Ok(match status {
             1 => Reservation::Reserved { remaining },
             -1 => Reservation::NotStarted,

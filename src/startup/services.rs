@@ -77,7 +77,8 @@ impl Services {
             SaleRedis::new(
                 redis.clone(),
                 Duration::from_millis(settings.reservation_deadline_ms),
-            ),
+            )
+            .with_replica_wait(Duration::from_millis(settings.reservation_replica_wait_ms)),
             Arc::clone(&limiter),
             Arc::clone(&metrics),
             commit_timeout,
