@@ -98,7 +98,7 @@ impl SaleRedis {
     /// and changes nothing else (the reservation stands on the master; Postgres and the
     /// reconciler still guard against what a failover loses). Zero: no wait.
     pub fn with_replica_wait(mut self, wait: Duration) -> Self {
-        self.replica_wait_ms = (!wait.is_zero()).then(|| wait.as_millis() as u64);
+        self.replica_wait_ms = (!wait.is_zero()).then_some(wait.as_millis() as u64);
         self
     }
 
