@@ -183,18 +183,23 @@ node_pid() {
   echo "$pid"
 }
 
-node_up() {
-  local port=$1 dir="$CLUSTER_DIR/$1"
+# node_running PORT: whether a cluster node already answers on PORT (another checkout's
+# is taken as is, as `up` takes any Redis on its port). Dies when the port or its bus
+# port is taken by anything else: a plain Redis or another program.
+node_running() {
+  local port=$1
   if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
-    # Something answers: it must be a cluster node (another checkout's is taken as is, as
-    # `up` takes any Redis on its port), never a plain Redis or another program.
     redis-cli -p "$port" info cluster 2>/dev/null | grep -q '^cluster_enabled:1' \
       || die "a Redis without cluster mode answers on $port; stop it or set SECKILL_LOCAL_CLUSTER_PORT"
-    log "redis cluster node already up on $port"
-    return
+    return 0
   fi
-  port_in_use "$port" && die "port $port is taken by something that is not Redis; set SECKILL_LOCAL_CLUSTER_PORT"
-  port_in_use $((port + 10000)) && die "bus port $((port + 10000)) is taken; set SECKILL_LOCAL_CLUSTER_PORT"
+  ! port_in_use "$port" || die "port $port is taken by something that is not Redis; set SECKILL_LOCAL_CLUSTER_PORT"
+  ! port_in_use $((port + 10000)) || die "bus port $((port + 10000)) is taken; set SECKILL_LOCAL_CLUSTER_PORT"
+  return 1
+}
+
+node_start() {
+  local port=$1 dir="$CLUSTER_DIR/$1"
   mkdir -p "$dir"
   # Append-only like the single node; nodes.conf (the node's id and view of the cluster)
   # lives in the same folder, so a restart brings back the same cluster.
@@ -209,8 +214,13 @@ cluster_up() {
   cluster_check_settings
   command -v redis-server >/dev/null || apt_install redis-server
   command -v redis-cli >/dev/null || apt_install redis-tools
-  local p
-  for p in $(cluster_ports); do node_up "$p"; done
+  # All six ports are checked before any node starts: a conflict on the last one must
+  # not leave the first five running.
+  local p to_start=()
+  for p in $(cluster_ports); do
+    if node_running "$p"; then log "redis cluster node already up on $p"; else to_start+=("$p"); fi
+  done
+  for p in "${to_start[@]}"; do node_start "$p"; done
   for p in $(cluster_ports); do
     wait_for "redis cluster node on $p" 30 "" redis-cli -p "$p" ping \
       || { tail -n 20 "$CLUSTER_DIR/$p/redis.log" >&2 2>/dev/null; exit 1; }
