@@ -1,8 +1,12 @@
 # The two commands (see README): `make run` serves on 127.0.0.1:8080, `make test` runs every test.
-.PHONY: run test bench services services-down services-status
+# `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
+.PHONY: run run-cluster test bench services services-down services-status services-cluster services-cluster-down
 
 run:
 	scripts/run.sh
+
+run-cluster:
+	scripts/run.sh --cluster
 
 test:
 	scripts/test.sh
@@ -18,3 +22,9 @@ bench:
 
 services-status:
 	scripts/services.sh status
+
+services-cluster:
+	@scripts/services.sh cluster-up >/dev/null
+
+services-cluster-down:
+	scripts/services.sh cluster-down

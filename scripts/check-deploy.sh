@@ -8,7 +8,8 @@
 #     dashboard query (so a PromQL typo in the dashboard fails here, not in Grafana);
 #   - the dashboard and Grafana provisioning files (JSON/YAML, datasource uid, metric
 #     names, mount paths);
-#   - docker-compose 1.29: `config -q`, and that it refuses to run without the secrets;
+#   - docker-compose 1.29: `config -q`, also with `--profile cluster`, and that it refuses
+#     to run without the secrets; the wiring of the default stack and of the cluster profile;
 #   - nginx -t on the shipped nginx.conf (upstreams pointed at loopback);
 #   - every file the Dockerfile copies exists and is not excluded by .dockerignore.
 #
@@ -291,16 +292,26 @@ check_dashboard_queries() {
 COMPOSE_SECRETS=(POSTGRES_PASSWORD=check-deploy-dummy SECKILL_JWT_SECRET=check-deploy-dummy-secret-of-at-least-32-bytes
   SECKILL_ADMIN_TOKEN=check-deploy-dummy-admin GRAFANA_ADMIN_PASSWORD=check-deploy-dummy)
 
+# compose [--profile NAME] [VAR=VALUE...]: `docker-compose config -q` with only these
+# variables (and the profile, when given).
 compose() {
+  local profile=()
+  if [ "${1:-}" = --profile ]; then profile=(--profile "$2"); shift 2; fi
   # An empty env file, so a developer's own .env cannot change the result.
   : >"$TMP/empty.env"
   env -u POSTGRES_PASSWORD -u SECKILL_JWT_SECRET -u SECKILL_ADMIN_TOKEN -u GRAFANA_ADMIN_PASSWORD \
-    "$@" docker-compose --env-file "$TMP/empty.env" -f docker-compose.yml --project-directory "$ROOT" config -q
+    "$@" docker-compose --env-file "$TMP/empty.env" -f docker-compose.yml --project-directory "$ROOT" \
+    "${profile[@]}" config -q
 }
 
 check_compose_config() {
   compose "${COMPOSE_SECRETS[@]}"
   docker-compose --version
+}
+
+check_compose_cluster_config() {
+  compose --profile cluster "${COMPOSE_SECRETS[@]}"
+  echo "valid with --profile cluster"
 }
 
 # What the stack relies on, read from the configuration compose itself renders (anchors
@@ -386,6 +397,80 @@ conf = open("deploy/nginx/nginx.conf").read()
 for app in ("app1", "app2"):
     assert re.search(rf"^\s*server {app}:8080\b", conf, re.M), f"nginx upstream lacks {app}:8080"
 print(f"apps trust only nginx ({nginx_ip}); all ports on 127.0.0.1; redis append-only")
+EOF
+}
+
+# The cluster profile, read from the configuration compose renders with it (1.29 renders
+# every service, each with its `profiles`).
+check_compose_cluster() {
+  compose --profile cluster "${COMPOSE_SECRETS[@]}" >/dev/null
+  : >"$TMP/empty.env"
+  env "${COMPOSE_SECRETS[@]}" docker-compose --env-file "$TMP/empty.env" -f docker-compose.yml \
+    --project-directory "$ROOT" --profile cluster config >"$TMP/compose.cluster.yml"
+  $PY - "$TMP/compose.cluster.yml" <<'EOF'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+s = c["services"]
+nodes = [f"redis-node-{n}" for n in range(1, 7)]
+profiled = {name for name, svc in s.items() if "cluster" in svc.get("profiles", [])}
+assert profiled == set(nodes) | {"redis-cluster-create", "postgres-cluster-db", "app-cluster"}, sorted(profiled)
+assert all(svc.get("profiles", []) in ([], ["cluster"]) for svc in s.values())
+# The default stack must not need the profile: no service outside it depends on one in it.
+for name, svc in s.items():
+    if name not in profiled:
+        deps = set(svc.get("depends_on", []))
+        assert not deps & profiled, (name, sorted(deps & profiled))
+
+def env(name):
+    e = s[name]["environment"]
+    return e if isinstance(e, dict) else dict(kv.split("=", 1) for kv in e)
+
+def arg(cmd, flag):
+    return cmd[cmd.index(flag) + 1]
+
+volumes = set()
+for n in nodes:
+    cmd = s[n]["command"]
+    assert isinstance(cmd, list), (n, cmd)
+    assert cmd[0] == "redis-server" and s[n]["image"].startswith("redis:7"), n
+    assert arg(cmd, "--cluster-enabled") == "yes", n
+    assert arg(cmd, "--appendonly") == "yes", n
+    assert arg(cmd, "--maxmemory-policy") == "noeviction", n
+    assert int(arg(cmd, "--cluster-node-timeout")) >= 5000, n
+    # Redirects name the node by its service name, which the compose network resolves.
+    assert arg(cmd, "--cluster-announce-hostname") == n, n
+    assert arg(cmd, "--cluster-preferred-endpoint-type") == "hostname", n
+    assert "PONG" in " ".join(s[n]["healthcheck"]["test"]), n
+    data = [v for v in s[n]["volumes"] if (v["target"] if isinstance(v, dict) else v.split(":")[1]) == "/data"]
+    assert len(data) == 1, (n, s[n]["volumes"])
+    volumes.add(str(data[0]))
+    assert not s[n].get("ports"), f"{n} is published"
+assert len(volumes) == 6, "each node needs its own /data volume"
+
+create = s["redis-cluster-create"]
+script = " ".join(create["command"]) if isinstance(create["command"], list) else create["command"]
+for part in ("--cluster create", "--cluster-replicas 1", "--cluster-yes", "cluster_state:ok"):
+    assert part in script, part
+assert str(create.get("restart", "no")) == "no", "the create service is one-shot"
+for n in nodes:
+    assert create["depends_on"][n]["condition"] == "service_healthy", n
+
+app, a1 = env("app-cluster"), env("app1")
+assert s["app-cluster"]["image"] == s["app1"]["image"] and s["app-cluster"]["build"] == s["app1"]["build"]
+assert app["SECKILL_REDIS_CLUSTER_NODES"].split(",") == [f"redis://{n}:6379" for n in nodes], app["SECKILL_REDIS_CLUSTER_NODES"]
+for k in ("SECKILL_ENVIRONMENT", "SECKILL_HOST", "SECKILL_PORT", "SECKILL_DEV_LOGIN", "SECKILL_JWT_SECRET",
+          "SECKILL_ADMIN_TOKEN", "SECKILL_REDIS_KEY_PREFIX"):
+    assert app[k] == a1[k], k
+# Its stock is in the cluster, app1/app2's in `redis`: never the same orders table.
+assert "@postgres:" in app["DATABASE_URL"] and app["DATABASE_URL"] != a1["DATABASE_URL"]
+assert app["DATABASE_URL"].rsplit("/", 1)[1] in " ".join(s["postgres-cluster-db"]["command"])
+for dep in ("redis-cluster-create", "postgres-cluster-db"):
+    assert s["app-cluster"]["depends_on"][dep]["condition"] == "service_completed_successfully", dep
+assert s["postgres-cluster-db"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+for p in s["app-cluster"].get("ports", []):
+    assert (p.get("host_ip") if isinstance(p, dict) else str(p).split(":")[0]) == "127.0.0.1", p
+print("profile cluster: 6 nodes (cluster mode, append-only, hostname endpoints), redis-cluster-create, "
+      "app-cluster on its own database")
 EOF
 }
 
@@ -534,6 +619,8 @@ run "dashboard queries evaluate"           check_dashboard_queries
 run "docker-compose config -q"             check_compose_config
 run "docker-compose requires secrets"      check_compose_requires_secrets
 run "docker-compose stack wiring"          check_compose_semantics
+run "docker-compose config -q (cluster)"   check_compose_cluster_config
+run "docker-compose cluster profile"       check_compose_cluster
 run "nginx -t"                             check_nginx
 run "nginx -t (real-IP block enabled)"     check_nginx_realip
 run "Dockerfile build context"             check_dockerfile_context

@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
 # `make run`: private Redis and Postgres up, release build, migrate (at start-up), serve.
+# `make run-cluster` = `scripts/run.sh --cluster`: the same, with the app on the local
+# Redis Cluster (scripts/services.sh cluster-up) through SECKILL_REDIS_CLUSTER_NODES;
+# a SECKILL_REDIS_CLUSTER_NODES already set is taken as given (no local cluster then).
+# Other arguments go to the app.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+cluster=no
+if [ "${1:-}" = --cluster ]; then cluster=yes; shift; fi
+
 eval "$(scripts/services.sh up)"
+if [ "$cluster" = yes ]; then
+  if [ -n "${SECKILL_REDIS_CLUSTER_NODES:-}" ]; then
+    echo "run: using SECKILL_REDIS_CLUSTER_NODES from the environment" >&2
+  else
+    eval "$(scripts/services.sh cluster-up)"
+  fi
+  # REDIS_URL stays set: the app uses the cluster when SECKILL_REDIS_CLUSTER_NODES is.
+  echo "run: Redis Cluster $SECKILL_REDIS_CLUSTER_NODES" >&2
+fi
 # Local conveniences, documented in the README; production sets its own.
 export SECKILL_ADMIN_TOKEN=${SECKILL_ADMIN_TOKEN:-dev-admin-token}  # = LOCAL_ADMIN_TOKEN
 # Something to sell on a fresh install (only when there is no item at all).
