@@ -4,6 +4,7 @@
 
 mod admin;
 mod chaos;
+mod cluster_failover;
 mod committer;
 mod denial_cache;
 mod errors;
