@@ -33,7 +33,9 @@
 #   BENCH_ONLY="seckill_three orders_max_open" (run only these scenarios; names as in the
 #   table: constant limiter_only ceiling_limited seckill_off seckill_one seckill_three
 #   seckill_three_2x refused refused_api sold_out stampede ledger_2x orders evalsha
-#   orders_open_1000 orders_max_open orders_max_open_2x orders_open_durable)
+#   orders_open_1000 orders_max_open orders_max_open_2x orders_open_durable
+#   cluster_one_sale)
+#   BENCH_CLUSTER_PORT=7401 (the first of the 6 ports of cluster_one_sale's own cluster)
 #   BENCH_OPEN_RATES="1000 1500 2000 3000 4000 5000 6000 8000 10000 12000" (integers/s)
 #   BENCH_OPEN_STEP_SECONDS=3 BENCH_OPEN_MAX_IN_FLIGHT=1024 (sends beyond it are dropped)
 #   BENCH_SECONDS=8 BENCH_CONCURRENCY=64 BENCH_USERS=2000 scripts/bench.sh
@@ -224,6 +226,46 @@ stop_ceiling() {
   CEILING_PID=""
 }
 
+# A Redis Cluster of the bench's own (3 masters, 3 replicas on CLUSTER_PORT..+5, data
+# under $OUT), so its figures and its keys never mix with the development cluster's.
+CLUSTER_PORT=${BENCH_CLUSTER_PORT:-7401}
+CLUSTER_UP=""
+cluster_services() {
+  SECKILL_LOCAL_CLUSTER_PORT=$CLUSTER_PORT SECKILL_LOCAL_CLUSTER_DIR="$PWD/$OUT/redis-cluster" \
+    scripts/services.sh "$@"
+}
+start_cluster() {
+  CLUSTER_NODES=$(cluster_services cluster-up | sed 's/^export SECKILL_REDIS_CLUSTER_NODES=//')
+  CLUSTER_UP=1
+}
+stop_cluster() {
+  [ -n "$CLUSTER_UP" ] || return 0
+  cluster_services cluster-down --wipe >/dev/null 2>&1 || true
+  CLUSTER_UP=""
+}
+# The cluster's masters' ports, one per line.
+cluster_masters() {
+  local port
+  for ((port = CLUSTER_PORT; port < CLUSTER_PORT + 6; port++)); do
+    [ "$(redis-cli -p "$port" role 2>/dev/null | head -1)" = master ] && echo "$port"
+  done
+}
+# Zeroes every master's command statistics; then cluster_calls writes "PORT CALLS" per
+# master: the script calls (EVALSHA: limiter decisions and reservations) it ran since.
+# Scripts, not all commands: commandstats also counts the commands a script runs inside
+# Redis, which would weigh a script by its length.
+cluster_reset_stats() {
+  local port
+  for port in $(cluster_masters); do redis-cli -p "$port" config resetstat >/dev/null; done
+}
+cluster_calls() {
+  local port
+  for port in $(cluster_masters); do
+    echo "$port $(redis-cli -p "$port" info commandstats | tr -d '\r' |
+      awk -F'[:=,]' '$1 == "cmdstat_evalsha" { n += $3 } END { print n + 0 }')"
+  done
+}
+
 # The durable Postgres cluster: its own data folder, port and settings, run the way
 # scripts/services.sh runs the private one (as the `postgres` user when we are root:
 # pg_bin, pg_user and as_pg come from scripts/lib.sh).
@@ -281,6 +323,7 @@ cleanup() {
   stop_ceiling
   stop_instances
   stop_durable_pg
+  stop_cluster
   local db
   for db in "${BENCH_DBS[@]}"; do
     drop_database "$db" "$ADMIN_DB_URL" || true
@@ -626,6 +669,21 @@ if want orders_max_open_2x; then
   max_open orders_max_open_2x 2
 fi
 
+# 12. On a Redis Cluster (issue 15): one hot sale, `global` scope, the "3 dimensions"
+# scenario (limiter + reservation script), and how the Redis calls spread over the
+# masters. The cluster's keys are wiped with it.
+if want cluster_one_sale; then
+  log "cluster_one_sale: starting a Redis Cluster on ports $CLUSTER_PORT-$((CLUSTER_PORT + 5))"
+  start_cluster
+  start_instances 1 "$OUT/three.toml" SECKILL_REDIS_CLUSTER_NODES="$CLUSTER_NODES"
+  item=$(bought_item 1)
+  cluster_reset_stats
+  loadgen cluster_one_sale 1 --item "$item" --users "$USERS" --ips "$USERS"
+  cluster_calls >"$OUT/cluster_one_sale.masters"
+  stop_instances
+  stop_cluster
+fi
+
 # 11. What durability costs: orders_open_1000 against a Postgres cluster of our own with
 # fsync=on and synchronous_commit=on, stopped and removed right after.
 if want orders_open_durable; then
@@ -670,6 +728,7 @@ rows = [
     ("stampede_closed", f"stampede: the same, closed model, {conc} in flight"),
     ("ledger_2x", f"ledger: 2 instances, real limits, denial cache on, {conc} in flight"),
     ("orders", "POST /seckill, every request a new order"),
+    ("cluster_one_sale", "POST /seckill, 3 dimensions, on a Redis Cluster (3 masters + 3 replicas), one sale, global scope"),
 ]
 # (a) and (d) are 1000/s for 10 s; (b) and (c) list their steps in NAME.steps.
 steps = {name: [int(x) for x in (read(name + ".steps") or "").split()]
@@ -890,6 +949,11 @@ if steps["orders_max_open_2x"]:
     value, text = best("orders_max_open_2x")
     ratio(f"highest open-model order rate with p99 < {p99_bound:g} ms, 2 instances (orders/s)", value, None, text=text)
 
+if read("cluster_one_sale.masters"):
+    calls = [tuple(map(int, line.split())) for line in read("cluster_one_sale.masters").splitlines()]
+    total = sum(n for _, n in calls) or 1
+    shares = ", ".join(f"{port}: {n / total:.0%}" for port, n in calls)
+    print(f"\ncluster_one_sale: script calls (EVALSHA) per master, {total} in all: {shares}")
 if ratios:
     print()
     print("| ratio | value | target | |")
