@@ -12,6 +12,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::clock::ClockSource;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -120,17 +122,6 @@ pub struct PolicyConfig {
 
 fn enabled_by_default() -> bool {
     true
-}
-
-/// Where the scripts get "now" from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClockSource {
-    /// Redis `TIME` inside the script: every instance agrees, whatever its own clock.
-    Redis,
-    /// The app's clock, passed in ARGV: for managed Redis services that refuse `TIME`
-    /// in scripts. Skewed instances then disagree at window edges.
-    App,
 }
 
 /// The engine's settings: its tunables and the policies it starts with.
