@@ -1,12 +1,14 @@
 //! A policy edit as an operator makes it: what may change (the algorithm, the switch,
-//! each named rule's window, threshold and message; never a key source), how it merges
+//! the scope where the policy's callers allow it, each named rule's window, threshold
+//! and message; never a key source), how it merges
 //! onto the stored policy, and what a refused edit tells its author, down to the field
 //! (in the dashboard's spelling) it points at.
 
 use serde::Deserialize;
 use validator::Validate;
 
-use crate::limiter::policy::{Algorithm, PolicyConfig, PolicyError, RuleConfig};
+use crate::configuration::policies::{check_scope, ScopeNotAllowed};
+use crate::limiter::policy::{Algorithm, PolicyConfig, PolicyError, RuleConfig, Scope};
 
 /// An edit of one policy. `version`, when given, is the version it was made from: the
 /// edit is refused unless the policy is still at it.
@@ -16,6 +18,7 @@ pub struct PolicyEdit {
     pub version: Option<i64>,
     pub algorithm: Option<Algorithm>,
     pub enabled: Option<bool>,
+    pub scope: Option<Scope>,
     pub rules: Vec<RuleEdit>,
 }
 
@@ -45,6 +48,9 @@ pub enum RuleChangeError {
     },
     #[error(transparent)]
     Invalid(#[from] PolicyError),
+    /// `per_item` on a policy whose callers name no item: every check would fail.
+    #[error(transparent)]
+    Scope(#[from] ScopeNotAllowed),
     #[error(transparent)]
     Store(#[from] anyhow::Error),
 }
@@ -56,6 +62,7 @@ impl RuleChangeError {
         match self {
             Self::UnknownRule { index, .. } => Some(format!("rules[{index}].name")),
             Self::Invalid(invalid) => Some(invalid_field(invalid).into()),
+            Self::Scope(_) => Some("scope".into()),
             Self::UnknownPolicy(_) | Self::VersionConflict { .. } | Self::Store(_) => None,
         }
     }
@@ -89,6 +96,12 @@ impl PolicyEdit {
         if let Some(enabled) = self.enabled {
             config.enabled = enabled;
         }
+        if let Some(scope) = self.scope {
+            config.scope = scope;
+        }
+        // The merged scope, not only an edited one: a policy stored as `per_item` by
+        // hand is refused here too, before an edit of its rules could bless it.
+        check_scope(policy, config.scope)?;
         for (index, edit) in self.rules.iter().enumerate() {
             let rule: &mut RuleConfig = config
                 .rules

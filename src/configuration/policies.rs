@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::Settings;
 use crate::limiter::policy::{
-    Algorithm, FailMode, KeySource, LimiterSettings, PolicyConfig, RuleConfig,
+    Algorithm, FailMode, KeySource, LimiterSettings, PolicyConfig, RuleConfig, Scope,
 };
 
 /// The policy guarding `POST /seckill`.
@@ -31,6 +31,23 @@ pub const ORDERS_READ_POLICY: &str = "orders_read";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
 
+/// The policies whose callers name a partition (`POST /seckill`: its item), and so the
+/// only ones that may be `per_item`: any other policy's check could only fail.
+const PARTITIONED: [&str; 1] = [SECKILL_POLICY];
+
+/// A `per_item` scope on a policy whose callers name no item.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("policy {0:?} cannot be per_item: its callers name no item (only {PARTITIONED:?} do)")]
+pub struct ScopeNotAllowed(pub String);
+
+/// Refuses `scope` for `policy` unless its callers can key it (see [`PARTITIONED`]).
+pub fn check_scope(policy: &str, scope: Scope) -> Result<(), ScopeNotAllowed> {
+    match scope {
+        Scope::PerItem if !PARTITIONED.contains(&policy) => Err(ScopeNotAllowed(policy.into())),
+        _ => Ok(()),
+    }
+}
+
 /// The engine's own defaults with the app's policies.
 pub fn limiter_settings() -> LimiterSettings {
     LimiterSettings {
@@ -49,6 +66,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             algorithm: Algorithm::SlidingWindow,
             fail_mode: FailMode::Closed,
             enabled: true,
+            scope: Scope::Global,
             rules: vec![
                 rule(
                     "api",
@@ -80,6 +98,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             algorithm: Algorithm::SlidingWindow,
             fail_mode: FailMode::Open,
             enabled: true,
+            scope: Scope::Global,
             rules: vec![rule(
                 "client",
                 KeySource::ClientId,
@@ -95,6 +114,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             algorithm: Algorithm::SlidingWindow,
             fail_mode: FailMode::Open,
             enabled: true,
+            scope: Scope::Global,
             rules: vec![rule(
                 "ip",
                 KeySource::Ip,
@@ -112,6 +132,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             algorithm: Algorithm::TokenBucket,
             fail_mode: FailMode::Open,
             enabled: true,
+            scope: Scope::Global,
             rules: vec![
                 rule(
                     "user",
@@ -134,6 +155,15 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
 }
 
 impl Settings {
+    /// Refuses, at start-up, a configured `per_item` scope that every check of its
+    /// policy would answer with a 500 (see [`check_scope`]).
+    pub fn check_policy_scopes(&self) -> Result<(), ScopeNotAllowed> {
+        self.limiter
+            .policies
+            .iter()
+            .try_for_each(|(name, policy)| check_scope(name, policy.scope))
+    }
+
     /// The policies the rules table is seeded with: the configured ones, plus the
     /// default of each policy the app's own routes use that the configuration leaves
     /// out. A settings file's `[limiter.policies]` replaces the defaults whole, and a
@@ -144,5 +174,27 @@ impl Settings {
             seeds.entry(name).or_insert(default);
         }
         seeds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sale_may_be_per_item() {
+        let mut settings = Settings::default();
+        assert_eq!(settings.check_policy_scopes(), Ok(()));
+        let policies = &mut settings.limiter.policies;
+        policies.get_mut(SECKILL_POLICY).expect("seckill").scope = Scope::PerItem;
+        assert_eq!(settings.check_policy_scopes(), Ok(()));
+        for name in [LIMITED_POLICY, ADMIN_AUTH_POLICY, ORDERS_READ_POLICY] {
+            let mut settings = Settings::default();
+            settings.limiter.policies.get_mut(name).expect(name).scope = Scope::PerItem;
+            assert_eq!(
+                settings.check_policy_scopes(),
+                Err(ScopeNotAllowed(name.into()))
+            );
+        }
     }
 }

@@ -207,11 +207,12 @@ fn keys_follow_the_documented_scheme() {
         ip: ClientIp::new("10.0.0.7".parse().unwrap()),
         client_id: None,
         route: Cow::Borrowed("/seckill"),
+        partition: None,
     };
     let keys: Vec<_> = seckill
         .rules
         .iter()
-        .map(|r| redis_key("p", "seckill", Algorithm::SlidingWindow, r, &caller).unwrap())
+        .map(|r| redis_key("p", seckill, Algorithm::SlidingWindow, r, &caller).unwrap())
         .collect();
     assert_eq!(
         keys,
@@ -221,18 +222,33 @@ fn keys_follow_the_documented_scheme() {
             "p:{seckill}:sliding_window:ip:10.0.0.7",
         ]
     );
-    let limited = &set.get(LIMITED_POLICY).unwrap().rules[0];
+    let limited_policy = set.get(LIMITED_POLICY).unwrap();
+    let limited = &limited_policy.rules[0];
     let id = ClientId::parse("alice").unwrap();
     let with_id = Caller {
         client_id: Some(&id),
         ..caller.clone()
     };
     assert_eq!(
-        redis_key("p", "limited", Algorithm::TokenBucket, limited, &with_id).unwrap(),
+        redis_key(
+            "p",
+            limited_policy,
+            Algorithm::TokenBucket,
+            limited,
+            &with_id
+        )
+        .unwrap(),
         "p:{limited}:token_bucket:client:id:alice"
     );
     assert_eq!(
-        redis_key("p", "limited", Algorithm::TokenBucket, limited, &caller).unwrap(),
+        redis_key(
+            "p",
+            limited_policy,
+            Algorithm::TokenBucket,
+            limited,
+            &caller
+        )
+        .unwrap(),
         "p:{limited}:token_bucket:client:ip:10.0.0.7"
     );
     let anonymous = Caller {
@@ -242,7 +258,7 @@ fn keys_follow_the_documented_scheme() {
     assert!(matches!(
         redis_key(
             "p",
-            "seckill",
+            seckill,
             Algorithm::SlidingWindow,
             &seckill.rules[1],
             &anonymous

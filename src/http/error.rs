@@ -247,7 +247,7 @@ impl From<crate::admin::edit::RuleChangeError> for ApiError {
             E::UnknownPolicy(_) => Self::NotFound,
             E::VersionConflict { current, .. } => Self::VersionConflict { current },
             E::Store(cause) => Self::Internal(cause),
-            E::UnknownRule { .. } | E::Invalid(_) => {
+            E::UnknownRule { .. } | E::Invalid(_) | E::Scope(_) => {
                 Self::validation(error.field().unwrap_or_default(), error.to_string())
             }
         }

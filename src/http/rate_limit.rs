@@ -46,6 +46,8 @@ pub fn caller_from_request<'a>(
         ip,
         client_id,
         route,
+        // A route's guard knows no item: only `global` policies guard routes.
+        partition: None,
     }
 }
 

@@ -1,7 +1,18 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use super::policy::ClockSource;
+use serde::{Deserialize, Serialize};
+
+/// Where the scripts get "now" from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockSource {
+    /// Redis `TIME` inside the script: every instance agrees, whatever its own clock.
+    Redis,
+    /// The app's clock, passed in ARGV: for managed Redis services that refuse `TIME`
+    /// in scripts. Skewed instances then disagree at window edges.
+    App,
+}
 
 /// Where the scripts take "now" from. See [`ClockSource`] for the trade-off.
 #[derive(Debug, Clone)]

@@ -1,25 +1,65 @@
-//! Redis keys of the limiter.
+//! Redis keys of the limiter, by the policy's [`Scope`].
 //!
-//! `<prefix>:{<policy>}:<algorithm>:<rule>:<value>`, for example
-//! `seckill:{seckill}:sliding_window:user:42`.
+//! - `global`: `<prefix>:{<policy>}:<algorithm>:<rule>:<value>`, for example
+//!   `seckill:{seckill}:sliding_window:user:42`. The `{<policy>}` hash tag puts every key
+//!   of the policy in one Redis Cluster slot: a literal rule (`api`) is one total across
+//!   everything the policy guards, and the shard holding that slot sees every decision
+//!   of the policy that the denial cache does not answer.
+//! - `per_item`: `<prefix>:{<partition>}:limit:<policy>:<algorithm>:<rule>:<value>`, for
+//!   example `seckill:{item:7}:limit:seckill:sliding_window:user:42`. The engine knows
+//!   no item: the caller supplies a [`Partition`] (the sale hands over its item's own
+//!   hash tag, `item:<id>`, see `sale::redis::keys`), so a policy's keys for one
+//!   partition share one slot with whatever else the application keeps under that tag,
+//!   and different partitions spread over the shards. Every rule is then counted per
+//!   partition, a literal one included. A per-partition policy checked without a
+//!   partition is [`Rejection::Misconfigured`]: refusing is safer than guessing one.
+//!   `limit:` keeps these keys apart from the application's own under the same tag.
 //!
-//! - The `{<policy>}` hash tag puts every key of a policy in one Redis Cluster slot, so
-//!   one script can touch all of them. The consequence: all keys of one policy live on
-//!   one shard, and a policy's load cannot be spread across shards.
+//! Either way one policy decision touches one slot, so one script decides it.
+//!
 //! - The algorithm is part of the key, so switching a policy's algorithm never meets a
 //!   key of the other type (a sorted set where a hash is expected), and each algorithm
 //!   keeps its own quota.
 //! - A rule's limits are not part of the key: an edit keeps every caller's state (the
 //!   scripts convert it) instead of handing everyone a fresh quota.
 //! - Every part is bounded and from a known alphabet: names are checked when policies
-//!   load, client ids when parsed, IPs and user ids are printed by us.
+//!   load, partitions and client ids when made, IPs and user ids are printed by us.
 
 use std::borrow::Cow;
 use std::fmt::Write;
 
-use super::policy::{Algorithm, KeySource, Rule};
+use serde::{Deserialize, Serialize};
+
+use super::policy::{Algorithm, KeySource, Policy, Rule};
 use super::Rejection;
 use crate::domain::{ClientId, ClientIp, UserId};
+
+/// Where a policy's keys live (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One hash tag per policy: every decision on one shard, literal rules are totals.
+    #[default]
+    Global,
+    /// One hash tag per partition the caller names (the sale: its item).
+    PerItem,
+}
+
+/// A hash tag a caller puts its per-partition keys under: 1-64 characters of
+/// `A-Z a-z 0-9 . _ : -`, so it can never close the tag (`}`) or break a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition(String);
+
+impl Partition {
+    pub fn new(tag: String) -> Option<Self> {
+        let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-');
+        ((1..=64).contains(&tag.len()) && tag.bytes().all(safe)).then_some(Self(tag))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// Who is asking, as far as the limiter cares.
 #[derive(Debug, Clone)]
@@ -29,18 +69,37 @@ pub struct Caller<'a> {
     pub client_id: Option<&'a ClientId>,
     /// The matched route pattern (ours, never the raw path).
     pub route: Cow<'a, str>,
+    /// What a `per_item` policy counts under (the sale: its item); `None` where the
+    /// caller has no such thing, and then only `global` policies may be checked.
+    pub partition: Option<Partition>,
 }
 
 pub fn redis_key(
     prefix: &str,
-    policy: &str,
+    policy: &Policy,
     algorithm: Algorithm,
     rule: &Rule,
     caller: &Caller<'_>,
 ) -> Result<String, Rejection> {
-    let mut key = String::with_capacity(prefix.len() + policy.len() + rule.name.len() + 48);
+    let name = &policy.name;
+    let mut key = String::with_capacity(prefix.len() + 2 * name.len() + rule.name.len() + 64);
     // Writing to a String cannot fail.
-    let _ = write!(key, "{prefix}:{{{policy}}}:{algorithm}:{}:", rule.name);
+    let _ = match policy.scope {
+        Scope::Global => write!(key, "{prefix}:{{{name}}}:{algorithm}:{}:", rule.name),
+        Scope::PerItem => {
+            let partition = caller.partition.as_ref().ok_or_else(|| {
+                Rejection::Misconfigured(format!(
+                    "policy {name:?} is per_item, but its caller names no partition"
+                ))
+            })?;
+            write!(
+                key,
+                "{prefix}:{{{}}}:limit:{name}:{algorithm}:{}:",
+                partition.as_str(),
+                rule.name
+            )
+        }
+    };
     let _ = match &rule.key {
         KeySource::Literal(value) => write!(key, "{value}"),
         KeySource::User => write!(key, "{}", caller.user.ok_or(Rejection::NeedsUser)?),
@@ -53,4 +112,75 @@ pub fn redis_key(
         KeySource::Route => write!(key, "{}", caller.route),
     };
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::policy::{PolicyConfig, RuleConfig};
+
+    fn policy(scope: Scope) -> Policy {
+        let rules = vec![
+            RuleConfig::new("api", KeySource::Literal("all".into()), 1_000, 9, "busy"),
+            RuleConfig::new("user", KeySource::User, 60_000, 3, "slow down"),
+        ];
+        // Stored rows from before scopes have no `scope`: they stay `global`.
+        let mut config: PolicyConfig = serde_json::from_value(serde_json::json!({
+            "algorithm": "sliding_window",
+            "rules": rules,
+        }))
+        .expect("a policy without a scope");
+        assert_eq!(config.scope, Scope::Global);
+        config.scope = scope;
+        Policy::parse("p", &config).expect("a valid policy")
+    }
+
+    fn caller(partition: Option<&str>) -> Caller<'static> {
+        Caller {
+            user: UserId::try_from(42).ok(),
+            ip: ClientIp::new([10, 0, 0, 7].into()),
+            client_id: None,
+            route: "/r".into(),
+            partition: partition.and_then(|tag| Partition::new(tag.into())),
+        }
+    }
+
+    fn keys(policy: &Policy, caller: &Caller<'_>) -> Result<Vec<String>, Rejection> {
+        let key = |rule| redis_key("x", policy, Algorithm::SlidingWindow, rule, caller);
+        policy.rules.iter().map(key).collect()
+    }
+
+    #[test]
+    fn global_keys_ignore_any_partition_and_per_item_keys_carry_it() {
+        let global = policy(Scope::Global);
+        let expected = [
+            "x:{p}:sliding_window:api:all",
+            "x:{p}:sliding_window:user:42",
+        ];
+        assert_eq!(keys(&global, &caller(None)).unwrap(), expected);
+        assert_eq!(keys(&global, &caller(Some("item:7"))).unwrap(), expected);
+        assert_eq!(
+            keys(&policy(Scope::PerItem), &caller(Some("item:7"))).unwrap(),
+            [
+                "x:{item:7}:limit:p:sliding_window:api:all",
+                "x:{item:7}:limit:p:sliding_window:user:42",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_per_item_policy_without_a_partition_is_misconfigured() {
+        assert!(matches!(
+            keys(&policy(Scope::PerItem), &caller(None)),
+            Err(Rejection::Misconfigured(_))
+        ));
+    }
+
+    #[test]
+    fn a_partition_cannot_break_its_hash_tag() {
+        for bad in ["", "item}:7", "{item:7", "item 7", &"x".repeat(65)] {
+            assert_eq!(Partition::new(bad.into()), None, "{bad:?}");
+        }
+        assert!(Partition::new("item:7".into()).is_some());
+    }
 }

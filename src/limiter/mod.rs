@@ -43,7 +43,7 @@ pub(crate) use burst_log::BurstLog;
 pub use clock::{Clock, ManualClock};
 use denial::{DenialCache, Seen};
 use installed::{Enforced, Installed};
-pub use keys::Caller;
+pub use keys::{Caller, Partition, Scope};
 use local::whole_ms;
 pub use outcome::{Admission, QuotaLeft, Refusal, Rejection};
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
@@ -210,7 +210,7 @@ impl Limiter {
         let mut keys = Vec::with_capacity(policy.rules.len());
         let mut contended = false;
         for (index, rule) in policy.rules.iter().enumerate() {
-            let key = keys::redis_key(self.redis.prefix(), &policy.name, algorithm, rule, caller)?;
+            let key = keys::redis_key(self.redis.prefix(), policy, algorithm, rule, caller)?;
             match self.denials.seen(&key, now, generation) {
                 Seen::Refused { wait_us } => {
                     let wait = whole_ms(wait_us);

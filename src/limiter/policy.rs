@@ -12,6 +12,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::clock::ClockSource;
+pub use super::keys::Scope;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -115,22 +118,15 @@ pub struct PolicyConfig {
     /// and the "no limiting" baseline of the benchmark).
     #[serde(default = "enabled_by_default")]
     pub enabled: bool,
+    /// Where its keys live (see `limiter::keys`); absent in configurations and stored
+    /// rows older than scopes, which all meant `global`.
+    #[serde(default)]
+    pub scope: Scope,
     pub rules: Vec<RuleConfig>,
 }
 
 fn enabled_by_default() -> bool {
     true
-}
-
-/// Where the scripts get "now" from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClockSource {
-    /// Redis `TIME` inside the script: every instance agrees, whatever its own clock.
-    Redis,
-    /// The app's clock, passed in ARGV: for managed Redis services that refuse `TIME`
-    /// in scripts. Skewed instances then disagree at window edges.
-    App,
 }
 
 /// The engine's settings: its tunables and the policies it starts with.
@@ -197,6 +193,7 @@ pub struct Policy {
     pub algorithm: Algorithm,
     pub fail_mode: FailMode,
     pub enabled: bool,
+    pub scope: Scope,
     pub rules: Vec<Rule>,
     /// The `RateLimit-Policy` value for each algorithm (indexed by `Algorithm as
     /// usize`): constant per policy, so built once here instead of per response.
@@ -298,6 +295,7 @@ impl Policy {
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
             enabled: config.enabled,
+            scope: config.scope,
             quota_headers: Algorithm::ALL.map(|algorithm| quota_header(&rules, algorithm)),
             rules,
         })

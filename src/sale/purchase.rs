@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::failpoints::crash_point;
 use super::item::{Item, ItemId, SalePhase};
 use super::postgres::{self, CommitError, NewOrder, Order};
-use super::redis::{PendingReservation, Reservation, Undo};
+use super::redis::{limiter_partition, PendingReservation, Reservation, Undo};
 use super::{Outcome, Replayable, Sale, SaleError};
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
@@ -95,10 +95,16 @@ impl Sale {
         order_id: Uuid,
         caller: &Caller<'_>,
     ) -> Result<Purchase, PurchaseFailure> {
+        // The item is what a `per_item` policy counts under: its limiter keys then
+        // share the slot of the item's own keys (see `redis::keys`).
+        let caller = Caller {
+            partition: limiter_partition(item.id),
+            ..caller.clone()
+        };
         let result = async {
             let admission = self
                 .limiter
-                .check(SECKILL_POLICY, None, caller)
+                .check(SECKILL_POLICY, None, &caller)
                 .await
                 .map_err(PurchaseFailure::Limited)?;
             // Boxed: only an admitted purchase needs the reservation's and the order's

@@ -20,7 +20,7 @@ use crate::store::RedisStore;
 mod keys;
 mod repair;
 
-pub use keys::ItemKeys;
+pub use keys::{limiter_partition, ItemKeys};
 pub use repair::StockSnapshot;
 
 /// How long the per-user success marker lives.

@@ -36,6 +36,7 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         settings.check_production_safety()?;
         settings.check_timeouts()?;
+        settings.check_policy_scopes()?;
         let (services, commit_queue) = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services, commit_queue);
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))

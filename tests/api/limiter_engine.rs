@@ -9,7 +9,7 @@ use actix_web::http::header::HeaderMap;
 use seckill::domain::{ClientIp, UserId};
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{
-    Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection,
+    Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection, Scope,
 };
 use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
@@ -38,6 +38,7 @@ pub fn one_policy(
     policies.insert(
         "p".to_string(),
         PolicyConfig {
+            scope: Scope::Global,
             algorithm,
             fail_mode,
             enabled: true,
@@ -95,6 +96,7 @@ pub fn caller(user: i64) -> Caller<'static> {
         ip: ClientIp::new([10, 0, 0, 1].into()),
         client_id: None,
         route: "/test".into(),
+        partition: None,
     }
 }
 
@@ -497,6 +499,7 @@ async fn a_disabled_policy_admits_without_asking_redis() {
     .await;
     let mut policies = BTreeMap::new();
     let mut config = PolicyConfig {
+        scope: Scope::Global,
         algorithm: Algorithm::SlidingWindow,
         fail_mode: FailMode::Closed,
         enabled: false,
@@ -539,6 +542,7 @@ async fn re_applying_unchanged_rules_keeps_the_denials_and_a_real_change_retires
 
     let mut policies = BTreeMap::new();
     let mut config = PolicyConfig {
+        scope: Scope::Global,
         algorithm: Algorithm::SlidingWindow,
         fail_mode: FailMode::Open,
         enabled: true,

@@ -17,4 +17,5 @@ mod limiter_http;
 mod limiter_model;
 mod loadgen;
 mod metrics;
+mod policy_scope;
 mod sale;

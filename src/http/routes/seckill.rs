@@ -63,6 +63,8 @@ pub async fn purchase(
         ip: client_ip(&req)?,
         client_id: None,
         route: "/seckill".into(),
+        // The sale names its item itself (`Sale::purchase`).
+        partition: None,
     };
     let item = sale.precheck(item_id)?;
     // Sortable by time: the order inserts append to the primary-key index.
@@ -138,6 +140,7 @@ pub async fn my_orders(
         ip: client_ip(&req)?,
         client_id: None,
         route: "/api/orders/mine".into(),
+        partition: None,
     };
     let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
     let orders = sale.orders_of(shopper.0).await?;

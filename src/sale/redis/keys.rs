@@ -1,9 +1,24 @@
 //! The Redis key scheme of one item's sale state, the one place it is spelled (the tests
 //! use it too). Every key carries the hash tag `{item:<id>}`, so the scripts and the
-//! MULTI/EXEC pipeline touch one Redis Cluster slot.
+//! MULTI/EXEC pipeline touch one Redis Cluster slot. A `per_item` limiter policy counts
+//! the item's purchases under the same tag ([`limiter_partition`]), so its keys share
+//! that slot too: one script could decide the limit and reserve the stock.
 
 use crate::domain::UserId;
+use crate::limiter::Partition;
 use crate::sale::item::ItemId;
+
+/// The hash tag of an item's keys, without its braces.
+fn item_tag(item: ItemId) -> String {
+    format!("item:{item}")
+}
+
+/// The partition a `per_item` limiter policy counts `item`'s purchases under: the item's
+/// own tag. Always a valid partition (`item:` and digits); `None` could only mean this
+/// spelling changed, and then a `per_item` check answers misconfigured, never guesses.
+pub fn limiter_partition(item: ItemId) -> Option<Partition> {
+    Partition::new(item_tag(item))
+}
 
 /// The keys of one item: `<prefix>:{item:<id>}:<what>`.
 pub struct ItemKeys {
@@ -13,7 +28,7 @@ pub struct ItemKeys {
 impl ItemKeys {
     pub fn new(prefix: &str, item: ItemId) -> Self {
         Self {
-            base: format!("{prefix}:{{item:{item}}}"),
+            base: format!("{prefix}:{{{}}}", item_tag(item)),
         }
     }
     pub fn stock(&self) -> String {

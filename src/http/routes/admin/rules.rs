@@ -11,7 +11,7 @@ use crate::admin::rules::{AuditEntry, RuleStore, StoredPolicy};
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
-use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig};
+use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig, Scope};
 
 /// A policy as the dashboard shows and edits it.
 #[derive(Debug, Serialize)]
@@ -24,6 +24,7 @@ pub struct PolicyView {
     algorithm: Algorithm,
     fail_mode: FailMode,
     enabled: bool,
+    scope: Scope,
     rules: Vec<RuleView>,
 }
 
@@ -45,6 +46,7 @@ impl PolicyView {
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
             enabled: config.enabled,
+            scope: config.scope,
             rules: config
                 .rules
                 .iter()
