@@ -117,15 +117,14 @@ struct Answer {
     order_id: Option<String>,
 }
 
+/// Ignored in the parallel run: seven Redis processes and 150 purchases a second on two
+/// cores would slow every test beside it. `make test` runs it alone afterwards
+/// (`cargo test --test api -- --ignored`).
 #[sqlx::test]
+#[ignore = "heavy: run alone, as make test does"]
 async fn a_master_killed_mid_sale_fails_purchases_closed_then_they_resume_and_nothing_is_lost(
     db: PgPool,
 ) {
-    // The cluster pass of `make test` runs the suite on the shared cluster; this test
-    // brings its own, once, in the first pass.
-    if std::env::var_os("SECKILL_REDIS_CLUSTER_NODES").is_some() {
-        return;
-    }
     let cluster = OwnCluster::start();
     let mut settings = test_settings(&db);
     settings.redis_cluster_nodes = SecretString::from(cluster.nodes());
