@@ -122,6 +122,11 @@ pub struct Options {
     /// that consecutive runs against one instance can each use addresses no earlier run
     /// used (the ip limit's window outlasts a run).
     pub first_ip: u32,
+    /// Spread the purchases over this many fresh items (each created with the
+    /// configured stock; with an existing item, ignored): user `i` buys item `i % sales`,
+    /// so many sales run at once. 0 and 1 mean one item. The report and the store
+    /// checks are about the first item.
+    pub sales: u32,
 }
 
 /// What happened to one request.
@@ -248,16 +253,23 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         .pool_max_idle_per_host(4096)
         .tcp_nodelay(true)
         .build()?;
-    let (item_id, tokens, orders_before) = if config.probe.is_some() {
-        (0, HashMap::new(), None)
+    let (item_ids, tokens, orders_before) = if config.probe.is_some() {
+        (vec![0], HashMap::new(), None)
     } else {
-        let item_id = match &config.item {
-            ItemChoice::Existing(id) => *id,
+        let item_ids = match &config.item {
+            ItemChoice::Existing(id) => vec![*id],
             ItemChoice::Create { stock, admin_token } => {
-                create_item(&client, &config.targets[0], *stock, admin_token).await?
+                let mut ids = Vec::new();
+                for _ in 0..options.sales.max(1) {
+                    ids.push(create_item(&client, &config.targets[0], *stock, admin_token).await?);
+                }
+                ids
             }
         };
-        wait_until_listed(&client, &config.targets, item_id).await?;
+        for item in &item_ids {
+            wait_until_listed(&client, &config.targets, *item).await?;
+        }
+        let item_id = item_ids[0];
         let orders_before = match &config.stores {
             Some(stores) => Some(order_count(stores, item_id).await?),
             None => None,
@@ -265,8 +277,9 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         let session_target = options.session_target.as_deref();
         let session_target = session_target.unwrap_or(&config.targets[0]);
         let tokens = tokens(&client, &config, session_target.trim_end_matches('/')).await?;
-        (item_id, tokens, orders_before)
+        (item_ids, tokens, orders_before)
     };
+    let item_id = item_ids[0];
     if let Some(path) = &options.started_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
     }
@@ -281,7 +294,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         client,
         config: config.clone(),
         tokens,
-        item_id,
+        item_ids,
         purchase_path: options.purchase_path.unwrap_or_else(|| "/seckill".into()),
         first_ip: options.first_ip,
         start,
@@ -391,7 +404,8 @@ struct Shared {
     client: reqwest::Client,
     config: Config,
     tokens: Arc<HashMap<i64, String>>,
-    item_id: i64,
+    /// User `i` buys `item_ids[i % len]`.
+    item_ids: Vec<i64>,
     purchase_path: String,
     first_ip: u32,
     start: Instant,
@@ -415,7 +429,9 @@ impl Shared {
                 .client
                 .post(format!("{target}{}", self.purchase_path))
                 .bearer_auth(token)
-                .json(&serde_json::json!({ "itemId": self.item_id })),
+                .json(&serde_json::json!({
+                    "itemId": self.item_ids[index as usize % self.item_ids.len()]
+                })),
         };
         let sent = self.start.elapsed();
         let response = request.header("X-Forwarded-For", ip_of(ip)).send().await;

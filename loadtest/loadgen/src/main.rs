@@ -23,6 +23,10 @@ struct Args {
     /// Distinct users (dev-login tokens are fetched for each).
     #[arg(long, default_value_t = 1000)]
     users: u32,
+    /// Spread the purchases over this many fresh items, each created with --stock:
+    /// user i buys item i % N, so N sales run at once (the report is about the first).
+    #[arg(long, default_value_t = 1)]
+    sales: u32,
     /// First user id.
     #[arg(long, default_value_t = 1)]
     first_user: i64,
@@ -149,6 +153,7 @@ async fn main() {
         purchase_path: args.purchase_path.clone(),
         max_in_flight: args.max_in_flight,
         first_ip: args.first_ip,
+        sales: args.sales,
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,
