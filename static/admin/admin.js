@@ -495,6 +495,12 @@ function quotaText(windowMs, threshold) {
   return `${fmt(t)} per ${span}`;
 }
 
+/** What each scope means, shown beside its select. */
+const SCOPE_HINTS = {
+  global: 'One limit for the whole shop: all of this policy\u2019s keys live in one Redis slot.',
+  per_item: 'Each sale counts separately: its limiter keys live beside the item\u2019s stock.',
+};
+
 function renderPolicy(policy) {
   const slug = policy.name.replace(/[^A-Za-z0-9_-]/g, '-');
   const refs = { rules: new Map() };
@@ -507,6 +513,15 @@ function renderPolicy(policy) {
     el('option', { value: 'token_bucket', text: 'Token bucket' }),
   );
   refs.enabled = el('input', { id: idOf('enabled'), type: 'checkbox', name: 'enabled' });
+  refs.scopeHint = el('p', { id: idOf('scope-hint'), class: 'small muted scope-hint' });
+  refs.scopeError = el('p', { id: idOf('scope-error'), class: 'field-error', hidden: true });
+  refs.scope = el(
+    'select',
+    { id: idOf('scope'), name: 'scope', 'aria-describedby': `${refs.scopeHint.id} ${refs.scopeError.id}` },
+    el('option', { value: 'global', text: 'Global' }),
+    el('option', { value: 'per_item', text: 'Per item' }),
+  );
+  refs.scope.addEventListener('change', () => showScopeHint(refs));
   refs.error = el('p', { id: idOf('error'), class: 'field-error', role: 'alert', hidden: true });
   refs.result = el('p', { class: 'notice', role: 'status', 'aria-live': 'polite', hidden: true });
   refs.save = el('button', { type: 'submit', class: 'button button-primary', text: `Save ${policy.name}` });
@@ -571,6 +586,13 @@ function renderPolicy(policy) {
       ),
       el(
         'div',
+        { class: 'field scope-field' },
+        el('label', { for: refs.scope.id, text: 'Scope' }),
+        el('div', { class: 'scope-control' }, refs.scope, refs.scopeHint),
+        refs.scopeError,
+      ),
+      el(
+        'div',
         { class: 'table-wrap' },
         el(
           'table',
@@ -604,10 +626,28 @@ function renderPolicy(policy) {
   return refs;
 }
 
+/** A policy's scope; rows from before scopes have none and mean `global`. */
+const scopeOf = (policy) => policy.scope || 'global';
+
+function showScopeHint(refs) {
+  refs.scopeHint.textContent = SCOPE_HINTS[refs.scope.value] || '';
+}
+
+/** The scope's own error line, as fieldError does it (the form may not be in the page yet). */
+function scopeError(refs, message) {
+  if (message) refs.scope.setAttribute('aria-invalid', 'true');
+  else refs.scope.removeAttribute('aria-invalid');
+  refs.scopeError.textContent = message;
+  refs.scopeError.hidden = !message;
+}
+
 function fillPolicy(refs, policy) {
   refs.version.textContent = Number.isInteger(policy.version) ? `version ${policy.version}` : '';
   refs.algorithm.value = policy.algorithm;
   refs.enabled.checked = Boolean(policy.enabled);
+  refs.scope.value = scopeOf(policy);
+  scopeError(refs, '');
+  showScopeHint(refs);
   refs.failMode.textContent = policy.failMode === 'closed' ? 'refuse (fail closed)' : 'allow (fail open)';
   for (const rule of policy.rules) {
     const r = refs.rules.get(rule.name);
@@ -653,6 +693,7 @@ function policyChange(entry) {
   const problems = [];
   if (refs.algorithm.value !== policy.algorithm) body.algorithm = refs.algorithm.value;
   if (refs.enabled.checked !== Boolean(policy.enabled)) body.enabled = refs.enabled.checked;
+  if (refs.scope.value !== scopeOf(policy)) body.scope = refs.scope.value;
   for (const rule of policy.rules) {
     const r = refs.rules.get(rule.name);
     const change = { name: rule.name };
@@ -668,7 +709,7 @@ function policyChange(entry) {
     if (Object.keys(change).length > 1) body.rules.push(change);
   }
   if (problems.length) return { problems };
-  const changed = body.rules.length > 0 || 'algorithm' in body || 'enabled' in body;
+  const changed = body.rules.length > 0 || 'algorithm' in body || 'enabled' in body || 'scope' in body;
   return changed ? { body } : { body: null };
 }
 
@@ -678,6 +719,7 @@ async function savePolicy(name) {
   const { refs } = entry;
   announce(refs.error, '');
   announce(refs.result, '');
+  scopeError(refs, '');
   for (const r of refs.rules.values()) {
     for (const input of [r.windowMs, r.threshold, r.message]) input.removeAttribute('aria-invalid');
   }
@@ -713,6 +755,11 @@ async function savePolicy(name) {
         'error',
       );
       loadAudit();
+    } else if (result.error.code === 'VALIDATION_FAILED' && result.error.field === 'scope') {
+      // The policy's scope, not a rule: the message goes next to its select.
+      scopeError(refs, sentence(result.error.message));
+      announce(refs.error, 'Not saved: the scope was refused (see Scope above).', 'error');
+      refs.scope.focus();
     } else if (result.error.code === 'VALIDATION_FAILED') {
       // Mark the fields of that kind that were changed (the message names the rule).
       const field = result.error.field;
@@ -750,6 +797,7 @@ function describeChange(oldP, newP) {
   if (oldP.algorithm !== newP.algorithm) lines.push(`algorithm ${oldP.algorithm} → ${newP.algorithm}`);
   if (oldP.enabled !== newP.enabled) lines.push(newP.enabled ? 'enabled' : 'disabled');
   if (oldP.failMode !== newP.failMode) lines.push(`fail mode ${oldP.failMode} → ${newP.failMode}`);
+  if (scopeOf(oldP) !== scopeOf(newP)) lines.push(`scope ${scopeOf(oldP)} → ${scopeOf(newP)}`);
   const before = new Map((oldP.rules || []).map((r) => [r.name, r]));
   for (const rule of newP.rules || []) {
     const was = before.get(rule.name);
