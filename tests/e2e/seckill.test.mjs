@@ -1,6 +1,7 @@
 // End-to-end: the shopper page and the admin dashboard in headless Chromium against a
 // running app. The scenarios run in order (node:test runs a file's tests one by one):
-// scenario 3 lowers the `user` rule for everybody, so it comes after 1 and 2.
+// scenario 3 lowers the `user` rule for everybody, so it comes after 1 and 2; scenario 4
+// switches the sale policy's scope to per_item and back to global.
 //
 //   E2E_BASE_URL=http://127.0.0.1:PORT E2E_ADMIN_TOKEN=… node --test seckill.test.mjs
 //
@@ -342,7 +343,93 @@ test('3. an admin creates, pauses and resumes an item and lowers the user rule; 
   });
 });
 
-test('4. screenshots of the shopper page and the admin dashboard, desktop and phone', async () => {
+test('4. an admin switches the sale policy to per_item scope and back; per_item on another policy is refused', async () => {
+  const admin = await client(35);
+  const page = admin.page;
+  await withFailureShots('scenario4', () => ({ admin: page }), async () => {
+    await signInAdmin(page);
+    const seckill = page.locator('form[data-policy="seckill"]');
+    const scope = seckill.getByLabel('Scope', { exact: true });
+    const hint = seckill.locator('.scope-hint');
+    const scopeError = page.locator('#policy-seckill-scope-error');
+
+    // Loaded as stored: global, with its explanation.
+    assert.equal(await scope.inputValue(), 'global');
+    assert.match(await hint.textContent(), /^One limit for the whole shop: .+ one Redis slot\.$/);
+    assert.equal(
+      await scope.getAttribute('aria-describedby'),
+      'policy-seckill-scope-hint policy-seckill-scope-error',
+    );
+    assert.ok(await scopeError.isHidden());
+
+    // per_item: the explanation follows the choice; the PUT carries only the scope.
+    await scope.selectOption('per_item');
+    assert.match(await hint.textContent(), /^Each sale counts separately: .+ beside the item.s stock\.$/);
+    const put = page.waitForRequest(
+      (r) => r.method() === 'PUT' && new URL(r.url()).pathname === '/admin/api/policies/seckill',
+    );
+    await seckill.getByRole('button', { name: 'Save seckill' }).click();
+    assert.deepEqual((await put).postDataJSON(), { rules: [], scope: 'per_item' });
+    await waitForText(seckill.getByRole('status'), /^Saved policy seckill\./);
+    assert.equal(await scope.inputValue(), 'per_item');
+    assert.ok(await seckill.getByRole('alert').isHidden());
+    const stored = await apiCall('/admin/api/policies/seckill', { token: ADMIN_TOKEN });
+    assert.equal(stored.status, 200);
+    assert.equal(stored.data.scope, 'per_item');
+    assert.match(await seckill.locator('legend').textContent(), new RegExp(`version ${stored.data.version}$`));
+    const audit = page.getByRole('region', { name: 'Rule changes' });
+    await audit.getByRole('listitem').filter({ hasText: 'scope global → per_item' }).first().waitFor();
+
+    // A reload shows it as stored.
+    await page.reload();
+    await page.getByText(`Signed in as ${ADMIN_NAME}`, { exact: true }).waitFor();
+    await eventually(async () => assert.equal(await scope.inputValue(), 'per_item'));
+
+    // Back to global (later scenarios expect it), with the user rule at 2 so the
+    // limiter's pick-up of this version shows in RateLimit-Policy; then 1 again.
+    const threshold = seckill.getByLabel('Threshold of rule user');
+    assert.equal(await threshold.inputValue(), '1');
+    await scope.selectOption('global');
+    await threshold.fill('2');
+    await seckill.getByRole('button', { name: 'Save seckill' }).click();
+    await waitForText(seckill.getByRole('status'), /^Saved policy seckill\./);
+    assert.equal(await scope.inputValue(), 'global');
+    assert.equal((await apiCall('/admin/api/policies/seckill', { token: ADMIN_TOKEN })).data.scope, 'global');
+    await waitForUserQuota(2, 60);
+    await threshold.fill('1');
+    await seckill.getByRole('button', { name: 'Save seckill' }).click();
+    await waitForText(seckill.getByRole('status'), /^Saved policy seckill\./);
+    await waitForUserQuota(1, 60);
+
+    // per_item on a policy whose callers name no item: the server's error shows next to
+    // the select, which is marked invalid and focused; nothing is stored.
+    const limited = page.locator('form[data-policy="limited"]');
+    const limitedScope = limited.getByLabel('Scope', { exact: true });
+    const limitedError = page.locator('#policy-limited-scope-error');
+    assert.equal(await limitedScope.inputValue(), 'global');
+    await limitedScope.selectOption('per_item');
+    await limited.getByRole('button', { name: 'Save limited' }).click();
+    await waitForText(limited.getByRole('alert'), /^Not saved: the scope was refused/);
+    await waitForText(limitedError, /^Policy "limited" cannot be per_item\b/);
+    assert.equal(await limitedScope.getAttribute('aria-invalid'), 'true');
+    assert.ok(await limitedScope.evaluate((node) => node === document.activeElement));
+    assert.ok(await limited.getByRole('status').isHidden());
+    assert.equal((await apiCall('/admin/api/policies/limited', { token: ADMIN_TOKEN })).data.scope, 'global');
+    await page.screenshot({ path: artifactPath('admin-scope-error.png'), fullPage: true });
+
+    // Choosing global again and saving clears the error (nothing changed to save).
+    await limitedScope.selectOption('global');
+    await limited.getByRole('button', { name: 'Save limited' }).click();
+    await waitForText(limited.getByRole('status'), /^Nothing to save/);
+    assert.ok(await limitedError.isHidden());
+    assert.equal(await limitedScope.getAttribute('aria-invalid'), null);
+    assert.ok(await limited.getByRole('alert').isHidden());
+
+    assert.deepEqual(admin.problems, []);
+  });
+});
+
+test('5. screenshots of the shopper page and the admin dashboard, desktop and phone', async () => {
   const shots = [];
   for (const [label, viewport] of [
     ['desktop', { width: 1280, height: 900 }],
