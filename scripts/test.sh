@@ -17,10 +17,6 @@ scripts/sqlx-prepare.sh --check
 # `failpoints` compiles in the fault-injection points the crash tests use.
 cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints
 
-# The tests too heavy to share the two cores with the rest, alone: a Redis Cluster master
-# killed mid-sale (the test starts its own cluster).
-cargo test --locked -p seckill --test api --features seckill/failpoints -- --ignored
-
 # The HTTP suite again, on a Redis Cluster of 3 masters and 3 replicas (127.0.0.1:7001-7006,
 # data in .local/redis-cluster): every script, pipeline, read across items and the
 # sold-out subscription must work there too. In a subshell, so the cluster setting does

@@ -4,7 +4,6 @@
 
 mod admin;
 mod chaos;
-mod cluster_failover;
 mod committer;
 mod denial_cache;
 mod errors;
