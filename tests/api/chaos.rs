@@ -434,25 +434,15 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
     // Another instance's reconciler settles what the dead one left pending.
     let survivor = Instance::start(&env);
     survivor.wait_ready(&client).await;
-    let prefix = &settings.redis_key_prefix;
-    let conn = crate::helpers::redis_connection(&settings).await;
-    eventually(
+    crate::helpers::until_nothing_pending(
+        &settings,
+        item,
         "every pending reservation is settled",
         Duration::from_secs(30),
-        || {
-            let mut conn = conn.clone();
-            let key = item_keys(prefix, item).pending();
-            async move {
-                let pending: i64 = redis::cmd("ZCARD")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                (pending == 0).then_some(())
-            }
-        },
     )
     .await;
+    let prefix = &settings.redis_key_prefix;
+    let conn = crate::helpers::redis_connection(&settings).await;
 
     let orders: Vec<(uuid::Uuid,)> = sqlx::query_as("SELECT id FROM orders WHERE item_id = $1")
         .bind(item)

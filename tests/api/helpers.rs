@@ -56,6 +56,25 @@ pub async fn redis_connection(settings: &Settings) -> RedisConnection {
         .expect("redis connection")
 }
 
+/// Waits until `item` has no pending reservation in the Redis of `settings` (settled by
+/// the committer or the reconciler), polling with `deadline`.
+pub async fn until_nothing_pending(settings: &Settings, item: i64, what: &str, deadline: Duration) {
+    let conn = redis_connection(settings).await;
+    eventually(what, deadline, || {
+        let mut conn = conn.clone();
+        let key = item_keys(&settings.redis_key_prefix, item).pending();
+        async move {
+            let pending: i64 = redis::cmd("ZCARD")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            (pending == 0).then_some(())
+        }
+    })
+    .await;
+}
+
 /// Points `settings` at a Redis of the test's own (one server, whatever the suite's
 /// Redis is): the tests that stop, break or swap Redis.
 pub fn use_own_redis(settings: &mut Settings, url: impl Into<SecretString>) {
@@ -188,23 +207,9 @@ impl TestApp {
             .expect("request sent")
     }
 
-    /// Waits until `item` has no pending reservation (settled by the committer or the
-    /// reconciler), polling with `deadline`.
+    /// Waits until `item` has no pending reservation (see [`until_nothing_pending`]).
     pub async fn until_nothing_pending(&self, item: i64, what: &str, deadline: Duration) {
-        let conn = self.redis().await;
-        eventually(what, deadline, || {
-            let mut conn = conn.clone();
-            let key = self.item_keys(item).pending();
-            async move {
-                let pending: i64 = redis::cmd("ZCARD")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                (pending == 0).then_some(())
-            }
-        })
-        .await;
+        until_nothing_pending(&self.settings, item, what, deadline).await
     }
 
     /// A connection to this app's Redis (one server or the cluster), for reading back
