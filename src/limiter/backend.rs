@@ -45,13 +45,68 @@ pub enum Decision {
     },
 }
 
+const SLIDING_WINDOW: &str = include_str!("../../lua/sliding_window.lua");
+const TOKEN_BUCKET: &str = include_str!("../../lua/token_bucket.lua");
+
+fn source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::SlidingWindow => SLIDING_WINDOW,
+        Algorithm::TokenBucket => TOKEN_BUCKET,
+    }
+}
+
 impl Default for ScriptBackend {
     fn default() -> Self {
         Self {
-            sliding_window: Script::new(include_str!("../../lua/sliding_window.lua")),
-            token_bucket: Script::new(include_str!("../../lua/token_bucket.lua")),
+            sliding_window: Script::new(SLIDING_WINDOW),
+            token_bucket: Script::new(TOKEN_BUCKET),
         }
     }
+}
+
+/// A caller's script that runs in the same call as a decision, only when the decision
+/// admitted: one round trip instead of two, where the keys allow it (a per-partition
+/// policy, whose keys share the partition's slot with the caller's own keys).
+///
+/// Each algorithm's script and the caller's are composed into one: both bodies become
+/// functions of their own `KEYS` and `ARGV`, and the composed script splits its keys and
+/// arguments between them (their counts are its last two arguments). It answers
+/// `{decision}` or `{decision, follow_up_reply}`, so a refusal still writes nothing.
+pub struct FollowUp {
+    sliding_window: Script,
+    token_bucket: Script,
+}
+
+impl FollowUp {
+    pub fn new(source_code: &str) -> Self {
+        let compose = |algorithm| Script::new(&compose(source(algorithm), source_code));
+        Self {
+            sliding_window: compose(Algorithm::SlidingWindow),
+            token_bucket: compose(Algorithm::TokenBucket),
+        }
+    }
+
+    fn script(&self, algorithm: Algorithm) -> &Script {
+        match algorithm {
+            Algorithm::SlidingWindow => &self.sliding_window,
+            Algorithm::TokenBucket => &self.token_bucket,
+        }
+    }
+}
+
+fn compose(limiter: &str, follow_up: &str) -> String {
+    format!(
+        "local nk, na = tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV])\n\
+         local function slice(t, from, to)\n\
+           local r = {{}}\n\
+           for i = from, to do r[#r + 1] = t[i] end\n\
+           return r\n\
+         end\n\
+         local decision = (function(KEYS, ARGV)\n{limiter}\nend)(slice(KEYS, 1, nk), slice(ARGV, 1, na))\n\
+         if decision[1] ~= 1 then return {{decision}} end\n\
+         local followed = (function(KEYS, ARGV)\n{follow_up}\nend)(slice(KEYS, nk + 1, #KEYS), slice(ARGV, na + 1, #ARGV - 2))\n\
+         return {{decision, followed}}\n"
+    )
 }
 
 impl ScriptBackend {
@@ -81,22 +136,78 @@ impl ScriptBackend {
         for key in keys {
             invocation.key(key.as_str());
         }
-        match now_ms {
-            Some(now) => invocation.arg(now),
-            None => invocation.arg(""),
-        };
-        invocation.arg(member);
-        for rule in rules {
-            match algorithm {
-                Algorithm::SlidingWindow => invocation.arg(rule.window_ms).arg(rule.threshold),
-                Algorithm::TokenBucket => invocation
-                    .arg(rule.capacity)
-                    .arg(rule.refill_tokens)
-                    .arg(rule.refill_ms),
-            };
-        }
+        push_args(&mut invocation, algorithm, rules, now_ms, member);
         invocation
     }
+
+    /// The same decision with `then` composed after it (see [`FollowUp`]); read the
+    /// reply with [`decode_with_follow_up`].
+    pub fn invocation_then<'a>(
+        algorithm: Algorithm,
+        keys: &[String],
+        rules: &[Rule],
+        now_ms: Option<i64>,
+        member: &str,
+        then: &Then<'a>,
+    ) -> ScriptInvocation<'a> {
+        let mut invocation = then.script.script(algorithm).prepare_invoke();
+        for key in keys.iter().chain(&then.keys) {
+            invocation.key(key.as_str());
+        }
+        let limiter_args = push_args(&mut invocation, algorithm, rules, now_ms, member);
+        for arg in &then.args {
+            invocation.arg(arg.as_str());
+        }
+        invocation.arg(keys.len()).arg(limiter_args);
+        invocation
+    }
+}
+
+/// A follow-up to run after an admission: its script, keys and arguments.
+pub struct Then<'a> {
+    pub script: &'a FollowUp,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// The decision's arguments (see the scripts' headers); answers how many it pushed.
+fn push_args(
+    invocation: &mut ScriptInvocation<'_>,
+    algorithm: Algorithm,
+    rules: &[Rule],
+    now_ms: Option<i64>,
+    member: &str,
+) -> usize {
+    match now_ms {
+        Some(now) => invocation.arg(now),
+        None => invocation.arg(""),
+    };
+    invocation.arg(member);
+    for rule in rules {
+        match algorithm {
+            Algorithm::SlidingWindow => invocation.arg(rule.window_ms).arg(rule.threshold),
+            Algorithm::TokenBucket => invocation
+                .arg(rule.capacity)
+                .arg(rule.refill_tokens)
+                .arg(rule.refill_ms),
+        };
+    }
+    2 + rules.len()
+        * match algorithm {
+            Algorithm::SlidingWindow => 2,
+            Algorithm::TokenBucket => 3,
+        }
+}
+
+/// Reads a composed script's reply (see [`FollowUp`]): the decision, and the follow-up's
+/// reply when it ran; `None` when the reply is not one.
+pub fn decode_with_follow_up(
+    raw: Vec<redis::Value>,
+    rules: usize,
+) -> Option<(Reply, Option<redis::Value>)> {
+    let mut parts = raw.into_iter();
+    let decision: Vec<i64> = redis::from_redis_value(&parts.next()?).ok()?;
+    Some((decode(&decision, rules)?, parts.next()))
 }
 
 /// Reads a script's reply for a policy of `rules` rules; `None` when it is not one.

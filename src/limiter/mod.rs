@@ -38,13 +38,15 @@ use tracing::Instrument;
 
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
-use backend::{Decision, ScriptBackend};
+use backend::ScriptBackend;
+pub use backend::{FollowUp, Then};
 pub(crate) use burst_log::BurstLog;
 pub use clock::{Clock, ManualClock};
 use denial::{DenialCache, Seen};
-use installed::{Enforced, Installed};
+use installed::Installed;
 pub use keys::{Caller, Partition, Scope};
 use local::whole_ms;
+use outcome::{record, refuse_locally};
 pub use outcome::{Admission, QuotaLeft, Refusal, Rejection};
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
@@ -143,6 +145,23 @@ impl Limiter {
         algorithm: Option<Algorithm>,
         caller: &Caller<'_>,
     ) -> Result<Admission, Rejection> {
+        self.check_then(policy_name, algorithm, caller, None)
+            .await
+            .map(|(admission, _)| admission)
+    }
+
+    /// [`Self::check`], and after an admission `then` in the same Redis call when the
+    /// policy is `per_item` (its keys share the partition's slot with `then`'s): the
+    /// follow-up's reply comes back with the admission. `None` for it means it did not
+    /// run (another scope, the denial cache, a fail-open admission): the caller runs its
+    /// script itself.
+    pub async fn check_then(
+        &self,
+        policy_name: &str,
+        algorithm: Option<Algorithm>,
+        caller: &Caller<'_>,
+        then: Option<&Then<'_>>,
+    ) -> Result<(Admission, Option<redis::Value>), Rejection> {
         let span = tracing::debug_span!(
             "limiter.check",
             policy = policy_name,
@@ -152,7 +171,7 @@ impl Limiter {
         // One `decide` future whatever the level: two (one per branch) would double
         // the size of every future that awaits a check, and refusals copy those.
         let decided = self
-            .decide(policy_name, algorithm, caller)
+            .decide(policy_name, algorithm, caller, then)
             .instrument(span.clone())
             .await;
         if span.is_disabled() {
@@ -182,7 +201,8 @@ impl Limiter {
         policy_name: &str,
         algorithm: Option<Algorithm>,
         caller: &Caller<'_>,
-    ) -> Result<Admission, Rejection> {
+        then: Option<&Then<'_>>,
+    ) -> Result<(Admission, Option<redis::Value>), Rejection> {
         let (enforced, generation) = {
             let installed = self.installed.load();
             let enforced = installed
@@ -197,11 +217,14 @@ impl Limiter {
         let policy = &enforced.policy;
         let algorithm = algorithm.unwrap_or(policy.algorithm);
         if !policy.enabled {
-            return Ok(Admission {
-                policy: Arc::clone(policy),
-                algorithm,
-                quota_left: None,
-            });
+            return Ok((
+                Admission {
+                    policy: Arc::clone(policy),
+                    algorithm,
+                    quota_left: None,
+                },
+                None,
+            ));
         }
         // The first live denial refuses at once, before the remaining keys are even
         // built: the cheapest answer of a stampede. Its wait is that rule's own, which
@@ -214,7 +237,7 @@ impl Limiter {
             match self.denials.seen(&key, now, generation) {
                 Seen::Refused { wait_us } => {
                     let wait = whole_ms(wait_us);
-                    return Err(Self::refuse_locally(
+                    return Err(refuse_locally(
                         Refusal {
                             policy: Arc::clone(policy),
                             algorithm,
@@ -236,7 +259,7 @@ impl Limiter {
             // otherwise enlarge every check's.
             Box::pin(self.consult_denials(&enforced, algorithm, &keys, generation))
                 .await
-                .map_err(|refusal| Self::refuse_locally(refusal, &enforced))?
+                .map_err(|refusal| refuse_locally(refusal, &enforced))?
         } else {
             Vec::new()
         };
@@ -247,23 +270,44 @@ impl Limiter {
             self.instance_tag,
             self.sequence.fetch_add(1, Ordering::Relaxed)
         );
-        let invocation = self
-            .backend
-            .invocation(algorithm, &keys, &policy.rules, now_ms, &member);
+        let rules = policy.rules.len();
         let started = Instant::now();
-        let reply = self
-            .redis
-            .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
-            .await;
+        // Composed with the caller's follow-up only where all the keys share a slot.
+        let reply = match then.filter(|_| policy.scope == Scope::PerItem) {
+            None => {
+                let invocation =
+                    self.backend
+                        .invocation(algorithm, &keys, &policy.rules, now_ms, &member);
+                self.redis
+                    .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
+                    .await
+                    .map(|raw| backend::decode(&raw, rules).map(|reply| (reply, None)))
+            }
+            Some(then) => {
+                let invocation = ScriptBackend::invocation_then(
+                    algorithm,
+                    &keys,
+                    &policy.rules,
+                    now_ms,
+                    &member,
+                    then,
+                );
+                self.redis
+                    .call::<Vec<redis::Value>>(RedisPurpose::Limiter, &invocation)
+                    .await
+                    .map(|raw| backend::decode_with_follow_up(raw, rules))
+            }
+        };
         enforced.latency[algorithm as usize].observe(started.elapsed().as_secs_f64());
 
-        let failure = match reply.map(|raw| backend::decode(&raw, policy.rules.len())) {
-            Ok(Some(reply)) => {
+        let failure = match reply {
+            Ok(Some((reply, followed))) => {
                 // When the waits started: the send, less how far into its millisecond
                 // the clock that counted them was.
                 let started_us = sent_us - app_late_us - reply.late_us;
                 self.learn(&reply.decision, &keys, probes, started_us, generation);
-                return Self::record(&enforced, algorithm, reply.decision);
+                return record(&enforced, algorithm, reply.decision)
+                    .map(|admission| (admission, followed));
             }
             Ok(None) => {
                 self.metrics.redis_error(RedisPurpose::Limiter);
@@ -275,65 +319,19 @@ impl Limiter {
             FailMode::Open => {
                 enforced.fail_open.inc();
                 self.fail_open_log.warn(&policy.name, &failure);
-                Ok(Admission {
-                    policy: Arc::clone(policy),
-                    algorithm,
-                    quota_left: None,
-                })
+                Ok((
+                    Admission {
+                        policy: Arc::clone(policy),
+                        algorithm,
+                        quota_left: None,
+                    },
+                    None,
+                ))
             }
             FailMode::Closed => {
                 enforced.fail_closed.inc();
                 self.fail_closed_log.warn(&policy.name, &failure);
                 Err(Rejection::Unavailable)
-            }
-        }
-    }
-
-    fn refuse_locally(refusal: Refusal, enforced: &Enforced) -> Rejection {
-        enforced.rejects[refusal.rule].inc();
-        enforced.local_refusals[refusal.rule].inc();
-        Rejection::Refused(Box::new(refusal))
-    }
-
-    fn record(
-        enforced: &Enforced,
-        algorithm: Algorithm,
-        decision: Decision,
-    ) -> Result<Admission, Rejection> {
-        match decision {
-            Decision::Admitted {
-                tightest,
-                remaining,
-                next_slot_ms,
-            } => {
-                for passes in &enforced.passes {
-                    passes.inc();
-                }
-                Ok(Admission {
-                    policy: Arc::clone(&enforced.policy),
-                    algorithm,
-                    quota_left: Some(QuotaLeft {
-                        rule: tightest,
-                        remaining,
-                        next_slot_ms,
-                    }),
-                })
-            }
-            Decision::Refused {
-                rule,
-                retry_after_ms,
-                longest_retry_after_ms,
-            } => {
-                enforced.rejects[rule].inc();
-                let own_wait_ms = retry_after_ms.max(1);
-                Err(Rejection::Refused(Box::new(Refusal {
-                    policy: Arc::clone(&enforced.policy),
-                    algorithm,
-                    rule,
-                    own_wait_ms: own_wait_ms as u64,
-                    longest_wait_ms: longest_retry_after_ms.max(own_wait_ms) as u64,
-                    local: false,
-                })))
             }
         }
     }

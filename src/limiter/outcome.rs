@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::backend::Decision;
+use super::installed::Enforced;
 use super::{Algorithm, Policy};
 
 /// The request may proceed.
@@ -67,5 +69,55 @@ impl Refusal {
     /// The longest wait among the refusing rules: only then would all of them admit.
     pub fn retry_after_ms(&self) -> u64 {
         self.longest_wait_ms
+    }
+}
+
+/// A refusal the denial cache answered, counted as the rule's rejection and as local.
+pub(super) fn refuse_locally(refusal: Refusal, enforced: &Enforced) -> Rejection {
+    enforced.rejects[refusal.rule].inc();
+    enforced.local_refusals[refusal.rule].inc();
+    Rejection::Refused(Box::new(refusal))
+}
+
+pub(super) fn record(
+    enforced: &Enforced,
+    algorithm: Algorithm,
+    decision: Decision,
+) -> Result<Admission, Rejection> {
+    match decision {
+        Decision::Admitted {
+            tightest,
+            remaining,
+            next_slot_ms,
+        } => {
+            for passes in &enforced.passes {
+                passes.inc();
+            }
+            Ok(Admission {
+                policy: Arc::clone(&enforced.policy),
+                algorithm,
+                quota_left: Some(QuotaLeft {
+                    rule: tightest,
+                    remaining,
+                    next_slot_ms,
+                }),
+            })
+        }
+        Decision::Refused {
+            rule,
+            retry_after_ms,
+            longest_retry_after_ms,
+        } => {
+            enforced.rejects[rule].inc();
+            let own_wait_ms = retry_after_ms.max(1);
+            Err(Rejection::Refused(Box::new(Refusal {
+                policy: Arc::clone(&enforced.policy),
+                algorithm,
+                rule,
+                own_wait_ms: own_wait_ms as u64,
+                longest_wait_ms: longest_retry_after_ms.max(own_wait_ms) as u64,
+                local: false,
+            })))
+        }
     }
 }

@@ -19,7 +19,7 @@ use super::redis::{limiter_partition, PendingReservation, Reservation, Undo};
 use super::{Outcome, Replayable, Sale, SaleError};
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
-use crate::limiter::{Admission, Caller, Rejection};
+use crate::limiter::{Admission, Caller, Rejection, Scope};
 
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
@@ -101,15 +101,22 @@ impl Sale {
             partition: limiter_partition(item.id),
             ..caller.clone()
         };
+        // With `per_item` the policy's keys share the item's slot, so the reservation
+        // runs in the limiter's own call after an admission: one round trip, not two.
+        let then = self
+            .limiter
+            .policy(SECKILL_POLICY)
+            .filter(|policy| policy.scope == Scope::PerItem)
+            .map(|_| self.redis.reserve_after_limit(item, user, order_id));
         let result = async {
-            let admission = self
+            let (admission, reserved) = self
                 .limiter
-                .check(SECKILL_POLICY, None, &caller)
+                .check_then(SECKILL_POLICY, None, &caller, then.as_ref())
                 .await
                 .map_err(PurchaseFailure::Limited)?;
             // Boxed: only an admitted purchase needs the reservation's and the order's
             // futures; a refused one then carries (and copies) just the limiter's.
-            match Box::pin(self.reserve_and_order(item, user, order_id)).await {
+            match Box::pin(self.reserve_and_order(item, user, order_id, reserved)).await {
                 Ok(order) => Ok(Purchase { order, admission }),
                 Err(error) => Err(PurchaseFailure::Refused { error, admission }),
             }
@@ -133,6 +140,7 @@ impl Sale {
         item: &Item,
         user: UserId,
         order_id: Uuid,
+        reserved: Option<redis::Value>,
     ) -> Result<Order, SaleError> {
         let reservation = PendingReservation {
             user,
@@ -143,7 +151,7 @@ impl Sale {
         step(
             reservation_span,
             "reserved",
-            self.reserve(item, reservation),
+            self.reserve(item, reservation, reserved),
         )
         .await?;
         // Boxed: the steps of a purchase that got a unit (pipeline, commit, repairs) make
@@ -195,16 +203,22 @@ impl Sale {
 
     /// Step 3: the reservation script, run again after a rebuild when Redis lost the
     /// item's stock. Its answers become the purchase's here, and only here.
-    async fn reserve(&self, item: &Item, reservation: PendingReservation) -> Result<(), SaleError> {
+    /// `in_limiter_call` is the reservation's reply when it ran in the limiter's call.
+    async fn reserve(
+        &self,
+        item: &Item,
+        reservation: PendingReservation,
+        mut in_limiter_call: Option<redis::Value>,
+    ) -> Result<(), SaleError> {
         let PendingReservation { user, order } = reservation;
         // At most twice: again after a rebuild when Redis had lost the item's stock.
         let mut rebuilt = false;
         let reserved = loop {
-            let reserved = self
-                .redis
-                .reserve(item, user, order)
-                .await
-                .map_err(SaleError::OrderFailed)?;
+            let reserved = match in_limiter_call.take() {
+                Some(reply) => self.redis.reserved_after_limit(item, &reply).await,
+                None => self.redis.reserve(item, user, order).await,
+            }
+            .map_err(SaleError::OrderFailed)?;
             if reserved != Reservation::Missing || rebuilt {
                 break reserved;
             }

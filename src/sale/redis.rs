@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::item::{Item, ItemId};
 use crate::domain::UserId;
+use crate::limiter::{FollowUp, Then};
 use crate::metrics::RedisPurpose;
 use crate::store::redis::Request;
 use crate::store::RedisStore;
@@ -69,9 +70,13 @@ pub enum Undo {
     SoldOut,
 }
 
+const RESERVE_STOCK: &str = include_str!("../../lua/reserve_stock.lua");
+
 pub struct SaleRedis {
     redis: RedisStore,
     reserve: Script,
+    /// The same reservation, composed after a `per_item` limiter decision: one call.
+    reserve_after_limit: FollowUp,
     undo: Script,
     repair: Script,
     /// How long a reservation may stay pending before the reconciler looks at it.
@@ -84,7 +89,8 @@ impl SaleRedis {
     pub fn new(redis: RedisStore, pending: Duration) -> Self {
         Self {
             redis,
-            reserve: Script::new(include_str!("../../lua/reserve_stock.lua")),
+            reserve: Script::new(RESERVE_STOCK),
+            reserve_after_limit: FollowUp::new(RESERVE_STOCK),
             undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
             repair: Script::new(include_str!("../../lua/repair_item.lua")),
             pending_ms: pending.as_millis() as u64,
@@ -129,21 +135,68 @@ impl SaleRedis {
         user: UserId,
         order: Uuid,
     ) -> anyhow::Result<Reservation> {
-        let keys = self.keys(item.id);
+        let (keys, args) = self.reservation_call(item, user, order);
         let mut invocation = self.reserve.prepare_invoke();
-        invocation
-            .key(keys.stock())
-            .key(keys.buyers())
-            .key(keys.pending())
-            .key(keys.version())
-            .arg(user.get())
-            .arg(item.starts_at.timestamp_millis())
-            .arg(item.ends_at.timestamp_millis())
-            .arg(order.to_string())
-            .arg(self.pending_ms);
-        let (status, remaining): (i64, i64) = self
+        for key in &keys {
+            invocation.key(key);
+        }
+        for arg in &args {
+            invocation.arg(arg);
+        }
+        let reply: (i64, i64) = self
             .call(RedisPurpose::Reservation, "reserve stock", &invocation)
             .await?;
+        self.reserved(item, reply).await
+    }
+
+    /// The reservation to run in a `per_item` limiter's call (`Limiter::check_then`).
+    pub fn reserve_after_limit(&self, item: &Item, user: UserId, order: Uuid) -> Then<'_> {
+        let (keys, args) = self.reservation_call(item, user, order);
+        Then {
+            script: &self.reserve_after_limit,
+            keys,
+            args,
+        }
+    }
+
+    /// Reads the reply of a reservation made in the limiter's call.
+    pub async fn reserved_after_limit(
+        &self,
+        item: &Item,
+        reply: &redis::Value,
+    ) -> anyhow::Result<Reservation> {
+        let reply: (i64, i64) =
+            redis::from_redis_value(reply).context("reserve_stock.lua's reply")?;
+        self.reserved(item, reply).await
+    }
+
+    /// `lua/reserve_stock.lua`'s keys and arguments.
+    fn reservation_call(
+        &self,
+        item: &Item,
+        user: UserId,
+        order: Uuid,
+    ) -> (Vec<String>, Vec<String>) {
+        let keys = self.keys(item.id);
+        (
+            vec![keys.stock(), keys.buyers(), keys.pending(), keys.version()],
+            vec![
+                user.get().to_string(),
+                item.starts_at.timestamp_millis().to_string(),
+                item.ends_at.timestamp_millis().to_string(),
+                order.to_string(),
+                self.pending_ms.to_string(),
+            ],
+        )
+    }
+
+    /// What the reservation script answered; after a reservation, the wait for a
+    /// replica when one is asked for.
+    async fn reserved(
+        &self,
+        item: &Item,
+        (status, remaining): (i64, i64),
+    ) -> anyhow::Result<Reservation> {
         if status == 1 {
             if let Some(wait_ms) = self.replica_wait_ms {
                 // On a cluster the client sends WAIT to every master (over the same

@@ -12,7 +12,10 @@ use seckill::store::redis::RedisConnection;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, spawn_app_with, test_settings, TestApp, ADMIN_TOKEN};
+use crate::helpers::{
+    eventually, json, spawn_app_from, spawn_app_with, test_settings, use_own_redis, OwnRedis,
+    TestApp, ADMIN_TOKEN,
+};
 
 /// The app with `seckill` at `scope` and its `api` rule at `api` purchases per ten
 /// minutes (no slot frees during the test); `user` and `ip` as by default.
@@ -248,4 +251,71 @@ async fn a_per_item_scope_on_a_policy_without_items_refuses_to_start(db: PgPool)
         error.to_string().contains("cannot be per_item"),
         "{error:#}"
     );
+}
+
+/// Script calls (EVALSHA) a Redis has answered since its statistics were reset, less
+/// the ones refused (`NOSCRIPT` before a fresh Redis has loaded a script).
+async fn evalsha_calls(redis: &mut RedisConnection) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await
+        .expect("INFO commandstats");
+    let Some(stats) = info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+    else {
+        return 0;
+    };
+    let field = |name: &str| -> i64 {
+        stats
+            .split(',')
+            .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls") - field("failed_calls") - field("rejected_calls")
+}
+
+/// With `per_item` the reservation runs in the limiter's own call: a purchase is one
+/// script call, not two; with `global` the two scripts are two calls. Both sell the
+/// same. Counted on a Redis of the test's own, so no other test's calls mix in.
+async fn script_calls_per_purchase(db: &PgPool, scope: Scope, scripts_per_purchase: i64) {
+    let redis = OwnRedis::start().await;
+    let mut settings = test_settings(db);
+    use_own_redis(&mut settings, redis.url());
+    let seckill = settings
+        .limiter
+        .policies
+        .get_mut(SECKILL_POLICY)
+        .expect("the sale's policy");
+    seckill.scope = scope;
+    let app = spawn_app_from(settings).await;
+    let item = app.open_item(5).await;
+    let mut conn = app.redis().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+    assert_eq!(buy(&app, item, 7_000, 5).await, (5, 0), "{scope:?}");
+    assert_eq!(
+        evalsha_calls(&mut conn).await,
+        5 * scripts_per_purchase,
+        "{scope:?}: script calls for 5 purchases"
+    );
+    let token = app.token_for(7_100).await;
+    let sold_out = app.post_seckill(&token, item, "10.99.0.1").await;
+    assert_eq!(sold_out.status(), 409, "{scope:?}");
+    assert_eq!(json(sold_out).await["code"], "SOLD_OUT", "{scope:?}");
+}
+
+#[sqlx::test]
+async fn per_item_reserves_in_the_limiters_call(db: PgPool) {
+    script_calls_per_purchase(&db, Scope::PerItem, 1).await;
+}
+
+#[sqlx::test]
+async fn global_reserves_in_a_call_of_its_own(db: PgPool) {
+    script_calls_per_purchase(&db, Scope::Global, 2).await;
 }
