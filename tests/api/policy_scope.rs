@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use seckill::configuration::policies::{LIMITED_POLICY, SECKILL_POLICY};
+use seckill::configuration::Settings;
+use seckill::limiter::policy::PolicyConfig;
 use seckill::limiter::Scope;
 use seckill::startup::Application;
 use seckill::store::redis::RedisConnection;
@@ -17,16 +19,22 @@ use crate::helpers::{
     TestApp, ADMIN_TOKEN,
 };
 
+/// The sale's policy in `settings`, set to `scope`.
+fn sale_policy(settings: &mut Settings, scope: Scope) -> &mut PolicyConfig {
+    let seckill = settings
+        .limiter
+        .policies
+        .get_mut(SECKILL_POLICY)
+        .expect("the sale's policy");
+    seckill.scope = scope;
+    seckill
+}
+
 /// The app with `seckill` at `scope` and its `api` rule at `api` purchases per ten
 /// minutes (no slot frees during the test); `user` and `ip` as by default.
 async fn app_with_api(db: &PgPool, scope: Scope, api: u64) -> TestApp {
     spawn_app_with(db, |settings| {
-        let seckill = settings
-            .limiter
-            .policies
-            .get_mut(SECKILL_POLICY)
-            .expect("the sale's policy");
-        seckill.scope = scope;
+        let seckill = sale_policy(settings, scope);
         let rule = seckill
             .rules
             .iter_mut()
@@ -284,12 +292,7 @@ async fn script_calls_per_purchase(db: &PgPool, scope: Scope, scripts_per_purcha
     let redis = OwnRedis::start().await;
     let mut settings = test_settings(db);
     use_own_redis(&mut settings, redis.url());
-    let seckill = settings
-        .limiter
-        .policies
-        .get_mut(SECKILL_POLICY)
-        .expect("the sale's policy");
-    seckill.scope = scope;
+    sale_policy(&mut settings, scope);
     let app = spawn_app_from(settings).await;
     let item = app.open_item(5).await;
     let mut conn = app.redis().await;
