@@ -5,8 +5,15 @@
 //! ended sale answers `SALE_ENDED`, not `ITEM_NOT_FOUND`); it is reloaded when this
 //! instance creates an item and every second, which is how other instances' items
 //! arrive.
+//!
+//! Reloads can overlap (the periodic one and an item creation's), and a reload whose
+//! query started first can finish last: its older snapshot, without the item just
+//! created, must not replace the newer one (a sale answered `ITEM_NOT_FOUND` for up to
+//! a second after its item was created). Each reload takes a ticket before its query,
+//! and a snapshot is installed only over one with an older ticket.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -16,12 +23,21 @@ use super::item::{Item, ItemId};
 
 #[derive(Default)]
 pub struct Catalog {
-    items: ArcSwap<HashMap<ItemId, Arc<Item>>>,
+    items: ArcSwap<Snapshot>,
+    /// The last ticket handed to a reload.
+    tickets: AtomicU64,
+}
+
+/// The items as one reload read them, and that reload's ticket.
+#[derive(Default)]
+struct Snapshot {
+    ticket: u64,
+    items: HashMap<ItemId, Arc<Item>>,
 }
 
 impl Catalog {
     pub fn get(&self, id: ItemId) -> Option<Arc<Item>> {
-        self.items.load().get(&id).cloned()
+        self.items.load().items.get(&id).cloned()
     }
 
     /// Items whose sale has not ended, soonest first.
@@ -29,6 +45,7 @@ impl Catalog {
         let mut items: Vec<_> = self
             .items
             .load()
+            .items
             .values()
             .filter(|i| i.ends_at > now)
             .cloned()
@@ -41,6 +58,7 @@ impl Catalog {
     pub fn ended_ids(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<ItemId> {
         self.items
             .load()
+            .items
             .values()
             .filter(|i| i.ends_at <= now)
             .map(|i| i.id)
@@ -48,10 +66,60 @@ impl Catalog {
     }
 
     pub async fn reload(&self, pool: &PgPool) -> anyhow::Result<()> {
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
         let items = super::postgres::all_items(pool).await?;
-        self.items.store(Arc::new(
-            items.into_iter().map(|i| (i.id, Arc::new(i))).collect(),
-        ));
+        self.install(ticket, items);
         Ok(())
+    }
+
+    /// Installs what the reload holding `ticket` read, unless a later reload's snapshot
+    /// is already in place.
+    fn install(&self, ticket: u64, items: Vec<Item>) {
+        let snapshot = Arc::new(Snapshot {
+            ticket,
+            items: items.into_iter().map(|i| (i.id, Arc::new(i))).collect(),
+        });
+        self.items.rcu(|current| {
+            if current.ticket < ticket {
+                Arc::clone(&snapshot)
+            } else {
+                Arc::clone(current)
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    fn item(id: i64) -> Item {
+        Item {
+            id: ItemId::try_from(id).expect("a valid id"),
+            name: "x".into(),
+            price_cents: 1,
+            total_stock: 1,
+            remaining_stock: 1,
+            starts_at: Utc::now(),
+            ends_at: Utc::now() + chrono::Duration::hours(1),
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn a_reload_that_started_earlier_never_replaces_a_later_ones_snapshot() {
+        let catalog = Catalog::default();
+        let earlier = catalog.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        let later = catalog.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        // The later reload saw the new item and finished first.
+        catalog.install(later, vec![item(1), item(2)]);
+        catalog.install(earlier, vec![item(1)]);
+        let two = ItemId::try_from(2).expect("a valid id");
+        assert!(catalog.get(two).is_some(), "the newer snapshot stays");
+        // A reload that starts afterwards replaces it as usual.
+        let next = catalog.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        catalog.install(next, vec![item(1)]);
+        assert!(catalog.get(two).is_none());
     }
 }
