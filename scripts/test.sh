@@ -26,6 +26,10 @@ cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/
   cargo test --locked -p seckill --test api --no-fail-fast --features seckill/failpoints
 )
 
+# The API contract under attack: /api/openapi.json validated, then schemathesis against a
+# live instance of its own (private virtualenv in .local/venv-api; about 40 s).
+scripts/api-fuzz.sh
+
 # The deployment files, checked without a Docker engine: promtool, a real Prometheus
 # scraping a real instance, docker-compose config, nginx -t.
 scripts/check-deploy.sh

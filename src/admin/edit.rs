@@ -12,7 +12,7 @@ use crate::limiter::policy::{Algorithm, PolicyConfig, PolicyError, RuleConfig, S
 
 /// An edit of one policy. `version`, when given, is the version it was made from: the
 /// edit is refused unless the policy is still at it.
-#[derive(Debug, Deserialize, Validate)]
+#[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyEdit {
     pub version: Option<i64>,
@@ -22,12 +22,18 @@ pub struct PolicyEdit {
     pub rules: Vec<RuleEdit>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuleEdit {
+    /// One of the policy's rules.
+    #[schema(pattern = "^[a-z0-9_-]{1,32}$")]
     pub name: String,
+    #[schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)]
     pub window_ms: Option<u64>,
+    #[schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)]
     pub threshold: Option<u64>,
+    /// The refusal's message, 1 to 200 characters.
+    #[schema(min_length = 1, max_length = 200)]
     pub message: Option<String>,
 }
 

@@ -98,22 +98,36 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+/// The body of every error answer. `code` is the stable part (the README's table);
+/// the other fields appear only with the codes that have them.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorBody<'a> {
+    #[schema(value_type = String, example = "SOLD_OUT")]
     code: &'static str,
     /// Borrowed where the text exists already (a rule's message): a stampede's 429s
     /// are the commonest answer and should not format a copy each.
+    #[schema(value_type = String)]
     message: Cow<'a, str>,
+    /// `VALIDATION_FAILED`: the field or header at fault, in the client's spelling.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     field: Option<&'a str>,
+    /// `NOT_READY`: the stores that did not answer (`redis`, `postgres`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>)]
     down: Option<&'a [&'static str]>,
+    /// `RATE_LIMITED` by a limiter rule: which rule (`api`, `user`, `ip`, …) refused.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     dimension: Option<&'a str>,
+    /// `RATE_LIMITED`: milliseconds until a retry can be admitted.
     #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
+    /// `ORDER_PENDING`: the order to look for in `GET /api/orders/mine`.
     #[serde(rename = "orderId", skip_serializing_if = "Option::is_none")]
     order_id: Option<uuid::Uuid>,
+    /// `VERSION_CONFLICT`: the policy's version now.
     #[serde(rename = "currentVersion", skip_serializing_if = "Option::is_none")]
     current_version: Option<i64>,
 }

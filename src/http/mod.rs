@@ -14,6 +14,7 @@ pub mod error;
 pub mod fallback;
 pub mod idempotency;
 pub mod json;
+pub mod openapi;
 pub mod rate_limit;
 pub mod request_metrics;
 pub mod request_span;

@@ -35,7 +35,7 @@ use super::Rejection;
 use crate::domain::{ClientId, ClientIp, UserId};
 
 /// Where a policy's keys live (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// One hash tag per policy: every decision on one shard, literal rules are totals.

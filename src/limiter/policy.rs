@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use super::clock::ClockSource;
 pub use super::keys::Scope;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
     SlidingWindow,
@@ -48,7 +48,7 @@ impl FromStr for Algorithm {
 }
 
 /// What the limiter does when it cannot ask Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailMode {
     /// Let the request through, count it, log it (once per burst). For routes where an
@@ -61,7 +61,7 @@ pub enum FailMode {
 }
 
 /// Where a rule's key value comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KeySource {
     /// One shared key: the whole endpoint, across all instances.

@@ -11,7 +11,9 @@ use super::services::Services;
 use crate::configuration::Settings;
 use crate::http::client_ip::TrustedProxies;
 use crate::http::request_span::RequestSpan;
-use crate::http::routes::{self, health::ReadinessTimeout, RouteOptions};
+use crate::http::routes::health::ReadinessTimeout;
+use crate::http::routes::openapi::OpenApiJson;
+use crate::http::routes::{self, RouteOptions};
 
 /// Starts serving on `listener` (the server runs once awaited).
 pub(super) fn start(
@@ -51,6 +53,11 @@ pub(super) fn start(
         dev_login: settings.dev_login_enabled(),
         static_dir: settings.static_dir.clone().into(),
     };
+    let openapi = web::Data::new(OpenApiJson(
+        crate::http::openapi::document(options.dev_login)
+            .to_json()?
+            .into(),
+    ));
 
     // The request span exists only at `debug` (see `http::request_span`); below that
     // the middleware is left out altogether, request id and all.
@@ -78,9 +85,12 @@ pub(super) fn start(
             .app_data(admin_guard.clone())
             .app_data(rules.clone())
             .app_data(stats.clone())
+            .app_data(openapi.clone())
             .app_data(crate::http::fallback::query_config())
             .app_data(crate::http::fallback::path_config())
-            .configure(|cfg| routes::configure(cfg, options.clone()))
+            .configure(|cfg| {
+                routes::configure(cfg, options.clone());
+            })
             .default_service(web::to(crate::http::fallback::not_found))
     })
     .listen(listener)?

@@ -8,20 +8,33 @@
 use std::time::Duration;
 
 use actix_web::{web, HttpResponse};
-use serde_json::json;
+use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::http::ApiError;
 use crate::store::{postgres, RedisStore};
 
+/// A probe's answer.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Probe {
+    #[schema(value_type = String, example = "ready")]
+    status: &'static str,
+}
+
+#[utoipa::path(get, path = "/health/live", tag = "operations",
+    responses((status = 200, description = "The process serves", body = Probe)))]
 pub async fn live() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "live" }))
+    HttpResponse::Ok().json(Probe { status: "live" })
 }
 
 /// Per-probe timeout, injected as app data so tests and settings agree.
 #[derive(Clone, Copy)]
 pub struct ReadinessTimeout(pub Duration);
 
+#[utoipa::path(get, path = "/health/ready", tag = "operations", responses(
+    (status = 200, description = "Redis and Postgres both answered", body = Probe),
+    (status = 503, description = "`NOT_READY`: `down` lists the stores that did not answer", body = crate::http::error::ErrorBody),
+))]
 pub async fn ready(
     pool: web::Data<PgPool>,
     redis: web::Data<RedisStore>,
@@ -41,7 +54,7 @@ pub async fn ready(
         down.push("postgres");
     }
     if down.is_empty() {
-        Ok(HttpResponse::Ok().json(json!({ "status": "ready" })))
+        Ok(HttpResponse::Ok().json(Probe { status: "ready" }))
     } else {
         Err(ApiError::NotReady { down })
     }

@@ -1,5 +1,7 @@
 //! Items: the public listing (operators create and pause items in `routes::admin`).
 
+use std::sync::Arc;
+
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -7,10 +9,12 @@ use serde::Serialize;
 use crate::sale::item::Item;
 use crate::sale::Sale;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Item)]
 pub struct ItemBody<'a> {
     id: i64,
+    #[schema(value_type = String)]
     name: &'a str,
     price_cents: i64,
     starts_at: DateTime<Utc>,
@@ -35,13 +39,27 @@ impl<'a> ItemBody<'a> {
     }
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Items<'a> {
+    items: Vec<ItemBody<'a>>,
+}
+
+impl<'a> Items<'a> {
+    /// The listing as items with their live stock.
+    pub fn new(listing: &'a [(Arc<Item>, i64)]) -> Self {
+        let items = listing
+            .iter()
+            .map(|(item, remaining)| ItemBody::new(item, *remaining))
+            .collect();
+        Self { items }
+    }
+}
+
 /// `GET /api/items`: every item whose sale has not ended (sold-out ones included),
 /// with live remaining stock.
+#[utoipa::path(get, path = "/api/items", tag = "shopper",
+    responses((status = 200, description = "Items whose sale has not ended", body = Items)))]
 pub async fn list(sale: web::Data<Sale>) -> HttpResponse {
     let listing = sale.listing().await;
-    let items: Vec<_> = listing
-        .iter()
-        .map(|(item, remaining)| ItemBody::new(item, *remaining))
-        .collect();
-    HttpResponse::Ok().json(serde_json::json!({ "items": items }))
+    HttpResponse::Ok().json(Items::new(&listing))
 }

@@ -7,6 +7,9 @@ use crate::http::ApiError;
 use crate::metrics::Metrics;
 use crate::sale::Sale;
 
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses(
+    (status = 200, description = "Prometheus text exposition (version 0.0.4)", body = String, content_type = "text/plain"),
+))]
 pub async fn metrics(
     metrics: web::Data<Metrics>,
     pool: web::Data<PgPool>,

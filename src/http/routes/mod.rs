@@ -1,15 +1,22 @@
 //! Thin HTTP handlers, one file per area. They parse input into domain types, call the
 //! domain, and turn its answer into a response; no business rule lives here.
+//!
+//! [`configure`] is the router, and it returns what it served: each operation goes
+//! through [`Served::resource`], which registers it with actix and records its method
+//! and path, so a test can hold the router against the OpenAPI document
+//! ([`crate::http::openapi`]) in both directions.
 
 pub mod admin;
 pub mod health;
 pub mod items;
 pub mod limited;
 pub mod metrics;
+pub mod openapi;
 pub mod seckill;
 pub mod session;
 
-use actix_web::web;
+use actix_web::http::Method;
+use actix_web::{web, FromRequest, Handler, Resource, Responder, Route};
 
 use crate::configuration::policies::LIMITED_POLICY;
 use crate::http::auth::require_admin;
@@ -24,40 +31,52 @@ pub struct RouteOptions {
     pub static_dir: std::path::PathBuf,
 }
 
-pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
-    cfg.service(resource("/health/live").route(web::get().to(health::live)))
-        .service(resource("/health/ready").route(web::get().to(health::ready)))
-        .service(resource("/metrics").route(web::get().to(metrics::metrics)))
-        .service(resource("/api/me").route(web::get().to(session::me)))
-        .service(resource("/api/items").route(web::get().to(items::list)))
-        .service(resource("/api/orders/mine").route(web::get().to(seckill::my_orders)))
-        .service(resource("/seckill").route(web::post().to(seckill::purchase)))
+/// One operation the router serves: `GET /api/items`, with actix's `{param}` spelling,
+/// which is also OpenAPI's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Operation {
+    pub method: String,
+    pub path: String,
+}
+
+/// Registers the API's routes and the static pages; returns the API's operations (the
+/// static pages are files, not operations, and are not in the OpenAPI document).
+pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Operation> {
+    let mut served = Served::under("");
+    cfg.service(served.resource("/health/live", [get(health::live)]))
+        .service(served.resource("/health/ready", [get(health::ready)]))
+        .service(served.resource("/metrics", [get(metrics::metrics)]))
+        .service(served.resource("/api/openapi.json", [get(openapi::document)]))
+        .service(served.resource("/api/me", [get(session::me)]))
+        .service(served.resource("/api/items", [get(items::list)]))
+        .service(served.resource("/api/orders/mine", [get(seckill::my_orders)]))
+        .service(served.resource("/seckill", [post(seckill::purchase)]))
         .service(
-            web::scope("/admin/api")
-                .wrap(actix_web::middleware::from_fn(require_admin))
-                .service(resource("/me").route(web::get().to(admin::me)))
-                .service(resource("/items").route(web::post().to(admin::create_item)))
-                .service(resource("/items/{id}/pause").route(web::post().to(admin::pause)))
-                .service(resource("/items/{id}/resume").route(web::post().to(admin::resume)))
-                .service(resource("/orders").route(web::get().to(admin::orders)))
-                .service(resource("/stats").route(web::get().to(admin::stats)))
-                .service(resource("/policies").route(web::get().to(admin::policies)))
-                .service(
-                    resource("/policies/{name}")
-                        .route(web::get().to(admin::policy))
-                        .route(web::put().to(admin::update_policy)),
-                )
-                .service(resource("/audit").route(web::get().to(admin::audit)))
-                .default_service(web::to(crate::http::fallback::not_found)),
-        )
-        .service(
-            resource("/api/limited")
-                .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy"))
-                .route(web::get().to(limited::limited)),
+            served
+                .resource("/api/limited", [get(limited::limited)])
+                .wrap(RateLimit::policy(LIMITED_POLICY).algorithm_from_query("policy")),
         );
     if options.dev_login {
-        cfg.service(resource("/api/session").route(web::post().to(session::create)));
+        cfg.service(served.resource("/api/session", [post(session::create)]));
     }
+    let mut operator = Served::under("/admin/api");
+    cfg.service(
+        web::scope("/admin/api")
+            .wrap(actix_web::middleware::from_fn(require_admin))
+            .service(operator.resource("/me", [get(admin::me)]))
+            .service(operator.resource("/items", [post(admin::create_item)]))
+            .service(operator.resource("/items/{id}/pause", [post(admin::pause)]))
+            .service(operator.resource("/items/{id}/resume", [post(admin::resume)]))
+            .service(operator.resource("/orders", [get(admin::orders)]))
+            .service(operator.resource("/stats", [get(admin::stats)]))
+            .service(operator.resource("/policies", [get(admin::policies)]))
+            .service(operator.resource(
+                "/policies/{name}",
+                [get(admin::policy), put(admin::update_policy)],
+            ))
+            .service(operator.resource("/audit", [get(admin::audit)]))
+            .default_service(web::to(crate::http::fallback::not_found)),
+    );
     // Last, so every API route wins. Only files that exist are served (no listings, no
     // hidden files, no `..`); anything else gets the JSON 404.
     cfg.service(
@@ -66,4 +85,70 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) {
             .index_file("index.html")
             .default_handler(web::to(crate::http::fallback::not_found)),
     );
+    served.operations.append(&mut operator.operations);
+    served.operations
+}
+
+/// Builds resources under one path prefix and remembers their operations.
+struct Served {
+    prefix: &'static str,
+    operations: Vec<Operation>,
+}
+
+impl Served {
+    fn under(prefix: &'static str) -> Self {
+        Self {
+            prefix,
+            operations: Vec::new(),
+        }
+    }
+
+    /// A resource with our JSON 404/405 fallbacks ([`resource`]) and these routes.
+    fn resource<const N: usize>(&mut self, path: &str, routes: [(Method, Route); N]) -> Resource {
+        routes
+            .into_iter()
+            .fold(resource(path), |resource, (method, route)| {
+                self.operations.push(Operation {
+                    method: method.as_str().to_ascii_lowercase(),
+                    path: format!("{}{path}", self.prefix),
+                });
+                resource.route(route)
+            })
+    }
+}
+
+fn route<F, Args>(method: Method, handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    (method.clone(), web::method(method).to(handler))
+}
+
+fn get<F, Args>(handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    route(Method::GET, handler)
+}
+
+fn post<F, Args>(handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    route(Method::POST, handler)
+}
+
+fn put<F, Args>(handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    route(Method::PUT, handler)
 }

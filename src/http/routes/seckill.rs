@@ -18,15 +18,17 @@ use crate::sale::item::ItemId;
 use crate::sale::postgres::Order;
 use crate::sale::{Purchase, PurchaseFailure, Replayable, Sale, SaleError};
 
-#[derive(Debug, Deserialize, Validate)]
+#[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PurchaseRequest {
+    #[schema(minimum = 1, example = 1)]
     #[validate(range(min = 1, message = "itemId must be a positive integer"))]
     item_id: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Order)]
 pub struct OrderBody {
     order_id: Uuid,
     item_id: i64,
@@ -48,6 +50,23 @@ impl From<&Order> for OrderBody {
 /// The purchase. Extractors run in argument order: the token is checked (401) before
 /// the body is read (400), and the body before the `Idempotency-Key` (400). Then the
 /// answers that need no Redis; the rest is the sale's, once per key.
+#[utoipa::path(post, path = "/seckill", tag = "shopper", security(("shopper_jwt" = [])),
+    description = "Buys one unit of an item: decided by the `seckill` policy's three rules \
+        (`api` across all instances, `user`, `ip`) in one Redis call, then an atomic \
+        reservation, then the order's commit to Postgres. One order per user per item.",
+    request_body = PurchaseRequest,
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[A-Za-z0-9_-]{1,64}$",
+        description = "Makes a retry safe: a retry with the same key gets the first attempt's answer")),
+    responses(
+        (status = 200, description = "The order", body = OrderBody),
+        (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::error::ErrorBody),
+        (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
+        (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::error::ErrorBody),
+        (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::error::ErrorBody),
+        (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::error::ErrorBody),
+        (status = 429, description = "`TOO_MANY_PENDING`: too many of this user's keyed purchases are in flight", body = crate::http::error::ErrorBody),
+        (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry", body = crate::http::error::ErrorBody),
+    ))]
 pub async fn purchase(
     shopper: Shopper,
     body: JsonBody<PurchaseRequest>,
@@ -105,6 +124,19 @@ fn reply(purchase: Result<Purchase, PurchaseFailure>) -> Reply {
     reply
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Orders {
+    orders: Vec<OrderBody>,
+}
+
+impl Orders {
+    pub fn new(orders: &[Order]) -> Self {
+        Self {
+            orders: orders.iter().map(OrderBody::from).collect(),
+        }
+    }
+}
+
 /// A purchase retried with its `Idempotency-Key`.
 struct Retried<'a> {
     sale: &'a Sale,
@@ -129,6 +161,8 @@ impl Recover for Retried<'_> {
 
 /// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres, behind
 /// the `orders_read` limiter policy (with its headers).
+#[utoipa::path(get, path = "/api/orders/mine", tag = "shopper", security(("shopper_jwt" = [])),
+    responses((status = 200, description = "The caller's orders, newest first", body = Orders)))]
 pub async fn my_orders(
     shopper: Shopper,
     req: HttpRequest,
@@ -144,8 +178,7 @@ pub async fn my_orders(
     };
     let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
     let orders = sale.orders_of(shopper.0).await?;
-    let orders: Vec<OrderBody> = orders.iter().map(OrderBody::from).collect();
-    let mut response = HttpResponse::Ok().json(serde_json::json!({ "orders": orders }));
+    let mut response = HttpResponse::Ok().json(Orders::new(&orders));
     admission.write_headers(response.headers_mut());
     Ok(response)
 }

@@ -12,21 +12,28 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::TokenKeys;
 
-#[derive(Debug, Deserialize, Validate)]
+#[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRequest {
+    #[schema(minimum = 1, example = 42)]
     #[validate(range(min = 1, message = "userId must be a positive integer"))]
     user_id: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct SessionResponse {
+pub struct SessionResponse {
     token: String,
+    #[schema(value_type = i64, minimum = 1)]
     user_id: UserId,
     expires_at: DateTime<Utc>,
 }
 
+#[utoipa::path(post, path = "/api/session", tag = "shopper",
+    description = "The development login: a token for any user id. Served only in local mode \
+        (`SECKILL_ENVIRONMENT=local` or `SECKILL_DEV_LOGIN=true`); elsewhere the path does not exist.",
+    request_body = SessionRequest,
+    responses((status = 200, description = "A shopper token", body = SessionResponse)))]
 pub async fn create(
     body: JsonBody<SessionRequest>,
     keys: web::Data<TokenKeys>,
@@ -41,7 +48,17 @@ pub async fn create(
     }))
 }
 
+/// Who the bearer token says the caller is.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Me {
+    #[schema(value_type = i64, minimum = 1)]
+    user_id: UserId,
+}
+
 /// `GET /api/me`: who the bearer token says the caller is.
+#[utoipa::path(get, path = "/api/me", tag = "shopper", security(("shopper_jwt" = [])),
+    responses((status = 200, description = "The caller", body = Me)))]
 pub async fn me(shopper: Shopper) -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "userId": shopper.0 }))
+    HttpResponse::Ok().json(Me { user_id: shopper.0 })
 }

@@ -4,17 +4,17 @@
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
 //! edits and audit.
 
-mod rules;
+pub mod rules;
 
 pub use rules::{audit, policies, policy, update_policy};
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use validator::Validate;
 
-use super::items::ItemBody;
-use super::seckill::OrderBody;
+use super::items::{ItemBody, Items};
+use super::seckill::Orders;
 use crate::admin::stats::LiveStats;
 use crate::domain::UserId;
 use crate::http::ApiError;
@@ -24,22 +24,36 @@ use crate::sale::item::{ItemId, NewItem};
 use crate::sale::postgres::OrderFilter;
 use crate::sale::{Sale, SaleError};
 
-/// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
-pub async fn me(admin: Admin) -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "name": admin.name }))
+/// The operator a token belongs to.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Operator {
+    name: String,
 }
 
-#[derive(Debug, Deserialize, Validate)]
+/// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
+#[utoipa::path(get, path = "/admin/api/me", tag = "admin", operation_id = "operator",
+    responses((status = 200, description = "The token's operator", body = Operator)))]
+pub async fn me(admin: Admin) -> HttpResponse {
+    HttpResponse::Ok().json(Operator { name: admin.name })
+}
+
+#[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateItemRequest {
+    #[schema(example = "Laptop", min_length = 1, max_length = 200)]
     name: String,
+    #[schema(minimum = 0)]
     price_cents: i64,
+    #[schema(minimum = 1, maximum = 10_000_000)]
     stock: i64,
     starts_at: DateTime<Utc>,
+    /// After `startsAt`.
     ends_at: DateTime<Utc>,
 }
 
 /// `POST /admin/api/items`.
+#[utoipa::path(post, path = "/admin/api/items", tag = "admin", request_body = CreateItemRequest,
+    responses((status = 201, description = "The item, on sale from `startsAt`", body = crate::http::routes::items::ItemBody)))]
 pub async fn create_item(
     admin: Admin,
     body: JsonBody<CreateItemRequest>,
@@ -60,6 +74,12 @@ pub async fn create_item(
 }
 
 /// `POST /admin/api/items/{id}/pause` and `…/resume`.
+#[utoipa::path(post, path = "/admin/api/items/{id}/pause", tag = "admin",
+    params(("id" = i64, Path, description = "The item")),
+    responses(
+        (status = 200, description = "The item, paused: purchases answer `SALE_PAUSED`", body = crate::http::routes::items::ItemBody),
+        (status = 404, description = "`ITEM_NOT_FOUND`: no such item"),
+    ))]
 pub async fn pause(
     admin: Admin,
     id: web::Path<i64>,
@@ -68,6 +88,12 @@ pub async fn pause(
     set_paused(admin, id.into_inner(), true, &sale).await
 }
 
+#[utoipa::path(post, path = "/admin/api/items/{id}/resume", tag = "admin",
+    params(("id" = i64, Path, description = "The item")),
+    responses(
+        (status = 200, description = "The item, on sale again", body = crate::http::routes::items::ItemBody),
+        (status = 404, description = "`ITEM_NOT_FOUND`: no such item"),
+    ))]
 pub async fn resume(
     admin: Admin,
     id: web::Path<i64>,
@@ -95,8 +121,9 @@ async fn set_paused(
     Ok(HttpResponse::Ok().json(ItemBody::new(&item, remaining)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct OrdersQuery {
     item: Option<i64>,
     user: Option<i64>,
@@ -110,6 +137,8 @@ pub struct OrdersQuery {
 const MAX_PAGE: i64 = 100_000;
 
 /// `GET /admin/api/orders?item=&user=&from=&to=&page=&perPage=`: newest first.
+#[utoipa::path(get, path = "/admin/api/orders", tag = "admin", params(OrdersQuery),
+    responses((status = 200, description = "One page of orders, newest first", body = OrderPage)))]
 pub async fn orders(
     _admin: Admin,
     query: web::Query<OrdersQuery>,
@@ -147,19 +176,36 @@ pub async fn orders(
         per_page,
     };
     let (orders, total) = sale.search_orders(&filter).await?;
-    let orders: Vec<OrderBody> = orders.iter().map(OrderBody::from).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "orders": orders, "page": page, "perPage": per_page, "total": total,
-    })))
+    Ok(HttpResponse::Ok().json(OrderPage {
+        orders: Orders::new(&orders),
+        page,
+        per_page,
+        total,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderPage {
+    #[serde(flatten)]
+    orders: Orders,
+    page: i64,
+    per_page: i64,
+    /// Orders matching the filter, over all pages.
+    total: i64,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StatsQuery {
+    /// Seconds to sum over, 1 to 300 (clamped); 60 when absent.
     window: Option<u64>,
 }
 
 /// `GET /admin/api/stats?window=60`: the last `window` seconds summed over every
 /// instance, plus live stock.
+#[utoipa::path(get, path = "/admin/api/stats", tag = "admin", params(StatsQuery),
+    responses((status = 200, description = "Counters summed over every instance, and live stock", body = Stats)))]
 pub async fn stats(
     _admin: Admin,
     query: web::Query<StatsQuery>,
@@ -172,16 +218,27 @@ pub async fn stats(
         .clamp(1, crate::admin::stats::MAX_WINDOW_SECS);
     let sums = live.sums(window).await?;
     let listing = sale.listing().await;
-    let items: Vec<_> = listing
-        .iter()
-        .map(|(item, remaining)| ItemBody::new(item, *remaining))
-        .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "windowSeconds": window,
-        "passes": sums.passes,
-        "rejections": sums.rejections,
-        "orders": sums.orders,
-        "failOpen": sums.fail_open,
-        "items": items,
-    })))
+    Ok(HttpResponse::Ok().json(Stats {
+        window_seconds: window,
+        passes: sums.passes,
+        rejections: sums.rejections,
+        orders: sums.orders,
+        fail_open: sums.fail_open,
+        items: Items::new(&listing),
+    }))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats<'a> {
+    window_seconds: u64,
+    /// Admissions of the sale's policy, by dimension (rule name).
+    passes: std::collections::BTreeMap<String, i64>,
+    /// Its refusals, by the dimension that refused.
+    rejections: std::collections::BTreeMap<String, i64>,
+    orders: i64,
+    /// Requests let through because the limiter could not ask Redis, every policy.
+    fail_open: i64,
+    #[serde(flatten)]
+    items: Items<'a>,
 }

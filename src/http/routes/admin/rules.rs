@@ -14,8 +14,9 @@ use crate::identity::Admin;
 use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig, Scope};
 
 /// A policy as the dashboard shows and edits it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Policy)]
 pub struct PolicyView {
     name: String,
     /// Bumped by every change; absent from the audit's before/after pictures.
@@ -28,8 +29,9 @@ pub struct PolicyView {
     rules: Vec<RuleView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Rule)]
 pub struct RuleView {
     name: String,
     key: KeySource,
@@ -62,7 +64,14 @@ impl PolicyView {
     }
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Policies {
+    policies: Vec<PolicyView>,
+}
+
 /// `GET /admin/api/policies`.
+#[utoipa::path(get, path = "/admin/api/policies", tag = "admin",
+    responses((status = 200, description = "Every policy with its version", body = Policies)))]
 pub async fn policies(
     _admin: Admin,
     rules: web::Data<RuleStore>,
@@ -72,11 +81,18 @@ pub async fn policies(
         .iter()
         .map(|(name, stored)| PolicyView::new(name, &stored.config, Some(stored.version)))
         .collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "policies": policies })))
+    Ok(HttpResponse::Ok().json(Policies { policies }))
 }
 
 /// `GET /admin/api/policies/{name}`: one policy, its version also as the `ETag` (e.g.
 /// `"3"`) to send back in `If-Match` with an edit.
+#[utoipa::path(get, path = "/admin/api/policies/{name}", tag = "admin",
+    params(("name" = String, Path, description = "The policy (`seckill`, `limited`, …)")),
+    responses(
+        (status = 200, description = "The policy", body = PolicyView,
+            headers(("ETag" = String, description = "The version, e.g. `\"3\"`, for `If-Match`"))),
+        (status = 404, description = "`NOT_FOUND`: no such policy"),
+    ))]
 pub async fn policy(
     _admin: Admin,
     name: web::Path<String>,
@@ -99,6 +115,19 @@ fn versioned(name: &str, stored: &StoredPolicy) -> HttpResponse {
 /// `version` in the body, refused with 409 `VERSION_CONFLICT` (naming the current
 /// version) unless the policy is still at that version; without either, applied to
 /// whatever is stored.
+#[utoipa::path(put, path = "/admin/api/policies/{name}", tag = "admin",
+    params(
+        ("name" = String, Path, description = "The policy"),
+        ("If-Match" = Option<String>, Header, description = "The version the edit was made from, e.g. `\"3\"`, or `*`"),
+    ),
+    request_body = crate::admin::edit::PolicyEdit,
+    responses(
+        (status = 200, description = "The policy as changed, in force everywhere within about half a second", body = PolicyView,
+            headers(("ETag" = String, description = "The new version"))),
+        (status = 400, description = "`VALIDATION_FAILED`: `field` names the part of the edit at fault"),
+        (status = 404, description = "`NOT_FOUND`: no such policy"),
+        (status = 409, description = "`VERSION_CONFLICT`: changed by someone else; `currentVersion` says to what", body = crate::http::error::ErrorBody),
+    ))]
 pub async fn update_policy(
     admin: Admin,
     req: HttpRequest,
@@ -151,19 +180,27 @@ fn expected_version(req: &HttpRequest, body: Option<i64>) -> Result<Option<i64>,
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    /// Only this policy's changes.
     policy: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct AuditView {
+#[schema(as = AuditEntry)]
+pub struct AuditView {
     policy: String,
     changed_by: String,
     changed_at: DateTime<Utc>,
     old: PolicyView,
     new: PolicyView,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Audit {
+    entries: Vec<AuditView>,
 }
 
 impl From<AuditEntry> for AuditView {
@@ -179,6 +216,8 @@ impl From<AuditEntry> for AuditView {
 }
 
 /// `GET /admin/api/audit?policy=`: the latest 100 rule changes.
+#[utoipa::path(get, path = "/admin/api/audit", tag = "admin", params(AuditQuery),
+    responses((status = 200, description = "The latest 100 policy changes, newest first", body = Audit)))]
 pub async fn audit(
     _admin: Admin,
     query: web::Query<AuditQuery>,
@@ -186,5 +225,5 @@ pub async fn audit(
 ) -> Result<HttpResponse, ApiError> {
     let entries = rules.audit(query.policy.as_deref(), 100).await?;
     let entries: Vec<AuditView> = entries.into_iter().map(AuditView::from).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "entries": entries })))
+    Ok(HttpResponse::Ok().json(Audit { entries }))
 }

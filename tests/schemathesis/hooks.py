@@ -1,0 +1,67 @@
+"""Schemathesis hooks: valid credentials for every operation that needs them.
+
+Shopper routes get a fresh token from the development login (`POST /api/session`) of
+the instance under test; admin routes get the operator token the script started the
+instance with (`SECKILL_ADMIN_TOKEN`). Schemathesis still sends requests without them
+in its negative cases, so the 401 paths are exercised too.
+"""
+
+import os
+
+import requests
+import schemathesis
+
+BASE_URL = os.environ["SECKILL_URL"]
+ADMIN_TOKEN = os.environ["SECKILL_ADMIN_TOKEN"]
+
+
+def _bearer(case, token):
+    case.headers = case.headers or {}
+    case.headers["Authorization"] = f"Bearer {token}"
+
+
+@schemathesis.auth(refresh_interval=60).apply_to(path_regex="^/admin/api/")
+class OperatorToken:
+    def get(self, case, context):
+        return ADMIN_TOKEN
+
+    def set(self, case, data, context):
+        _bearer(case, data)
+
+
+@schemathesis.auth(refresh_interval=60).apply_to(path_regex="^/(seckill|api/me|api/orders/mine)$")
+class ShopperToken:
+    # A new shopper every refresh, so one user's purchase quota (3 a minute) does not
+    # turn the rest of the run into 429s.
+    user_id = 1_000
+
+    def get(self, case, context):
+        ShopperToken.user_id += 1
+        response = requests.post(
+            f"{BASE_URL}/api/session", json={"userId": ShopperToken.user_id}, timeout=5
+        )
+        response.raise_for_status()
+        return response.json()["token"]
+
+    def set(self, case, data, context):
+        _bearer(case, data)
+
+
+# Each call comes from its own client address (198.18.0.0/15, the benchmarking range;
+# the instance trusts X-Forwarded-For from loopback), so that the per-IP limits and the
+# admin sign-in lockout, which negative cases with broken tokens trip, keep answering
+# 429 only to the calls that earned it rather than to the rest of the run.
+_calls = 0
+# Items the script created before the run: half the purchases aim at one of them, so the
+# sale's own answers (200, SOLD_OUT, ALREADY_PURCHASED, …) are reached, not only 404.
+_ITEMS = [int(i) for i in os.environ.get("SECKILL_ITEM_IDS", "").split(",") if i]
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    global _calls
+    _calls += 1
+    case.headers = case.headers or {}
+    case.headers.setdefault("X-Forwarded-For", f"198.18.{_calls // 256 % 256}.{_calls % 256}")
+    if case.path == "/seckill" and _ITEMS and _calls % 2 == 0 and isinstance(case.body, dict):
+        case.body["itemId"] = _ITEMS[_calls % len(_ITEMS)]
