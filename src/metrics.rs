@@ -100,6 +100,13 @@ pub struct Metrics {
     pub consistency_redis_success: IntGaugeVec,
     /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
     pub reconciler_repairs: IntCounterVec,
+    /// Orders moved out of `pending_payment`, by the state they moved to (`paid`,
+    /// `cancelled`, `expired`), and units a released order gave back to Redis.
+    pub order_transitions: IntCounterVec,
+    pub units_returned: IntCounter,
+    /// Orders in Postgres by state, summed over the items on sale (with the consistency
+    /// export).
+    pub orders_by_state: IntGaugeVec,
     /// Admin tokens compared with the configured ones, by outcome (`accepted`,
     /// `refused`): every comparison is a guess an attacker got to make, so the lockout
     /// is measured by how few of these a burst gets.
@@ -250,6 +257,20 @@ impl Metrics {
                 "Repairs made by the reconciler, by kind",
                 &["kind"],
             )?,
+            order_transitions: counter(
+                "order_transitions_total",
+                "Orders moved out of pending_payment, by the state they moved to",
+                &["to"],
+            )?,
+            units_returned: {
+                let metric = IntCounter::new(
+                    "units_returned_total",
+                    "Units released orders gave back to Redis",
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            orders_by_state: gauge("orders_by_state", "Orders in Postgres by state", &["state"])?,
             admin_token_comparisons: counter(
                 "admin_token_comparisons_total",
                 "Admin tokens compared with the configured ones, by outcome",
@@ -257,6 +278,9 @@ impl Metrics {
             )?,
             registry,
         };
+        for to in ["paid", "cancelled", "expired"] {
+            metrics.order_transitions.with_label_values(&[to]);
+        }
         for kind in ["settled", "released", "drift", "rebuilt"] {
             metrics.reconciler_repairs.with_label_values(&[kind]);
         }

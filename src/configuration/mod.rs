@@ -156,6 +156,12 @@ pub struct Settings {
     pub idempotency_max_in_flight: u32,
     /// How often the orders-vs-success-counter pair is exported to metrics.
     pub consistency_interval_secs: u64,
+    /// How long a shopper has to pay an order before it expires and its unit goes back.
+    pub payment_deadline_secs: u64,
+    /// Whether a shopper whose order was cancelled or expired may buy the item again.
+    pub rebuy_after_release: bool,
+    /// How often (one instance at a time) the expiry sweeper runs.
+    pub expiry_sweep_interval_ms: u64,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -230,6 +236,9 @@ impl Default for Settings {
             idempotency_ttl_secs: 86_400,
             idempotency_max_in_flight: 4,
             consistency_interval_secs: 15,
+            payment_deadline_secs: 900,
+            rebuy_after_release: true,
+            expiry_sweep_interval_ms: 1_000,
         }
     }
 }

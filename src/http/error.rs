@@ -16,6 +16,8 @@ use serde::Serialize;
 
 use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
+use crate::sale::life_cycle::OrderError;
+use crate::sale::postgres::OrderState;
 use crate::sale::SaleError;
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +61,11 @@ pub enum ApiError {
     /// The sale refused a purchase: its code, status and message are the sale's.
     #[error(transparent)]
     Sale(#[from] SaleError),
+    #[error("no such order")]
+    OrderNotFound,
+    /// Only a `pending_payment` order can be paid or cancelled; the body names its state.
+    #[error("the order is {}, not pending payment", .0.as_str())]
+    OrderState(OrderState),
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady { down: Vec<&'static str> },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -92,6 +99,8 @@ impl ApiError {
             Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
             Self::VersionConflict { .. } => "VERSION_CONFLICT",
             Self::Sale(error) => error.code(),
+            Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::OrderState(_) => "ORDER_STATE",
             Self::NotReady { .. } => "NOT_READY",
             Self::Internal(_) => "INTERNAL",
         }
@@ -130,6 +139,10 @@ pub(crate) struct ErrorBody<'a> {
     /// `VERSION_CONFLICT`: the policy's version now.
     #[serde(rename = "currentVersion", skip_serializing_if = "Option::is_none")]
     current_version: Option<i64>,
+    /// `ORDER_STATE`: the order's state now (`paid`, `cancelled`, `expired`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    state: Option<&'static str>,
 }
 
 impl ResponseError for ApiError {
@@ -139,7 +152,8 @@ impl ResponseError for ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::OrderNotFound => StatusCode::NOT_FOUND,
+            Self::OrderState(_) => StatusCode::CONFLICT,
             Self::IdempotencyInProgress | Self::VersionConflict { .. } => StatusCode::CONFLICT,
             Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Sale(error) => {
@@ -212,6 +226,10 @@ impl ApiError {
                 Self::VersionConflict { current } => Some(*current),
                 _ => None,
             },
+            state: match self {
+                Self::OrderState(state) => Some(state.as_str()),
+                _ => None,
+            },
         };
         let mut headers = HeaderMap::new();
         match self {
@@ -264,6 +282,17 @@ impl From<crate::admin::edit::RuleChangeError> for ApiError {
             E::UnknownRule { .. } | E::Invalid(_) | E::Scope(_) => {
                 Self::validation(error.field().unwrap_or_default(), error.to_string())
             }
+        }
+    }
+}
+
+impl From<OrderError> for ApiError {
+    fn from(error: OrderError) -> Self {
+        match error {
+            OrderError::NotFound => Self::OrderNotFound,
+            OrderError::State(state) => Self::OrderState(state),
+            OrderError::Paid(_) => Self::OrderState(OrderState::Paid),
+            OrderError::Store(cause) => Self::Internal(cause),
         }
     }
 }

@@ -45,6 +45,8 @@ const OPERATOR: &str = "admin_token";
         routes::items::list,
         routes::seckill::purchase,
         routes::seckill::my_orders,
+        routes::orders::pay,
+        routes::orders::cancel,
         routes::limited::limited,
         routes::admin::me,
         routes::admin::create_item,
@@ -328,7 +330,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            20,
+            22,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

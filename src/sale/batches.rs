@@ -23,6 +23,8 @@ pub struct BatchWriter {
     pub(super) redis: Arc<SaleRedis>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) commit_timeout: Duration,
+    /// How long a new order has to be paid.
+    pub(super) pay_within: Duration,
 }
 
 impl BatchWriter {
@@ -50,8 +52,13 @@ impl BatchWriter {
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let outcomes =
-            postgres::commit_orders(&self.commit_pool, &orders, self.commit_timeout).await;
+        let outcomes = postgres::commit_orders(
+            &self.commit_pool,
+            &orders,
+            self.commit_timeout,
+            self.pay_within,
+        )
+        .await;
         let mut settled: Vec<(ItemId, PendingReservation)> = outcomes
             .iter()
             .filter_map(|o| o.as_ref().ok())

@@ -168,6 +168,8 @@ mod tests {
             user_id: order.user,
             item_id: order.item,
             created_at: Utc::now(),
+            state: crate::sale::postgres::OrderState::PendingPayment,
+            pay_by: None,
         })
     }
 

@@ -1,8 +1,9 @@
 //! The per-item gauges read off the request path: the consistency export, and the
 //! pruning that keeps every per-item series bounded.
 //!
-//! Per item on sale, the orders in Postgres and the Redis success counter are two
-//! numbers that must agree; an alert watches them. A series is dropped when its item's
+//! Per item on sale, the live orders in Postgres and the Redis success counter are two
+//! numbers that must agree; an alert watches them. Orders by state are summed over the
+//! items on sale. A series is dropped when its item's
 //! sale ends, so the label set grows with the items on sale, not with every item ever.
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use sqlx::PgPool;
 
 use super::catalog::Catalog;
 use super::item::ItemId;
-use super::postgres;
+use super::postgres::{self, OrderState};
 use super::redis::SaleRedis;
 use crate::metrics::Metrics;
 
@@ -35,8 +36,18 @@ impl ConsistencyExport {
             &ids,
         );
         retain_item_series(&self.catalog, &self.metrics.consistency_redis_success, &ids);
+        let mut by_state = std::collections::HashMap::new();
         for id in ids {
-            let (orders, _) = postgres::order_counts(&self.pool, id, &[]).await?;
+            let states = postgres::order_state_counts(&self.pool, id).await?;
+            for (state, count) in &states {
+                *by_state.entry(*state).or_insert(0) += count;
+            }
+            // Live orders: a released one no longer counts, in either store.
+            let orders: i64 = states
+                .iter()
+                .filter(|(state, _)| state.is_live())
+                .map(|(_, count)| count)
+                .sum();
             let success = self.redis.success_count(id).await?;
             let label = id.to_string();
             self.metrics
@@ -47,6 +58,13 @@ impl ConsistencyExport {
                 .consistency_redis_success
                 .with_label_values(&[&label])
                 .set(success);
+        }
+        for state in OrderState::ALL {
+            let count = by_state.get(&state).copied().unwrap_or(0);
+            self.metrics
+                .orders_by_state
+                .with_label_values(&[state.as_str()])
+                .set(count);
         }
         Ok(())
     }

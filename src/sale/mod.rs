@@ -35,6 +35,7 @@ pub mod consistency;
 pub mod error;
 mod failpoints;
 pub mod item;
+pub mod life_cycle;
 pub mod postgres;
 pub mod purchase;
 pub mod reconciler;
@@ -58,6 +59,7 @@ use consistency::ConsistencyExport;
 use error::OutcomeCounters;
 pub use error::{Outcome, Replayable, SaleError};
 use item::{Item, ItemId, NewItem};
+use life_cycle::OrderLife;
 use postgres::Order;
 pub use purchase::{Purchase, PurchaseFailure};
 use reconciler::Reconciler;
@@ -78,6 +80,7 @@ pub struct Sale {
     metrics: Arc<Metrics>,
     outcomes: OutcomeCounters,
     commit_timeout: Duration,
+    life: OrderLife,
 }
 
 impl Sale {
@@ -88,7 +91,7 @@ impl Sale {
         redis: SaleRedis,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
-        commit_timeout: Duration,
+        (commit_timeout, life): (Duration, OrderLife),
     ) -> Self {
         Self {
             pool,
@@ -101,6 +104,7 @@ impl Sale {
             outcomes: OutcomeCounters::new(&metrics.sale_outcomes),
             metrics,
             commit_timeout,
+            life,
         }
     }
 
@@ -124,6 +128,7 @@ impl Sale {
             catalog: Arc::clone(&self.catalog),
             sold_out: Arc::clone(&self.sold_out),
             metrics: Arc::clone(&self.metrics),
+            rebuy: self.life.rebuy,
         }
     }
 
@@ -144,6 +149,7 @@ impl Sale {
             redis: Arc::clone(&self.redis),
             metrics: Arc::clone(&self.metrics),
             commit_timeout: self.commit_timeout,
+            pay_within: self.life.pay_within,
         };
         writer.run(queue, batching).await;
     }
@@ -162,7 +168,7 @@ impl Sale {
     pub async fn warm_up(&self) -> anyhow::Result<()> {
         self.catalog.reload(&self.pool).await?;
         for item in self.catalog.unended(Utc::now()) {
-            restore(&self.pool, &self.redis, &item).await?;
+            self.restore(&item).await?;
         }
         self.refresh_sold_out().await
     }
@@ -183,6 +189,11 @@ impl Sale {
         let updated = postgres::set_paused(&self.pool, item, paused).await?;
         self.catalog.reload(&self.pool).await?;
         Ok(updated)
+    }
+
+    /// Rebuilds `item`'s Redis state from Postgres where it is missing (see [`restore`]).
+    async fn restore(&self, item: &Item) -> anyhow::Result<()> {
+        restore(&self.pool, &self.redis, item, self.life.rebuy).await
     }
 
     /// One item's live stock from Redis.
@@ -254,10 +265,12 @@ impl Sale {
 }
 
 /// Rebuilds an item's Redis state from Postgres where it is missing (Redis lost its
-/// data): stock = Postgres's remaining count, buyers = users holding an order.
-async fn restore(pool: &PgPool, redis: &SaleRedis, item: &Item) -> anyhow::Result<()> {
+/// data): stock = Postgres's remaining count less the units released orders have not
+/// given back to Redis yet (their give-back will add them), buyers = users holding an
+/// order.
+async fn restore(pool: &PgPool, redis: &SaleRedis, item: &Item, rebuy: bool) -> anyhow::Result<()> {
     let current = postgres::item_remaining(pool, item.id).await?;
-    let buyers = postgres::buyers(pool, item.id).await?;
+    let buyers = postgres::buyers(pool, item.id, rebuy).await?;
     if redis.restore(item.id, current, &buyers).await? {
         tracing::info!(item.id = %item.id, remaining = current, buyers = buyers.len(), "item state loaded into redis");
     }

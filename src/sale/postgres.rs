@@ -1,5 +1,6 @@
 //! The sale's Postgres side: items and orders. Postgres is the final truth: the
-//! conditional decrement and `UNIQUE (user_id, item_id)` hold whatever Redis believes.
+//! conditional decrement and the one-live-order-per-user index hold whatever Redis
+//! believes; [`life_cycle`] has the orders' states.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -9,7 +10,13 @@ use super::item::{Item, ItemId, NewItem};
 use crate::domain::UserId;
 
 mod commit;
+mod life_cycle;
+
 pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
+pub use life_cycle::{
+    expire_due, mark_returned, order_state_counts, transition, unreturned, GiveBack, Moved,
+    OrderState, Transition,
+};
 
 struct ItemRow {
     id: i64,
@@ -45,6 +52,10 @@ pub struct Order {
     pub user_id: UserId,
     pub item_id: ItemId,
     pub created_at: DateTime<Utc>,
+    pub state: OrderState,
+    /// The payment deadline of a `pending_payment` order (orders from before the life
+    /// cycle have none).
+    pub pay_by: Option<DateTime<Utc>>,
 }
 
 struct OrderRow {
@@ -52,6 +63,8 @@ struct OrderRow {
     user_id: i64,
     item_id: i64,
     created_at: DateTime<Utc>,
+    state: String,
+    pay_by: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<OrderRow> for Order {
@@ -63,6 +76,8 @@ impl TryFrom<OrderRow> for Order {
             user_id: UserId::try_from(row.user_id)?,
             item_id: ItemId::try_from(row.item_id)?,
             created_at: row.created_at,
+            state: row.state.parse()?,
+            pay_by: row.pay_by,
         })
     }
 }
@@ -118,7 +133,7 @@ pub async fn search_orders(
 ) -> anyhow::Result<(Vec<Order>, i64)> {
     let orders = sqlx::query_as!(
         OrderRow,
-        r#"SELECT id, user_id, item_id, created_at FROM orders
+        r#"SELECT id, user_id, item_id, created_at, state, pay_by FROM orders
            WHERE ($1::bigint IS NULL OR item_id = $1)
              AND ($2::bigint IS NULL OR user_id = $2)
              AND ($3::timestamptz IS NULL OR created_at >= $3)
@@ -164,16 +179,24 @@ pub struct OrderFilter {
     pub per_page: i64,
 }
 
+/// What an item's Redis counter must hold: Postgres's remaining units less those that
+/// released orders have not given back to Redis yet.
 pub async fn item_remaining(pool: &PgPool, item: ItemId) -> anyhow::Result<i32> {
     Ok(sqlx::query_scalar!(
-        "SELECT remaining_stock FROM items WHERE id = $1",
+        r#"SELECT remaining_stock - (
+             SELECT count(*) FROM orders
+             WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
+           )::int AS "remaining!"
+           FROM items WHERE id = $1"#,
         item.get()
     )
     .fetch_one(pool)
     .await?)
 }
 
-/// Orders of `item`, and how many of `among` are among them.
+/// Orders of `item` that hold a unit in Redis (`returned_at IS NULL`: the live ones,
+/// and dead ones whose unit Redis has not got back yet), and how many of `among` are
+/// among them.
 pub async fn order_counts(
     pool: &PgPool,
     item: ItemId,
@@ -181,7 +204,7 @@ pub async fn order_counts(
 ) -> anyhow::Result<(i64, i64)> {
     let row = sqlx::query!(
         r#"SELECT count(*) AS "orders!", count(*) FILTER (WHERE id = ANY($2)) AS "among!"
-           FROM orders WHERE item_id = $1"#,
+           FROM orders WHERE item_id = $1 AND returned_at IS NULL"#,
         item.get(),
         among
     )
@@ -198,19 +221,33 @@ pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {
     )
 }
 
-/// Users holding an order of `item`: who Redis must remember as buyers.
-pub async fn buyers(pool: &PgPool, item: ItemId) -> anyhow::Result<Vec<i64>> {
-    Ok(
-        sqlx::query_scalar!("SELECT user_id FROM orders WHERE item_id = $1", item.get())
-            .fetch_all(pool)
-            .await?,
+/// Who Redis must remember as buyers of `item`: the users whose order holds a unit in
+/// Redis, or, when a released order does not free its buyer to buy again (`rebuy` off),
+/// everyone who ever ordered it.
+pub async fn buyers(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Result<Vec<i64>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT DISTINCT user_id FROM orders WHERE item_id = $1 AND ($2 OR returned_at IS NULL)",
+        item.get(),
+        !rebuy
     )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Everyone who ever ordered `item` (the buyers Redis keeps without rebuys).
+pub async fn buyer_count(pool: &PgPool, item: ItemId) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT count(DISTINCT user_id) AS "count!" FROM orders WHERE item_id = $1"#,
+        item.get()
+    )
+    .fetch_one(pool)
+    .await?)
 }
 
 pub async fn orders_of_user(pool: &PgPool, user: UserId) -> anyhow::Result<Vec<Order>> {
     sqlx::query_as!(
         OrderRow,
-        "SELECT id, user_id, item_id, created_at FROM orders WHERE user_id = $1 ORDER BY created_at DESC",
+        "SELECT id, user_id, item_id, created_at, state, pay_by FROM orders WHERE user_id = $1 ORDER BY created_at DESC",
         user.get()
     )
     .fetch_all(pool)
@@ -223,7 +260,7 @@ pub async fn orders_of_user(pool: &PgPool, user: UserId) -> anyhow::Result<Vec<O
 pub async fn order_by_id(pool: &PgPool, id: Uuid) -> anyhow::Result<Option<Order>> {
     sqlx::query_as!(
         OrderRow,
-        "SELECT id, user_id, item_id, created_at FROM orders WHERE id = $1",
+        "SELECT id, user_id, item_id, created_at, state, pay_by FROM orders WHERE id = $1",
         id
     )
     .fetch_optional(pool)
@@ -235,7 +272,8 @@ pub async fn order_by_id(pool: &PgPool, id: Uuid) -> anyhow::Result<Option<Order
 pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Result<Option<Order>> {
     sqlx::query_as!(
         OrderRow,
-        "SELECT id, user_id, item_id, created_at FROM orders WHERE user_id = $1 AND item_id = $2",
+        "SELECT id, user_id, item_id, created_at, state, pay_by FROM orders
+         WHERE user_id = $1 AND item_id = $2 AND state IN ('pending_payment', 'paid')",
         user.get(),
         item.get()
     )
@@ -243,4 +281,18 @@ pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Resu
     .await?
     .map(Order::try_from)
     .transpose()
+}
+
+/// Orders by id, in no particular order.
+pub(super) async fn orders_by_id(pool: &PgPool, ids: &[Uuid]) -> anyhow::Result<Vec<Order>> {
+    sqlx::query_as!(
+        OrderRow,
+        "SELECT id, user_id, item_id, created_at, state, pay_by FROM orders WHERE id = ANY($1)",
+        ids
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(Order::try_from)
+    .collect()
 }

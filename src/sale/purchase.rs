@@ -224,7 +224,7 @@ impl Sale {
             }
             tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
             // Boxed, as the rebuild's Postgres reads are large futures and rare.
-            Box::pin(super::restore(&self.pool, &self.redis, item))
+            Box::pin(self.restore(item))
                 .await
                 .map_err(SaleError::OrderFailed)?;
             rebuilt = true;

@@ -43,6 +43,8 @@ pub struct Reconciler {
     pub(super) catalog: Arc<Catalog>,
     pub(super) sold_out: Arc<SoldOut>,
     pub(super) metrics: Arc<Metrics>,
+    /// Whether a released order's buyer may buy again (then Redis forgets them).
+    pub(super) rebuy: bool,
 }
 
 impl Reconciler {
@@ -140,7 +142,7 @@ impl Reconciler {
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
         let snapshot = self.redis.stock_snapshot(item.id).await?;
         let Some(stock) = snapshot.stock else {
-            super::restore(&self.pool, &self.redis, item).await?;
+            super::restore(&self.pool, &self.redis, item, self.rebuy).await?;
             self.count_repair("rebuilt");
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
             return Ok(());
@@ -153,10 +155,16 @@ impl Reconciler {
         // With nothing pending, every buyer holds an order and the counter counts them.
         // Counts, not members: comparing a big set member by member would cost Redis and
         // Postgres a full read every round.
+        // Without rebuys a released order's buyer stays marked: count them too.
+        let buyers = if self.rebuy {
+            orders
+        } else {
+            postgres::buyer_count(&self.pool, item.id).await?
+        };
         let sold_drifted = snapshot.pending.is_empty()
-            && (snapshot.buyers != orders || snapshot.success != orders);
+            && (snapshot.buyers != buyers || snapshot.success != orders);
         let sold = if sold_drifted {
-            Some(postgres::buyers(&self.pool, item.id).await?)
+            Some(postgres::buyers(&self.pool, item.id, self.rebuy).await?)
         } else {
             None
         };

@@ -18,9 +18,11 @@ use crate::metrics::RedisPurpose;
 use crate::store::redis::Request;
 use crate::store::RedisStore;
 
+mod give_back;
 mod keys;
 mod repair;
 
+pub use give_back::GivenBack;
 pub use keys::{limiter_partition, ItemKeys};
 pub use repair::StockSnapshot;
 
@@ -323,15 +325,6 @@ impl SaleRedis {
             .call(RedisPurpose::Other, "restore item", &pipe)
             .await?;
         Ok(created.is_some())
-    }
-
-    /// The item's success counter (0 when missing).
-    pub async fn success_count(&self, item: ItemId) -> anyhow::Result<i64> {
-        let get = redis::cmd("GET").arg(self.keys(item).success()).to_owned();
-        let count: Option<i64> = self
-            .call(RedisPurpose::Other, "read success counter", &get)
-            .await?;
-        Ok(count.unwrap_or(0))
     }
 
     /// Live stock of several items in one round trip; `None` where the counter is missing.

@@ -18,6 +18,7 @@ use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::sale::committer::{Committer, Queue};
 use crate::sale::item::NewItem;
+use crate::sale::life_cycle::OrderLife;
 use crate::sale::redis::SaleRedis;
 use crate::sale::Sale;
 use crate::store::postgres::{self, PostgresOptions};
@@ -81,7 +82,13 @@ impl Services {
             .with_replica_wait(Duration::from_millis(settings.reservation_replica_wait_ms)),
             Arc::clone(&limiter),
             Arc::clone(&metrics),
-            commit_timeout,
+            (
+                commit_timeout,
+                OrderLife {
+                    pay_within: Duration::from_secs(settings.payment_deadline_secs),
+                    rebuy: settings.rebuy_after_release,
+                },
+            ),
         ));
         if settings.seed_demo_item {
             seed_demo_item(&pool, &sale).await?;

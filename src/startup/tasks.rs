@@ -40,6 +40,10 @@ pub(super) fn background(
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),
     );
+    let sweeper = sale.sweeper().run(
+        Duration::from_millis(settings.expiry_sweep_interval_ms.max(1)),
+        uuid::Uuid::new_v4().to_string(),
+    );
     let consistency = {
         let export = Arc::new(sale.consistency_export());
         let period = Duration::from_secs(settings.consistency_interval_secs.max(1));
@@ -53,6 +57,7 @@ pub(super) fn background(
         refresh(Arc::clone(sale)).boxed(),
         listener.boxed(),
         reconciler.boxed(),
+        sweeper.boxed(),
         consistency.boxed(),
         rules::watch(
             Arc::clone(&services.rules),

@@ -779,8 +779,8 @@ async fn a_flood_of_order_reads_never_starves_the_commits(db: PgPool) {
         r#"INSERT INTO items (name, price_cents, total_stock, remaining_stock, starts_at, ends_at)
              SELECT 'past ' || g, 1, 1, 0, now() - interval '2 days', now() - interval '1 day'
              FROM generate_series(1, 300) g;
-           INSERT INTO orders (id, user_id, item_id)
-             SELECT gen_random_uuid(), 4901, id FROM items WHERE name LIKE 'past %';"#,
+           INSERT INTO orders (id, user_id, item_id, state)
+             SELECT gen_random_uuid(), 4901, id, 'paid' FROM items WHERE name LIKE 'past %';"#,
     )
     .execute(&db)
     .await

@@ -11,6 +11,7 @@ mod hardening;
 mod health;
 mod helpers;
 mod identity;
+mod life_cycle;
 mod limiter_engine;
 mod limiter_http;
 mod limiter_model;

@@ -147,6 +147,11 @@ impl Idempotent {
         Ok(Self { key, store })
     }
 
+    /// Whether the request names an `Idempotency-Key` (it is a retry-safe request).
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// Answers with `work`, at most once per key: claims the key, replays a kept answer
     /// or recovers a stale claim's, and once `work` has answered keeps, holds or frees
     /// the key as its [`Replayable`] says. Without a key, `work` simply answers.

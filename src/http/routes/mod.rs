@@ -12,6 +12,7 @@ pub mod items;
 pub mod limited;
 pub mod metrics;
 pub mod openapi;
+pub mod orders;
 pub mod seckill;
 pub mod session;
 
@@ -51,6 +52,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
         .service(served.resource("/api/items", [get(items::list)]))
         .service(served.resource("/api/orders/mine", [get(seckill::my_orders)]))
         .service(served.resource("/seckill", [post(seckill::purchase)]))
+        .service(served.resource("/api/orders/{id}/pay", [post(orders::pay)]))
+        .service(served.resource("/api/orders/{id}/cancel", [post(orders::cancel)]))
         .service(
             served
                 .resource("/api/limited", [get(limited::limited)])

@@ -34,6 +34,11 @@ pub struct OrderBody {
     item_id: i64,
     user_id: i64,
     created_at: DateTime<Utc>,
+    /// `pending_payment`, `paid`, `cancelled` or `expired`.
+    #[schema(value_type = String, example = "pending_payment")]
+    state: &'static str,
+    /// When a `pending_payment` order expires unless paid.
+    pay_by: Option<DateTime<Utc>>,
 }
 
 impl From<&Order> for OrderBody {
@@ -43,6 +48,8 @@ impl From<&Order> for OrderBody {
             item_id: order.item_id.get(),
             user_id: order.user_id.get(),
             created_at: order.created_at,
+            state: order.state.as_str(),
+            pay_by: order.pay_by,
         }
     }
 }

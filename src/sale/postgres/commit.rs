@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Order, OrderRow};
+use super::{orders_by_id, Order};
 use crate::domain::UserId;
 use crate::sale::item::ItemId;
 
@@ -66,7 +66,8 @@ const STOCK_NOT_NEGATIVE: &str = "items_remaining_stock_check";
 const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Writes a batch of orders within `timeout`, one transaction per item (side by side),
-/// and answers one outcome per order, in order.
+/// and answers one outcome per order, in order. Each order is placed `pending_payment`,
+/// to be paid within `pay_within`.
 ///
 /// Per item it is one statement: a multi-row insert (`UNNEST`) that skips the users who
 /// already hold an order (`ON CONFLICT ON CONSTRAINT orders_one_per_user_and_item DO
@@ -80,6 +81,7 @@ pub async fn commit_orders(
     pool: &PgPool,
     orders: &[NewOrder],
     timeout: Duration,
+    pay_within: Duration,
 ) -> Vec<Result<Order, CommitError>> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut outcomes: Vec<Option<Result<Order, CommitError>>> =
@@ -96,7 +98,7 @@ pub async fn commit_orders(
             .filter(|(_, o)| o.item == item)
             .map(|(i, o)| (i, *o))
             .unzip();
-        let answers = commit_item_orders(pool, item, &batch, deadline).await;
+        let answers = commit_item_orders(pool, item, &batch, deadline, pay_within).await;
         (indices, answers)
     }))
     .await;
@@ -117,13 +119,22 @@ async fn commit_item_orders(
     item: ItemId,
     orders: &[NewOrder],
     deadline: tokio::time::Instant,
+    pay_within: Duration,
 ) -> Vec<Result<Order, CommitError>> {
-    match commit_batch(pool, item, orders, deadline).await {
+    match commit_batch(pool, item, orders, deadline, pay_within).await {
         Err(BatchError::StockCheck) if orders.len() > 1 => {
             let mut outcomes = Vec::with_capacity(orders.len());
             for order in orders {
                 outcomes.push(
-                    match commit_batch(pool, item, std::slice::from_ref(order), deadline).await {
+                    match commit_batch(
+                        pool,
+                        item,
+                        std::slice::from_ref(order),
+                        deadline,
+                        pay_within,
+                    )
+                    .await
+                    {
                         Ok(mut one) => one.remove(0),
                         Err(e) => Err(e.into()),
                     },
@@ -176,6 +187,7 @@ async fn commit_batch(
     item: ItemId,
     orders: &[NewOrder],
     deadline: tokio::time::Instant,
+    pay_within: Duration,
 ) -> Result<Vec<Result<Order, CommitError>>, BatchError> {
     let failed = |e: sqlx::Error| BatchError::Commit(CommitError::Failed(e.into()));
     // Waiting for a connection is part of the budget; running out of it there is a
@@ -190,21 +202,24 @@ async fn commit_batch(
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
         let row = sqlx::query!(
             r#"WITH inserted AS (
-                 INSERT INTO orders (id, user_id, item_id)
-                 SELECT id, user_id, $3 FROM UNNEST($1::uuid[], $2::bigint[]) AS o (id, user_id)
-                 ON CONFLICT ON CONSTRAINT orders_one_per_user_and_item DO NOTHING
-                 RETURNING id, created_at
+                 INSERT INTO orders (id, user_id, item_id, state, pay_by)
+                 SELECT id, user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond'
+                 FROM UNNEST($1::uuid[], $2::bigint[]) AS o (id, user_id)
+                 ON CONFLICT (user_id, item_id) WHERE state IN ('pending_payment', 'paid') DO NOTHING
+                 RETURNING id, created_at, pay_by
                ), taken AS (
                  UPDATE items SET remaining_stock = remaining_stock - (SELECT count(*) FROM inserted)
                  WHERE id = $3 AND EXISTS (SELECT 1 FROM inserted)
                )
                SELECT txid_current() AS "txid!",
                       coalesce(array_agg(id), '{}') AS "ids!: Vec<Uuid>",
-                      coalesce(array_agg(created_at), '{}') AS "created!: Vec<DateTime<Utc>>"
+                      coalesce(array_agg(created_at), '{}') AS "created!: Vec<DateTime<Utc>>",
+                      coalesce(array_agg(pay_by), '{}') AS "pay_by!: Vec<DateTime<Utc>>"
                FROM inserted"#,
             &ids,
             &users,
             item.get(),
+            pay_within.as_millis() as f64,
         )
         .fetch_one(&mut *tx)
         .await
@@ -212,7 +227,8 @@ async fn commit_batch(
             Some(STOCK_NOT_NEGATIVE) => BatchError::StockCheck,
             _ => failed(e),
         })?;
-        Ok((tx, TxId(row.txid), row.ids, row.created))
+        let created: Vec<_> = row.created.into_iter().zip(row.pay_by).collect();
+        Ok((tx, TxId(row.txid), row.ids, created))
     };
     let (tx, txid, inserted, created) =
         tokio::time::timeout_at(deadline, write)
@@ -251,7 +267,7 @@ async fn commit_batch(
             }
         }
     }
-    let created_at: std::collections::HashMap<Uuid, DateTime<Utc>> =
+    let created_at: std::collections::HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
         inserted.into_iter().zip(created).collect();
     // A row not inserted conflicted with the user's order of this item: an earlier
     // attempt of this very order (same id: a success), or another (already purchased).
@@ -270,7 +286,7 @@ async fn commit_batch(
                 return Ok(orders
                     .iter()
                     .map(|o| match created_at.get(&o.id) {
-                        Some(at) => Ok(o.committed_at(*at)),
+                        Some(&(at, pay_by)) => Ok(o.committed_at(at, pay_by)),
                         None => Err(CommitError::InDoubt {
                             txid: None,
                             cause: anyhow::anyhow!("{cause:#}"),
@@ -283,7 +299,7 @@ async fn commit_batch(
     Ok(orders
         .iter()
         .map(|o| match created_at.get(&o.id) {
-            Some(at) => Ok(o.committed_at(*at)),
+            Some(&(at, pay_by)) => Ok(o.committed_at(at, pay_by)),
             None => earlier
                 .iter()
                 .find(|e| e.id == o.id)
@@ -294,27 +310,16 @@ async fn commit_batch(
 }
 
 impl NewOrder {
-    fn committed_at(&self, created_at: DateTime<Utc>) -> Order {
+    fn committed_at(&self, created_at: DateTime<Utc>, pay_by: DateTime<Utc>) -> Order {
         Order {
             id: self.id,
             user_id: self.user,
             item_id: self.item,
             created_at,
+            state: super::OrderState::PendingPayment,
+            pay_by: Some(pay_by),
         }
     }
-}
-
-async fn orders_by_id(pool: &PgPool, ids: &[Uuid]) -> anyhow::Result<Vec<Order>> {
-    sqlx::query_as!(
-        OrderRow,
-        "SELECT id, user_id, item_id, created_at FROM orders WHERE id = ANY($1)",
-        ids
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(Order::try_from)
-    .collect()
 }
 
 /// Failpoint `sale::commit_unanswered` (`return(<user id>)`): the COMMIT of a batch

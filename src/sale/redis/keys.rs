@@ -49,6 +49,10 @@ impl ItemKeys {
     pub fn pending(&self) -> String {
         format!("{}:pending", self.base)
     }
+    /// Orders whose unit was given back (`lua/give_back.lua`): at most once each.
+    pub fn returned(&self) -> String {
+        format!("{}:returned", self.base)
+    }
     /// Bumped by every write to the stock counter (see `StockSnapshot`).
     pub fn version(&self) -> String {
         format!("{}:stock-version", self.base)

@@ -28,6 +28,17 @@ pub struct StockSnapshot {
 const IN_DOUBT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 impl SaleRedis {
+    /// The item's success counter (0 when missing).
+    pub async fn success_count(&self, item: ItemId) -> anyhow::Result<i64> {
+        let get = ::redis::cmd("GET")
+            .arg(self.keys(item).success())
+            .to_owned();
+        let count: Option<i64> = self
+            .call(RedisPurpose::Other, "read success counter", &get)
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
     /// Reservations of `item` pending past their deadline (on the Redis clock).
     pub async fn overdue(&self, item: ItemId) -> anyhow::Result<Vec<PendingReservation>> {
         let (secs, micros): (u64, u64) = self

@@ -1,0 +1,239 @@
+//! The order life cycle in Postgres, the truth of it: `pending_payment` → `paid`,
+//! `cancelled` or `expired`, nothing else. Each transition is one conditional UPDATE on
+//! the state (and, for a payment, on the deadline not having passed), so of two
+//! transitions racing for one order exactly one matches a row. A cancellation or an
+//! expiry gives the unit back to `items.remaining_stock` in the same transaction; Redis
+//! gets it back afterwards ([`crate::sale::redis`]'s give-back), and [`mark_returned`]
+//! records that it did.
+
+use std::str::FromStr;
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{Order, OrderRow};
+use crate::domain::UserId;
+use crate::sale::item::ItemId;
+
+/// Where an order is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderState {
+    PendingPayment,
+    Paid,
+    Cancelled,
+    Expired,
+}
+
+impl OrderState {
+    pub const ALL: [OrderState; 4] = [
+        OrderState::PendingPayment,
+        OrderState::Paid,
+        OrderState::Cancelled,
+        OrderState::Expired,
+    ];
+
+    /// The spelling in Postgres, the API and the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PendingPayment => "pending_payment",
+            Self::Paid => "paid",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// A live order holds its unit for good or until its deadline.
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::PendingPayment | Self::Paid)
+    }
+}
+
+impl FromStr for OrderState {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| anyhow::anyhow!("unknown order state {s:?}"))
+    }
+}
+
+/// The transitions a shopper asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    Pay,
+    Cancel,
+}
+
+/// A released unit Redis has still to get back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GiveBack {
+    pub order: Uuid,
+    pub user: UserId,
+    pub item: ItemId,
+}
+
+/// What a shopper's transition found.
+#[derive(Debug)]
+pub enum Moved {
+    /// Done: the order as it is now (and, for a cancellation, the unit to give back).
+    Done(Order),
+    /// The order is not in `pending_payment` (or its deadline has passed): its state.
+    Refused(Order),
+    /// No such order of this user.
+    NotFound,
+}
+
+/// `transition` of `user`'s order `id`. A payment needs the deadline not to have passed
+/// (on Postgres's clock, the same one the sweeper uses): a payment and the sweeper at
+/// the deadline cannot both succeed. A pending order found past its deadline is
+/// refused as it stands; the sweeper expires it.
+pub async fn transition(
+    pool: &PgPool,
+    id: Uuid,
+    user: UserId,
+    transition: Transition,
+) -> anyhow::Result<Moved> {
+    let mut tx = pool.begin().await?;
+    let moved = match transition {
+        Transition::Pay => {
+            sqlx::query_as!(
+                OrderRow,
+                r#"UPDATE orders SET state = 'paid', state_changed_at = now()
+                   WHERE id = $1 AND user_id = $2 AND state = 'pending_payment' AND pay_by > now()
+                   RETURNING id, user_id, item_id, created_at, state, pay_by"#,
+                id,
+                user.get()
+            )
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+        Transition::Cancel => {
+            let row = sqlx::query_as!(
+                OrderRow,
+                r#"UPDATE orders SET state = 'cancelled', state_changed_at = now()
+                   WHERE id = $1 AND user_id = $2 AND state = 'pending_payment'
+                   RETURNING id, user_id, item_id, created_at, state, pay_by"#,
+                id,
+                user.get()
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = &row {
+                return_to_stock(&mut tx, &[row.item_id]).await?;
+            }
+            row
+        }
+    };
+    if let Some(row) = moved {
+        tx.commit().await?;
+        return Ok(Moved::Done(row.try_into()?));
+    }
+    // Nothing was written: the connection goes back before the lookup takes another
+    // (holding one while waiting for a second would starve the pool under a crowd).
+    drop(tx);
+    Ok(match super::order_by_id(pool, id).await? {
+        Some(order) if order.user_id == user => Moved::Refused(order),
+        _ => Moved::NotFound,
+    })
+}
+
+/// Expires up to `limit` pending orders past their deadline, their units back in
+/// `items` in the same transaction; answers the units Redis has to get back.
+pub async fn expire_due(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBack>> {
+    let mut tx = pool.begin().await?;
+    // SKIP LOCKED: an order a payment is changing right now is that payment's; if the
+    // payment fails its deadline check, the next sweep takes the order.
+    let rows = sqlx::query!(
+        r#"UPDATE orders SET state = 'expired', state_changed_at = now()
+           WHERE id IN (
+             SELECT id FROM orders WHERE state = 'pending_payment' AND pay_by <= now()
+             ORDER BY pay_by LIMIT $1 FOR UPDATE SKIP LOCKED)
+           RETURNING id, user_id, item_id"#,
+        limit
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let items: Vec<i64> = rows.iter().map(|r| r.item_id).collect();
+    return_to_stock(&mut tx, &items).await?;
+    tx.commit().await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(GiveBack {
+                order: r.id,
+                user: UserId::try_from(r.user_id)?,
+                item: ItemId::try_from(r.item_id)?,
+            })
+        })
+        .collect()
+}
+
+/// One unit back to each item named (an item named twice gets two).
+async fn return_to_stock(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    items: &[i64],
+) -> anyhow::Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        r#"UPDATE items SET remaining_stock = remaining_stock + back.units
+           FROM (SELECT item, count(*)::int AS units FROM UNNEST($1::bigint[]) AS t (item) GROUP BY item) AS back
+           WHERE items.id = back.item"#,
+        items
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Released units Redis may not have got back yet (a crash between the two stores):
+/// the sweeper gives each back (at most once, see the give-back script) and marks it.
+pub async fn unreturned(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBack>> {
+    sqlx::query!(
+        r#"SELECT id, user_id, item_id FROM orders
+           WHERE state IN ('cancelled', 'expired') AND returned_at IS NULL
+           ORDER BY state_changed_at LIMIT $1"#,
+        limit
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| {
+        Ok(GiveBack {
+            order: r.id,
+            user: UserId::try_from(r.user_id)?,
+            item: ItemId::try_from(r.item_id)?,
+        })
+    })
+    .collect()
+}
+
+/// Records that Redis has these orders' units back.
+pub async fn mark_returned(pool: &PgPool, orders: &[Uuid]) -> anyhow::Result<()> {
+    sqlx::query!(
+        "UPDATE orders SET returned_at = now() WHERE id = ANY($1) AND returned_at IS NULL",
+        orders
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// How many orders of `item` are in each state.
+pub async fn order_state_counts(
+    pool: &PgPool,
+    item: ItemId,
+) -> anyhow::Result<Vec<(OrderState, i64)>> {
+    sqlx::query!(
+        r#"SELECT state, count(*) AS "count!" FROM orders WHERE item_id = $1 GROUP BY state"#,
+        item.get()
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| Ok((r.state.parse()?, r.count)))
+    .collect()
+}
