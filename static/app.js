@@ -394,19 +394,75 @@ async function loadOrders() {
   }
   announce(ui.ordersError, '');
   const orders = Array.isArray(result.data && result.data.orders) ? result.data.orders : [];
-  ui.orders.replaceChildren(
-    ...orders.map((order) =>
-      el(
-        'li',
-        { class: 'order', dataset: { orderId: order.orderId } },
-        el('span', { class: 'order-item', text: knownNames.get(order.itemId) || `Item #${order.itemId}` }),
-        el('span', { class: 'order-id' }, 'Order ', el('code', { text: order.orderId })),
-        el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
-      ),
-    ),
-  );
+  ui.orders.replaceChildren(...orders.map(orderRow));
   ui.ordersEmpty.hidden = orders.length > 0;
+  tickCountdowns();
 }
+
+const STATE_LABELS = {
+  pending_payment: 'Awaiting payment',
+  paid: 'Paid',
+  cancelled: 'Cancelled',
+  expired: 'Expired',
+};
+
+/** One order: its state, and for an unpaid one the time left to pay and its buttons. */
+function orderRow(order) {
+  const pending = order.state === 'pending_payment';
+  return el(
+    'li',
+    { class: 'order', dataset: { orderId: order.orderId, state: order.state } },
+    el('span', { class: 'order-item', text: knownNames.get(order.itemId) || `Item #${order.itemId}` }),
+    el('span', { class: 'order-id' }, 'Order ', el('code', { text: order.orderId })),
+    el('span', { class: `order-state state-${order.state}`, text: STATE_LABELS[order.state] || order.state }),
+    pending && order.payBy
+      ? el('span', { class: 'order-countdown small', dataset: { payBy: order.payBy }, role: 'timer' })
+      : null,
+    pending
+      ? el(
+          'span',
+          { class: 'order-actions' },
+          el('button', { type: 'button', class: 'button', text: 'Pay', onclick: () => changeOrder(order.orderId, 'pay') }),
+          el('button', { type: 'button', class: 'button button-quiet', text: 'Cancel', onclick: () => changeOrder(order.orderId, 'cancel') }),
+        )
+      : null,
+    el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
+  );
+}
+
+/** Pays or cancels an order; a payment carries an Idempotency-Key so a retry is safe. */
+async function changeOrder(orderId, what) {
+  if (!session) return;
+  const headers = what === 'pay' ? { 'Idempotency-Key': `pay-${orderId}` } : {};
+  const result = await api(`/api/orders/${encodeURIComponent(orderId)}/${what}`, {
+    method: 'POST',
+    token: session.token,
+    headers,
+  });
+  if (!result.ok) {
+    if (result.status === 401) {
+      sessionExpired();
+      return;
+    }
+    announce(ui.ordersError, result.error.message, 'error');
+  }
+  await loadOrders();
+}
+
+/** Time left to pay, once a second; a deadline that passes refreshes the list. */
+function tickCountdowns() {
+  let due = false;
+  for (const node of ui.orders.querySelectorAll('.order-countdown')) {
+    const left = Math.max(0, Math.floor((Date.parse(node.dataset.payBy) - Date.now()) / 1000));
+    node.textContent = left > 0 ? `Pay within ${Math.floor(left / 60)}:${String(left % 60).padStart(2, '0')}` : 'Payment time is up';
+    due ||= left === 0;
+  }
+  return due;
+}
+
+setInterval(() => {
+  if (tickCountdowns()) loadOrders();
+}, 1000);
 
 ui.ordersRefresh.addEventListener('click', loadOrders);
 

@@ -138,6 +138,7 @@ pub async fn search_orders(
              AND ($2::bigint IS NULL OR user_id = $2)
              AND ($3::timestamptz IS NULL OR created_at >= $3)
              AND ($4::timestamptz IS NULL OR created_at < $4)
+             AND ($7::text IS NULL OR state = $7)
            ORDER BY created_at DESC, id
            LIMIT $5 OFFSET $6"#,
         filter.item.map(ItemId::get),
@@ -146,6 +147,7 @@ pub async fn search_orders(
         filter.to,
         filter.per_page,
         (filter.page - 1) * filter.per_page,
+        filter.state.map(OrderState::as_str),
     )
     .fetch_all(pool)
     .await?
@@ -157,11 +159,13 @@ pub async fn search_orders(
            WHERE ($1::bigint IS NULL OR item_id = $1)
              AND ($2::bigint IS NULL OR user_id = $2)
              AND ($3::timestamptz IS NULL OR created_at >= $3)
-             AND ($4::timestamptz IS NULL OR created_at < $4)"#,
+             AND ($4::timestamptz IS NULL OR created_at < $4)
+             AND ($5::text IS NULL OR state = $5)"#,
         filter.item.map(ItemId::get),
         filter.user.map(UserId::get),
         filter.from,
         filter.to,
+        filter.state.map(OrderState::as_str),
     )
     .fetch_one(pool)
     .await?;
@@ -175,6 +179,7 @@ pub struct OrderFilter {
     pub user: Option<UserId>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
+    pub state: Option<OrderState>,
     pub page: i64,
     pub per_page: i64,
 }

@@ -143,6 +143,13 @@ test('1. a shopper signs in, buys, sees the order in My orders; a second Buy say
     await row.waitFor();
     assert.match(await row.textContent(), new RegExp(items.first.name));
 
+    // It awaits payment, with the time left to pay; Pay makes it paid, buttons gone.
+    await row.getByText('Awaiting payment', { exact: true }).waitFor();
+    await waitForText(row.getByRole('timer'), /^Pay within 1[45]:\d\d$/);
+    await row.getByRole('button', { name: 'Pay' }).click();
+    await row.getByText('Paid', { exact: true }).waitFor();
+    assert.equal(await row.getByRole('button', { name: 'Cancel' }).count(), 0);
+
     // Stock went down by one, live.
     await waitForText(item.locator('.stock-text'), /^49 of 50 left$/);
 

@@ -21,7 +21,7 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::sale::item::{ItemId, NewItem};
-use crate::sale::postgres::OrderFilter;
+use crate::sale::postgres::{OrderFilter, OrderState};
 use crate::sale::{Sale, SaleError};
 
 /// The operator a token belongs to.
@@ -129,6 +129,8 @@ pub struct OrdersQuery {
     user: Option<i64>,
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
+    /// Only orders in this state: `pending_payment`, `paid`, `cancelled`, `expired`.
+    state: Option<String>,
     page: Option<i64>,
     per_page: Option<i64>,
 }
@@ -172,6 +174,17 @@ pub async fn orders(
             .transpose()?,
         from: q.from,
         to: q.to,
+        state: q
+            .state
+            .map(|s| {
+                s.parse::<OrderState>().map_err(|_| {
+                    ApiError::validation(
+                        "state",
+                        "state must be one of: pending_payment, paid, cancelled, expired",
+                    )
+                })
+            })
+            .transpose()?,
         page,
         per_page,
     };
