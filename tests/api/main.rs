@@ -16,5 +16,6 @@ mod limiter_http;
 mod limiter_model;
 mod loadgen;
 mod metrics;
+mod parsers;
 mod policy_scope;
 mod sale;
