@@ -69,6 +69,11 @@ fn json_text() -> impl Strategy<Value = Vec<u8>> {
     value.prop_map(|value| value.to_string().into_bytes())
 }
 
+/// An `X-Forwarded-For` line: addresses, near-addresses and words, comma-separated.
+fn forwarded_hops() -> impl Strategy<Value = Vec<u8>> {
+    near("(?s-u)(([0-9.]{1,15}|[0-9a-f:]{2,39}|[a-z ]{0,5}), ?){0,4}")
+}
+
 fn content_type() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => Just(b"application/json".to_vec()),
@@ -135,12 +140,20 @@ proptest! {
     fn forwarded_addresses_are_the_peer_or_a_named_hop(
         peer in prop_oneof![Just(checks::PROXIES[0]), any::<std::net::IpAddr>()],
         lines in prop::collection::vec(
-            near("(?s-u)(([0-9.]{1,15}|[0-9a-f:]{2,39}|[a-z ]{0,5}), ?){0,4}"),
+            forwarded_hops(),
             0..3,
         ),
     ) {
         let lines: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
         checks::check_forwarded_for(peer, &lines);
+    }
+
+    #[test]
+    fn a_proxy_appended_address_is_the_client_whatever_the_client_wrote(
+        client_written in forwarded_hops(),
+        seen in any::<std::net::IpAddr>(),
+    ) {
+        checks::check_forwarded_by_proxy(&client_written, seen);
     }
 
     #[test]

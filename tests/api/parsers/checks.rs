@@ -216,6 +216,14 @@ fn trusted_proxies() -> web::Data<TrustedProxies> {
     web::Data::new(TrustedProxies::new(PROXIES.to_vec()))
 }
 
+fn is_proxy(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    PROXIES.contains(&ip)
+}
+
 /// The client address of a request from `peer` with these `X-Forwarded-For` lines: in
 /// its key alphabet, and either the peer's or one a line names.
 pub fn check_forwarded_for(peer: IpAddr, lines: &[&[u8]]) -> ClientIp {
@@ -243,6 +251,18 @@ pub fn check_forwarded_for(peer: IpAddr, lines: &[&[u8]]) -> ClientIp {
         "{ip} is neither the peer nor a forwarded address"
     );
     ip
+}
+
+/// What a trusted proxy appends to a client's `X-Forwarded-For` (`<the client's>, <the
+/// address it saw>`) is the address the client is keyed by, whatever the client wrote.
+pub fn check_forwarded_by_proxy(client_written: &[u8], seen: IpAddr) {
+    if HeaderValue::from_bytes(client_written).is_err() || is_proxy(seen) {
+        return;
+    }
+    let mut line = client_written.to_vec();
+    line.extend_from_slice(format!(", {seen}").as_bytes());
+    let ip = check_forwarded_for(IpAddr::V4(Ipv4Addr::LOCALHOST), &[&line]);
+    assert_eq!(ip, ClientIp::new(seen), "the client chose its address");
 }
 
 /// `X-Client-Id` from a trusted proxy or from anyone else: believed only from the proxy,
