@@ -1,6 +1,8 @@
 # The two commands (see README): `make run` serves on 127.0.0.1:8080, `make test` runs every test.
 # `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
-.PHONY: run run-cluster test bench services services-down services-status services-cluster services-cluster-down
+# `make fuzz`: the parser fuzz targets (fuzz/, cargo-fuzz on stable), FUZZ_SECONDS (30) each;
+# fails on a crash (docs/testing.md, "Fuzzing"). Not part of `make test`.
+.PHONY: run run-cluster test fuzz bench services services-down services-status services-cluster services-cluster-down
 
 run:
 	scripts/run.sh
@@ -10,6 +12,9 @@ run-cluster:
 
 test:
 	scripts/test.sh
+
+fuzz:
+	scripts/fuzz.sh
 
 services:
 	@scripts/services.sh up >/dev/null

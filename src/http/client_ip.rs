@@ -41,17 +41,19 @@ impl TrustedProxies {
         if !self.contains(peer) {
             return peer;
         }
-        let hops: Vec<&str> = headers
+        // Split the raw bytes: a proxy appends its hop to the client's own line, and a
+        // byte there that is not visible ASCII (which a header may carry) must spoil only
+        // the client's hops, not the whole line with the address the proxy vouched for.
+        let hops: Vec<&[u8]> = headers
             .get_all("x-forwarded-for")
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
             .collect();
         let mut client = peer;
         for hop in hops.iter().rev() {
             // An unparsable hop was written by someone we do not trust: stop at the last
             // address a trusted proxy vouched for.
-            let Ok(ip) = hop.parse::<IpAddr>() else { break };
+            let parsed = std::str::from_utf8(hop).map(|hop| hop.trim().parse::<IpAddr>());
+            let Ok(Ok(ip)) = parsed else { break };
             client = ip;
             if !self.contains(ip) {
                 break;
@@ -137,5 +139,12 @@ mod tests {
         );
         assert_eq!(resolve("127.0.0.1", &["1.2.3.4, garbage"]), "127.0.0.1");
         assert_eq!(resolve("127.0.0.1", &["127.0.0.1, ::1"]), "127.0.0.1");
+    }
+
+    #[test]
+    fn bytes_a_client_wrote_that_are_not_ascii_do_not_hide_the_proxys_hop() {
+        // Was 127.0.0.1: the line was skipped whole, so the client was keyed as the proxy.
+        assert_eq!(resolve("127.0.0.1", &["gr\u{fc}n, 1.2.3.4"]), "1.2.3.4");
+        assert_eq!(resolve("127.0.0.1", &["1.2.3.4, gr\u{fc}n"]), "127.0.0.1");
     }
 }

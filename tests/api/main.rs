@@ -18,5 +18,6 @@ mod limiter_model;
 mod loadgen;
 mod metrics;
 mod openapi;
+mod parsers;
 mod policy_scope;
 mod sale;

@@ -115,6 +115,13 @@ pub trait Recover {
     fn recover(&self, id: Uuid) -> impl Future<Output = Result<Option<Reply>, ApiError>>;
 }
 
+/// An `Idempotency-Key` header's value as a key, or the 400 a malformed one gets (a
+/// value that is not even text included). Public for the parser fuzz targets (`fuzz/`).
+pub fn idempotency_key(value: &HeaderValue) -> Result<IdempotencyKey, ApiError> {
+    IdempotencyKey::parse(value.to_str().unwrap_or(""))
+        .map_err(|e| ApiError::validation("Idempotency-Key", e.to_string()))
+}
+
 /// The request's `Idempotency-Key`, if it has one (400 when it is malformed), and the
 /// store that keeps answers for it.
 pub struct Idempotent {
@@ -137,13 +144,11 @@ impl Idempotent {
             .app_data::<web::Data<Idempotency>>()
             .cloned()
             .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("Idempotency is not registered")))?;
-        let key = match req.headers().get(IDEMPOTENCY_KEY_HEADER) {
-            None => None,
-            Some(value) => Some(
-                IdempotencyKey::parse(value.to_str().unwrap_or(""))
-                    .map_err(|e| ApiError::validation("Idempotency-Key", e.to_string()))?,
-            ),
-        };
+        let key = req
+            .headers()
+            .get(IDEMPOTENCY_KEY_HEADER)
+            .map(idempotency_key)
+            .transpose()?;
         Ok(Self { key, store })
     }
 
