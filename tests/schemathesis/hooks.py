@@ -7,6 +7,7 @@ in its negative cases, so the 401 paths are exercised too.
 """
 
 import os
+import time
 
 import requests
 import schemathesis
@@ -29,17 +30,16 @@ class OperatorToken:
         _bearer(case, data)
 
 
-@schemathesis.auth(refresh_interval=60).apply_to(path_regex="^/(seckill|api/me|api/orders/mine)$")
+@schemathesis.auth(refresh_interval=60).apply_to(
+    path_regex="^/(seckill|api/me|api/orders/mine|api/orders/[^/]+/(pay|cancel))$"
+)
 class ShopperToken:
-    # A new shopper every refresh, so one user's purchase quota (3 a minute) does not
-    # turn the rest of the run into 429s.
-    user_id = 1_000
-
+    # One shopper a minute for every shopper route (so the orders one route places are
+    # the ones the payment routes can reach), and a new one each minute so one user's
+    # purchase quota (3 a minute) does not turn the rest of the run into 429s.
     def get(self, case, context):
-        ShopperToken.user_id += 1
-        response = requests.post(
-            f"{BASE_URL}/api/session", json={"userId": ShopperToken.user_id}, timeout=5
-        )
+        user_id = 1_000 + int(time.time() // 60)
+        response = requests.post(f"{BASE_URL}/api/session", json={"userId": user_id}, timeout=5)
         response.raise_for_status()
         return response.json()["token"]
 
@@ -57,6 +57,11 @@ _calls = 0
 _ITEMS = [int(i) for i in os.environ.get("SECKILL_ITEM_IDS", "").split(",") if i]
 
 
+# Orders the run's purchases placed: half the payments and cancellations aim at the
+# latest, so the life cycle's own answers (200, 409 ORDER_STATE) are reached, not only 404.
+_orders = []
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs):
     global _calls
@@ -65,3 +70,14 @@ def before_call(context, case, kwargs):
     case.headers.setdefault("X-Forwarded-For", f"198.18.{_calls // 256 % 256}.{_calls % 256}")
     if case.path == "/seckill" and _ITEMS and _calls % 2 == 0 and isinstance(case.body, dict):
         case.body["itemId"] = _ITEMS[_calls % len(_ITEMS)]
+    if case.path.startswith("/api/orders/{id}/") and _orders and _calls % 2 == 0:
+        case.path_parameters = {**(case.path_parameters or {}), "id": _orders[-1]}
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    if case.path == "/seckill" and response.status_code == 200:
+        try:
+            _orders.append(response.json()["orderId"])
+        except (ValueError, KeyError, TypeError):
+            pass
