@@ -5,6 +5,8 @@
 //! when the sale ends). Never a user id, an IP or an order id. Counters whose label
 //! values are known up front start at 0, so a fresh instance already shows every series.
 
+use prometheus::core::Collector;
+use prometheus::proto::Metric;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -311,4 +313,24 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
         Ok(String::from_utf8(buffer)?)
     }
+}
+
+/// Every series of a one-label counter, by its label value: what a scrape would read,
+/// read in-process, for callers that know the metric but not its label values.
+pub fn counters_by_label(counters: &IntCounterVec) -> Vec<(String, i64)> {
+    by_label(counters, |m| m.get_counter().get_value())
+}
+
+/// Every series of a one-label gauge (e.g. live stock per item), by its label value.
+pub fn gauges_by_label(gauges: &IntGaugeVec) -> Vec<(String, i64)> {
+    by_label(gauges, |m| m.get_gauge().get_value())
+}
+
+fn by_label(collector: &dyn Collector, value: fn(&Metric) -> f64) -> Vec<(String, i64)> {
+    collector
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter_map(|m| Some((m.get_label().first()?.value().to_string(), value(m) as i64)))
+        .collect()
 }

@@ -4,4 +4,5 @@
 
 pub mod edit;
 pub mod rules;
+pub mod series;
 pub mod stats;

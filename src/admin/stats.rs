@@ -1,31 +1,47 @@
 //! Live counters summed over **all** instances, for the admin dashboard.
 //!
 //! Each instance adds what happened since its last flush to a per-second bucket in Redis
-//! (`<prefix>:stats:<unix second>`, a hash, kept for an hour) once a second, off the
+//! (`<prefix>:{stats}:<unix second>`, a hash, kept for an hour) once a second, off the
 //! request path: the requests themselves only touch in-process counters. The dashboard
-//! sums the buckets of the last N seconds in one round trip and reads them as [`Sums`].
+//! sums the buckets of the last N seconds in one round trip and reads them as [`Sums`],
+//! or reads them second by second as a [`Series`] for its charts.
 //!
-//! A bucket's fields are `pass:<dimension>` and `reject:<dimension>` (the `seckill`
-//! policy's rules), `orders` and `fail_open`: written and read here only.
+//! A bucket's fields, written and read here (and in [`super::series`]) only:
+//! `pass:<dimension>`, `reject:<dimension>` and `local:<dimension>` (the `seckill`
+//! policy's rules; `local` = refused by the denial cache without asking Redis),
+//! `orders` (purchases that created one), `outcome:<word>` (the purchase's other
+//! outcomes, by their metric word), `fail_open` (every policy), all added to; and
+//! `stock:<item id>`, the item's live stock as sampled that second, set (several
+//! instances setting it in the same second write the same or a fresher value).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::series::Series;
 use crate::background::Ticks;
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::limiter::Limiter;
-use crate::metrics::{Metrics, RedisPurpose};
+use crate::metrics::{counters_by_label, gauges_by_label, Metrics, RedisPurpose};
 use crate::store::RedisStore;
 
 /// How long a bucket is kept: the longest window the dashboard may ask for.
 pub const MAX_WINDOW_SECS: u64 = 3_600;
 
+/// The longest window of [`LiveStats::series`]: the dashboard's charts, read every second.
+pub const MAX_SERIES_SECS: u64 = 300;
+
 /// The bucket fields (the format stored in Redis, shared by every instance's version).
 const PASS: &str = "pass:";
-const REJECT: &str = "reject:";
-const ORDERS: &str = "orders";
+pub(super) const REJECT: &str = "reject:";
+pub(super) const LOCAL: &str = "local:";
+pub(super) const ORDERS: &str = "orders";
+pub(super) const OUTCOME: &str = "outcome:";
 const FAIL_OPEN: &str = "fail_open";
+pub(super) const STOCK: &str = "stock:";
+
+/// The sale outcome counted as `orders` (older instances write and read it so).
+const CREATED: &str = "created";
 
 /// What happened over a window, summed over every instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,28 +96,41 @@ impl LiveStats {
         format!("{}:{{stats}}:{second}", self.redis.prefix())
     }
 
+    /// The `seckill` policy's dimensions (rule names) in force here.
+    fn dimensions(&self) -> Vec<String> {
+        self.limiter
+            .policy(SECKILL_POLICY)
+            .map(|policy| policy.rules.iter().map(|r| r.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// This instance's running totals, by bucket field.
     fn totals(&self) -> BTreeMap<String, i64> {
         let mut totals = BTreeMap::new();
-        if let Some(policy) = self.limiter.policy(SECKILL_POLICY) {
-            for rule in &policy.rules {
-                for (field, outcome) in [(PASS, "pass"), (REJECT, "reject")] {
-                    let count = self
-                        .metrics
-                        .limiter_decisions
-                        .with_label_values(&[SECKILL_POLICY, &rule.name, outcome])
-                        .get();
-                    totals.insert(format!("{field}{}", rule.name), count as i64);
-                }
+        let metrics = &self.metrics;
+        for dimension in self.dimensions() {
+            // Local refusals first: one is counted as a rejection before it is counted as
+            // local, so read in this order a snapshot never has more local than rejected.
+            let local = metrics
+                .limiter_local_refusals
+                .with_label_values(&[SECKILL_POLICY, &dimension])
+                .get();
+            totals.insert(format!("{LOCAL}{dimension}"), local as i64);
+            for (field, outcome) in [(PASS, "pass"), (REJECT, "reject")] {
+                let count = metrics
+                    .limiter_decisions
+                    .with_label_values(&[SECKILL_POLICY, &dimension, outcome])
+                    .get();
+                totals.insert(format!("{field}{dimension}"), count as i64);
             }
         }
-        totals.insert(
-            ORDERS.into(),
-            self.metrics
-                .sale_outcomes
-                .with_label_values(&["created"])
-                .get() as i64,
-        );
+        for (outcome, count) in counters_by_label(&metrics.sale_outcomes) {
+            let field = match outcome.as_str() {
+                CREATED => ORDERS.to_string(),
+                _ => format!("{OUTCOME}{outcome}"),
+            };
+            totals.insert(field, count);
+        }
         let fail_open = self
             .limiter
             .policy_names()
@@ -123,8 +152,9 @@ impl LiveStats {
         }
     }
 
-    /// Adds the counters' growth since `last` to the current second's bucket; `last`
-    /// moves on only when that reached Redis, so a failed flush is retried.
+    /// Adds the counters' growth since `last` to the current second's bucket, with the
+    /// stock of every item on sale; `last` moves on only when that reached Redis, so a
+    /// failed flush is retried (its stock sample is simply missing).
     async fn flush(&self, last: &mut BTreeMap<String, i64>) {
         let now = self.totals();
         let deltas: Vec<(String, i64)> = now
@@ -132,7 +162,9 @@ impl LiveStats {
             .map(|(field, value)| (field.clone(), value - last.get(field).copied().unwrap_or(0)))
             .filter(|(_, delta)| *delta != 0)
             .collect();
-        if deltas.is_empty() {
+        // The gauge the sold-out refresh sets every second from Redis: no read of our own.
+        let stock = gauges_by_label(&self.metrics.stock_remaining);
+        if deltas.is_empty() && stock.is_empty() {
             *last = now;
             return;
         }
@@ -140,6 +172,10 @@ impl LiveStats {
         let mut pipe = redis::pipe();
         for (field, delta) in &deltas {
             pipe.hincr(&key, field, *delta).ignore();
+        }
+        for (item, remaining) in &stock {
+            pipe.hset(&key, format!("{STOCK}{item}"), *remaining)
+                .ignore();
         }
         pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
         match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
@@ -149,23 +185,35 @@ impl LiveStats {
         }
     }
 
+    /// Every bucket from second `from` on, `count` of them, in one pipeline.
+    async fn buckets(&self, from: i64, count: i64) -> anyhow::Result<Vec<BTreeMap<String, i64>>> {
+        let mut pipe = redis::pipe();
+        for second in from..from + count {
+            pipe.hgetall(self.bucket(second));
+        }
+        Ok(self.redis.call(RedisPurpose::Other, &pipe).await?)
+    }
+
     /// Sums over all instances for the last `window_secs` seconds.
     pub async fn sums(&self, window_secs: u64) -> anyhow::Result<Sums> {
         let window = window_secs.clamp(1, MAX_WINDOW_SECS) as i64;
         let now = chrono::Utc::now().timestamp();
-        let mut pipe = redis::pipe();
-        for second in (now - window + 1)..=now {
-            pipe.hgetall(self.bucket(second));
-        }
-        let buckets: Vec<BTreeMap<String, i64>> =
-            self.redis.call(RedisPurpose::Other, &pipe).await?;
         let mut fields = BTreeMap::new();
-        for bucket in buckets {
+        for bucket in self.buckets(now - window + 1, window).await? {
             for (field, value) in bucket {
                 *fields.entry(field).or_insert(0) += value;
             }
         }
         Ok(Sums::from_fields(fields))
+    }
+
+    /// The last `window_secs` whole seconds (the current one is still being flushed
+    /// into), second by second, summed over all instances.
+    pub async fn series(&self, window_secs: u64) -> anyhow::Result<Series> {
+        let window = window_secs.clamp(1, MAX_SERIES_SECS) as i64;
+        let from = chrono::Utc::now().timestamp() - window;
+        let buckets = self.buckets(from, window).await?;
+        Ok(Series::from_buckets(from, &buckets, &self.dimensions()))
     }
 }
 

@@ -54,6 +54,7 @@ const OPERATOR: &str = "admin_token";
         routes::admin::resume,
         routes::admin::orders,
         routes::admin::stats,
+        routes::admin::stats_series,
         routes::admin::rules::policies,
         routes::admin::rules::policy,
         routes::admin::rules::update_policy,
@@ -330,7 +331,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            22,
+            23,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

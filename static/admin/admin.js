@@ -1,5 +1,6 @@
-// The admin dashboard: live counters, items (create, pause, resume), orders, the
-// rate-limit rules editor and its audit trail. The token lives in sessionStorage only.
+// The admin dashboard: live counters and their charts, items (create, pause, resume),
+// orders, the rate-limit rules editor and its audit trail. The token lives in
+// sessionStorage only.
 import {
   announce,
   api,
@@ -13,10 +14,13 @@ import {
   poll,
   retryAfterMs,
 } from '../common.js';
+import { renderLineChart } from './charts.js';
 
 const TOKEN_KEY = 'seckill.admin.token';
 const STATS_EVERY_MS = 2000;
 const STATS_WINDOW_S = 60;
+const SERIES_EVERY_MS = 1000;
+const SERIES_WINDOW_S = 300;
 const DIMENSIONS = ['api', 'user', 'ip'];
 
 const $ = (id) => document.getElementById(id);
@@ -40,6 +44,11 @@ const ui = {
   statRejections: $('stat-rejections'),
   statFailOpen: $('stat-fail-open'),
   dimensionRows: $('dimension-rows'),
+  chartsUpdated: $('charts-updated'),
+  chartsError: $('charts-error'),
+  chartPurchases: $('chart-purchases'),
+  chartStock: $('chart-stock'),
+  chartRefusals: $('chart-refusals'),
   itemRows: $('item-rows'),
   itemsEmpty: $('items-empty'),
   // create
@@ -70,6 +79,7 @@ const ui = {
 
 let token = sessionStorage.getItem(TOKEN_KEY);
 let stopStats = null;
+let stopSeries = null;
 
 /** Admin API call with the token; a 401 ends the session. */
 async function adminApi(path, options = {}) {
@@ -90,6 +100,8 @@ function showSignedIn(name) {
   ui.signedInAs.textContent = `Signed in as ${name}`;
   if (stopStats) stopStats();
   stopStats = poll(loadStats, STATS_EVERY_MS);
+  if (stopSeries) stopSeries();
+  stopSeries = poll(loadSeries, SERIES_EVERY_MS);
   loadOrders(1);
   loadPolicies();
   loadAudit();
@@ -100,6 +112,8 @@ function signedOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   if (stopStats) stopStats();
   stopStats = null;
+  if (stopSeries) stopSeries();
+  stopSeries = null;
   ui.dashboard.hidden = true;
   ui.nav.hidden = true;
   ui.account.hidden = true;
@@ -203,6 +217,58 @@ async function loadStats() {
   );
   renderItems(Array.isArray(s.items) ? s.items : []);
   ui.statsUpdated.textContent = `Updated ${formatTime(new Date())}`;
+}
+
+// --- charts -----------------------------------------------------------------------------
+
+const points = (values) => (Array.isArray(values) ? values.map((v) => (v === null ? null : Number(v) || 0)) : []);
+
+async function loadSeries() {
+  if (!token) return;
+  const result = await adminApi(`/admin/api/stats/series?window=${SERIES_WINDOW_S}`);
+  if (!token) return;
+  if (!result.ok) {
+    announce(ui.chartsError, `Could not load the charts: ${result.error.message}`, 'error');
+    return;
+  }
+  announce(ui.chartsError, '');
+  const s = result.data;
+  const p = s.purchases || {};
+  const rejected = p.rejected || {};
+  renderLineChart(ui.chartPurchases, {
+    name: 'purchases',
+    title: 'Purchases per second by outcome, last 5 minutes (totals)',
+    from: s.from,
+    lines: [
+      { key: 'created', label: 'Created', values: points(p.created), tone: 'created' },
+      { key: 'sold_out', label: 'Sold out', values: points(p.soldOut), tone: 'sold-out' },
+      ...Object.keys(rejected).map((d) => ({ key: `rejected:${d}`, label: `Rejected: ${d}`, values: points(rejected[d]) })),
+      { key: 'errors', label: 'Errors', values: points(p.errors), tone: 'errors' },
+      { key: 'other', label: 'Other', values: points(p.other), tone: 'other' },
+    ],
+  });
+  const stock = s.stock || {};
+  renderLineChart(ui.chartStock, {
+    name: 'stock',
+    kind: 'level',
+    title: 'Stock remaining per item (latest)',
+    from: s.from,
+    lines: Object.keys(stock).map((id) => {
+      const row = itemRows.get(Number(id));
+      return { key: `item:${id}`, label: row ? `#${id} ${row.item.name}` : `Item #${id}`, values: points(stock[id]) };
+    }),
+  });
+  const r = s.refusals || {};
+  renderLineChart(ui.chartRefusals, {
+    name: 'refusals',
+    title: 'Limiter refusals per second, last 5 minutes (totals)',
+    from: s.from,
+    lines: [
+      { key: 'refused_locally', label: 'Answered locally', values: points(r.local), tone: 'local' },
+      { key: 'refused_by_redis', label: 'Answered by Redis', values: points(r.redis), tone: 'redis' },
+    ],
+  });
+  ui.chartsUpdated.textContent = `Updated ${formatTime(new Date())}`;
 }
 
 function statusOf(item, now = Date.now()) {

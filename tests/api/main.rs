@@ -4,6 +4,7 @@
 
 mod admin;
 mod chaos;
+mod charts;
 mod committer;
 mod denial_cache;
 mod errors;

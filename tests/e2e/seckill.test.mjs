@@ -1,7 +1,8 @@
 // End-to-end: the shopper page and the admin dashboard in headless Chromium against a
 // running app. The scenarios run in order (node:test runs a file's tests one by one):
 // scenario 3 lowers the `user` rule for everybody, so it comes after 1 and 2; scenario 4
-// switches the sale policy's scope to per_item and back to global.
+// switches the sale policy's scope to per_item and back to global; scenario 5's burst is
+// the only purchasing while it runs, so its seconds in the charts are its own.
 //
 //   E2E_BASE_URL=http://127.0.0.1:PORT E2E_ADMIN_TOKEN=… node --test seckill.test.mjs
 //
@@ -436,7 +437,82 @@ test('4. an admin switches the sale policy to per_item scope and back; per_item 
   });
 });
 
-test('5. screenshots of the shopper page and the admin dashboard, desktop and phone', async () => {
+/**
+ * A chart line's plotted numbers, by unix second (its `data-values` from the chart's
+ * `data-from`), both read from the same drawing (the chart is redrawn every second).
+ */
+async function plotted(page, chart, series) {
+  const [from, values] = await page.locator(`svg[data-chart="${chart}"]`).evaluate((svg, key) => {
+    const line = [...svg.querySelectorAll('[data-series]')].find((node) => node.dataset.series === key);
+    if (!line) throw new Error(`no line ${key}`);
+    return [Number(svg.dataset.from), line.dataset.values.split(',')];
+  }, series);
+  return values.map((v, i) => [from + i, v === '' ? null : Number(v)]);
+}
+
+/** The sum of a chart line's points over seconds `first` to `last`. */
+async function plottedSum(page, chart, series, first, last) {
+  return (await plotted(page, chart, series))
+    .filter(([second]) => second >= first && second <= last)
+    .reduce((sum, [, v]) => sum + (v || 0), 0);
+}
+
+test('5. a burst of purchases shows in the charts: created summed over the burst = the 200s', async () => {
+  const admin = await client(45);
+  const page = admin.page;
+  await withFailureShots('scenario5', () => ({ admin: page }), async () => {
+    await signInAdmin(page);
+    const charts = page.getByRole('region', { name: /^Last 5 minutes/ });
+    await charts.locator('svg[data-chart="purchases"] [data-series="created"]').waitFor({ state: 'attached' });
+    const item = await createItem(`E2E Burst ${RUN}`, { stock: 15, priceCents: 999 });
+
+    // 24 new shoppers (the user rule is 1 a minute now), each from an address of its
+    // own, at once: 15 orders, 9 sold out. Then six of the buyers try another item and
+    // meet the user rule.
+    const buyers = Array.from({ length: 24 }, (_, k) => userId(60 + k));
+    const tokens = await Promise.all(buyers.map((user) => shopperToken(user)));
+    const burstIp = (k) => `10.79.${Number.parseInt(RUN, 36) % 250}.${k}`;
+    const purchase = (k, itemId) =>
+      apiCall('/seckill', { method: 'POST', token: tokens[k], ip: burstIp(k), body: { itemId } });
+    const first = Math.floor(Date.now() / 1000);
+    const answers = await Promise.all(buyers.map((_, k) => purchase(k, item.id)));
+    const created = answers.filter((a) => a.status === 200).length;
+    const soldOut = answers.filter((a) => a.status === 409 && a.data.code === 'SOLD_OUT').length;
+    assert.equal(created, 15, `statuses: ${answers.map((a) => a.status)}`);
+    assert.equal(soldOut, 9);
+    const winners = answers.flatMap((a, k) => (a.status === 200 ? [k] : [])).slice(0, 6);
+    const refused = await Promise.all(winners.map((k) => purchase(k, items.other.id)));
+    assert.deepEqual(refused.map((a) => [a.status, a.data.dimension]), winners.map(() => [429, 'user']));
+    const last = Math.floor(Date.now() / 1000) + 2; // a flush lands within a second
+
+    // The chart catches up within a few seconds (it polls every second), and then it
+    // shows exactly the burst: nothing more, once every instance has flushed.
+    await eventually(
+      async () => {
+        assert.equal(await plottedSum(page, 'purchases', 'created', first, last), created);
+        assert.equal(await plottedSum(page, 'purchases', 'sold_out', first, last), soldOut);
+        assert.equal(await plottedSum(page, 'purchases', 'rejected:user', first, last), 6);
+        const local = await plottedSum(page, 'refusals', 'refused_locally', first, last);
+        const redis = await plottedSum(page, 'refusals', 'refused_by_redis', first, last);
+        assert.equal(local + redis, 6);
+        const stock = (await plotted(page, 'stock', `item:${item.id}`)).filter(([, v]) => v !== null);
+        assert.equal(stock.at(-1)[1], 0, 'the item ends sold out');
+      },
+      { timeout: 15_000, interval: 250 },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    assert.equal(await plottedSum(page, 'purchases', 'created', first, last), created, 'no late extra');
+    assert.equal((await plotted(page, 'purchases', 'created')).length, 300);
+
+    // Screen readers get the same totals in the chart's table.
+    const table = charts.getByRole('table', { name: /^Purchases per second by outcome/ });
+    assert.match(await table.locator('tr[data-series="created"] td').first().textContent(), /^\d+$/);
+    await charts.screenshot({ path: artifactPath('admin-charts-burst.png') });
+    assert.deepEqual(admin.problems, []);
+  });
+});
+
+test('6. screenshots of the shopper page and the admin dashboard, desktop and phone', async () => {
   const shots = [];
   for (const [label, viewport] of [
     ['desktop', { width: 1280, height: 900 }],
@@ -460,9 +536,13 @@ test('5. screenshots of the shopper page and the admin dashboard, desktop and ph
     await admin.page.locator('#item-rows tr').first().waitFor();
     await admin.page.getByRole('region', { name: 'Rule changes' }).getByRole('listitem').first().waitFor();
     await waitForText(admin.page.locator('#orders-total'), /^\d+ orders?$/);
+    await admin.page.locator('svg[data-chart="stock"] [data-series]').first().waitFor({ state: 'attached' });
     const adminShot = artifactPath(`admin-${label}.png`);
     await admin.page.screenshot({ path: adminShot, fullPage: true });
     shots.push(adminShot);
+    const chartsShot = artifactPath(`admin-charts-${label}.png`);
+    await admin.page.getByRole('region', { name: /^Last 5 minutes/ }).screenshot({ path: chartsShot });
+    shots.push(chartsShot);
 
     if (phone) {
       // Nothing wider than the phone: wide tables scroll inside their own box.

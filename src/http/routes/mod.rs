@@ -72,6 +72,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             .service(operator.resource("/items/{id}/resume", [post(admin::resume)]))
             .service(operator.resource("/orders", [get(admin::orders)]))
             .service(operator.resource("/stats", [get(admin::stats)]))
+            .service(operator.resource("/stats/series", [get(admin::stats_series)]))
             .service(operator.resource("/policies", [get(admin::policies)]))
             .service(operator.resource(
                 "/policies/{name}",

@@ -15,7 +15,8 @@ use validator::Validate;
 
 use super::items::{ItemBody, Items};
 use super::seckill::Orders;
-use crate::admin::stats::LiveStats;
+use crate::admin::series::Series;
+use crate::admin::stats::{LiveStats, MAX_SERIES_SECS};
 use crate::domain::UserId;
 use crate::http::ApiError;
 use crate::http::JsonBody;
@@ -211,7 +212,7 @@ pub struct OrderPage {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StatsQuery {
-    /// Seconds to sum over, 1 to 300 (clamped); 60 when absent.
+    /// Seconds to sum over, 1 to 3600 (clamped); 60 when absent.
     window: Option<u64>,
 }
 
@@ -239,6 +240,26 @@ pub async fn stats(
         fail_open: sums.fail_open,
         items: Items::new(&listing),
     }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SeriesQuery {
+    /// Seconds to chart, 1 to 300 (clamped); 300 when absent.
+    window: Option<u64>,
+}
+
+/// `GET /admin/api/stats/series?window=300`: the last `window` whole seconds, one point
+/// per second, summed over every instance: the dashboard's charts.
+#[utoipa::path(get, path = "/admin/api/stats/series", tag = "admin", params(SeriesQuery),
+    responses((status = 200, description = "Per-second purchases by outcome, limiter refusals by who answered them, and stock per item", body = Series)))]
+pub async fn stats_series(
+    _admin: Admin,
+    query: web::Query<SeriesQuery>,
+    live: web::Data<LiveStats>,
+) -> Result<HttpResponse, ApiError> {
+    let window = query.window.unwrap_or(MAX_SERIES_SECS);
+    Ok(HttpResponse::Ok().json(live.series(window).await?))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
