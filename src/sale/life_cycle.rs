@@ -106,6 +106,16 @@ impl Sale {
         }
     }
 
+    /// Orders of each item on sale by state, for the dashboard: item id → state → count.
+    pub async fn order_states(
+        &self,
+        items: &[super::item::ItemId],
+    ) -> anyhow::Result<
+        std::collections::BTreeMap<i64, std::collections::BTreeMap<&'static str, i64>>,
+    > {
+        postgres::states_by_item(&self.pool, items).await
+    }
+
     /// The expiry sweeper over this sale's stores.
     pub fn sweeper(&self) -> Sweeper {
         Sweeper {

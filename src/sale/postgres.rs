@@ -14,8 +14,8 @@ mod life_cycle;
 
 pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
 pub use life_cycle::{
-    expire_due, mark_returned, order_state_counts, transition, unreturned, GiveBack, Moved,
-    OrderState, Transition,
+    expire_due, mark_returned, order_state_counts, states_by_item, transition, unreturned,
+    GiveBack, Moved, OrderState, Transition,
 };
 
 struct ItemRow {

@@ -215,6 +215,7 @@ async function loadStats() {
   ui.dimensionRows.replaceChildren(
     ...dims.map((d) => dimensionRow(d, Number(passes[d]) || 0, Number(rejections[d]) || 0)),
   );
+  orderStates = s.ordersByState || {};
   renderItems(Array.isArray(s.items) ? s.items : []);
   ui.statsUpdated.textContent = `Updated ${formatTime(new Date())}`;
 }
@@ -279,8 +280,18 @@ function statusOf(item, now = Date.now()) {
   return ['On sale', 'badge-open'];
 }
 
+/** item id → state → orders, from the last stats answer. */
+let orderStates = {};
+const ORDER_STATES = [
+  ['pending_payment', 'awaiting payment'],
+  ['paid', 'paid'],
+  ['cancelled', 'cancelled'],
+  ['expired', 'expired'],
+];
+
 function createItemRow(item) {
   const r = {};
+  r.orders = el('td', { class: 'small orders-cell', 'data-label': 'Orders' });
   r.id = el('td', { class: 'num', 'data-label': 'ID' });
   r.name = el('td', { class: 'name-cell', 'data-label': 'Name' });
   r.price = el('td', { class: 'num', 'data-label': 'Price' });
@@ -295,6 +306,7 @@ function createItemRow(item) {
     r.name,
     r.price,
     r.stock,
+    r.orders,
     r.window,
     el('td', { 'data-label': 'Status' }, r.badge),
     el('td', { class: 'action' }, r.toggle),
@@ -313,6 +325,13 @@ function renderItemRow(item) {
   r.name.textContent = item.name;
   r.price.textContent = formatPrice(item.priceCents);
   r.stock.textContent = `${fmt(item.remainingStock)} / ${fmt(item.totalStock)}`;
+  const states = orderStates[item.id] || {};
+  r.orders.replaceChildren(
+    ...ORDER_STATES.map(([state, label]) =>
+      el('span', { class: `state-count state-${state}`, dataset: { state, count: String(states[state] || 0) } },
+        `${fmt(states[state] || 0)} ${label}`),
+    ),
+  );
   r.window.textContent = `${formatDateTime(item.startsAt)} – ${formatDateTime(item.endsAt)}`;
   const [label, cls] = statusOf(item);
   r.badge.textContent = label;
@@ -464,6 +483,7 @@ const orderFilterInputs = {
   user: $('filter-user'),
   from: $('filter-from'),
   to: $('filter-to'),
+  state: $('filter-state'),
 };
 const perPageSelect = $('filter-per-page');
 let ordersPage = 1;
@@ -476,6 +496,7 @@ function orderQuery(page) {
   const user = orderFilterInputs.user.value.trim();
   if (item) q.set('item', item);
   if (user) q.set('user', user);
+  if (orderFilterInputs.state.value) q.set('state', orderFilterInputs.state.value);
   const from = localInputToIso(orderFilterInputs.from.value);
   const to = localInputToIso(orderFilterInputs.to.value);
   if (from) q.set('from', from);
@@ -516,6 +537,7 @@ async function loadOrders(page = ordersPage) {
         el('td', { 'data-label': 'Order id' }, el('code', { text: o.orderId })),
         el('td', { class: 'num', 'data-label': 'Item', text: String(o.itemId) }),
         el('td', { class: 'num', 'data-label': 'User', text: String(o.userId) }),
+        el('td', { 'data-label': 'State' }, el('span', { class: `state-${o.state}`, text: o.state })),
         el('td', { 'data-label': 'Placed' }, el('time', { datetime: o.createdAt, text: formatDateTime(o.createdAt) })),
       ),
     ),

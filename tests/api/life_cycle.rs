@@ -335,3 +335,50 @@ async fn at_the_deadline_a_payment_and_the_sweeper_never_both_win(db: PgPool) {
         expired
     );
 }
+
+#[sqlx::test]
+async fn operators_see_every_state_per_item_and_can_filter_by_it(db: PgPool) {
+    let app = spawn_app_with(&db, patient).await;
+    let item = app.open_item(5).await;
+    let (paying, paid) = buy(&app, 7_601, item).await;
+    let (cancelling, cancelled) = buy(&app, 7_602, item).await;
+    buy(&app, 7_603, item).await;
+    let paid = paid["orderId"].as_str().unwrap();
+    let cancelled = cancelled["orderId"].as_str().unwrap();
+    assert_eq!(
+        order_call(&app, &paying, paid, "pay", None).await.status(),
+        200
+    );
+    assert_eq!(
+        order_call(&app, &cancelling, cancelled, "cancel", None)
+            .await
+            .status(),
+        200
+    );
+
+    let admin = |path: String| {
+        app.client
+            .get(app.url(&path))
+            .bearer_auth(crate::helpers::ADMIN_TOKEN)
+            .send()
+    };
+    let stats = json(admin("/admin/api/stats".into()).await.unwrap()).await;
+    assert_eq!(
+        stats["ordersByState"][item.to_string()],
+        serde_json::json!({ "pending_payment": 1, "paid": 1, "cancelled": 1, "expired": 0 })
+    );
+    let only = json(
+        admin(format!("/admin/api/orders?item={item}&state=cancelled"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(only["total"], 1);
+    assert_eq!(only["orders"][0]["orderId"], cancelled);
+    assert_eq!(only["orders"][0]["state"], "cancelled");
+    let bogus = admin("/admin/api/orders?state=refunded".into())
+        .await
+        .unwrap();
+    assert_eq!(bogus.status(), 400);
+    assert_eq!(json(bogus).await["field"], "state");
+}

@@ -500,6 +500,16 @@ test('5. a burst of purchases shows in the charts: created summed over the burst
       },
       { timeout: 15_000, interval: 250 },
     );
+    // The items table counts the burst's orders by state: all awaiting payment.
+    const itemRow = page.locator(`tr[data-item-id="${item.id}"]`);
+    await eventually(
+      async () => {
+        const count = (state) => itemRow.locator(`[data-state="${state}"]`).getAttribute('data-count');
+        assert.equal(await count('pending_payment'), String(created));
+        assert.equal(await count('paid'), '0');
+      },
+      { timeout: 10_000, interval: 250 },
+    );
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     assert.equal(await plottedSum(page, 'purchases', 'created', first, last), created, 'no late extra');
     assert.equal((await plotted(page, 'purchases', 'created')).length, 300);

@@ -6,6 +6,7 @@
 //! gets it back afterwards ([`crate::sale::redis`]'s give-back), and [`mark_returned`]
 //! records that it did.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use sqlx::PgPool;
@@ -220,6 +221,38 @@ pub async fn mark_returned(pool: &PgPool, orders: &[Uuid]) -> anyhow::Result<()>
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// How many orders of each of `items` are in each state: item id → state → count.
+pub async fn states_by_item(
+    pool: &PgPool,
+    items: &[ItemId],
+) -> anyhow::Result<BTreeMap<i64, BTreeMap<&'static str, i64>>> {
+    let ids: Vec<i64> = items.iter().map(|i| i.get()).collect();
+    let rows = sqlx::query!(
+        r#"SELECT item_id, state, count(*) AS "count!" FROM orders
+           WHERE item_id = ANY($1) GROUP BY item_id, state"#,
+        &ids
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut counts: BTreeMap<i64, BTreeMap<&'static str, i64>> = ids
+        .iter()
+        .map(|id| {
+            (
+                *id,
+                OrderState::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
+            )
+        })
+        .collect();
+    for row in rows {
+        let state = row.state.parse::<OrderState>()?.as_str();
+        counts
+            .entry(row.item_id)
+            .or_default()
+            .insert(state, row.count);
+    }
+    Ok(counts)
 }
 
 /// How many orders of `item` are in each state.

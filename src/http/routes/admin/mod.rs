@@ -232,6 +232,7 @@ pub async fn stats(
         .clamp(1, crate::admin::stats::MAX_WINDOW_SECS);
     let sums = live.sums(window).await?;
     let listing = sale.listing().await;
+    let ids: Vec<_> = listing.iter().map(|(item, _)| item.id).collect();
     Ok(HttpResponse::Ok().json(Stats {
         window_seconds: window,
         passes: sums.passes,
@@ -239,6 +240,7 @@ pub async fn stats(
         orders: sums.orders,
         fail_open: sums.fail_open,
         items: Items::new(&listing),
+        orders_by_state: sale.order_states(&ids).await?,
     }))
 }
 
@@ -275,4 +277,8 @@ pub struct Stats<'a> {
     fail_open: i64,
     #[serde(flatten)]
     items: Items<'a>,
+    /// Per item listed: its orders in Postgres by state (`pending_payment`, `paid`,
+    /// `cancelled`, `expired`).
+    #[schema(value_type = std::collections::BTreeMap<String, std::collections::BTreeMap<String, i64>>)]
+    orders_by_state: std::collections::BTreeMap<i64, std::collections::BTreeMap<&'static str, i64>>,
 }
