@@ -212,6 +212,16 @@ impl TestApp {
         until_nothing_pending(&self.settings, item, what, deadline).await
     }
 
+    /// `GET key` on this app's Redis, read as `T` (`Option<i64>`, `Option<String>`…).
+    pub async fn redis_get<T: redis::FromRedisValue>(&self, key: &str) -> T {
+        let mut conn = self.redis().await;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET answers")
+    }
+
     /// A connection to this app's Redis (one server or the cluster), for reading back
     /// what the app wrote.
     pub async fn redis(&self) -> RedisConnection {

@@ -49,15 +49,6 @@ async fn buy(app: &TestApp, user: i64, item: i64) -> (String, Value) {
     (token, json(response).await)
 }
 
-async fn redis_get(app: &TestApp, key: &str) -> Option<i64> {
-    let mut conn = app.redis().await;
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 async fn is_buyer(app: &TestApp, item: i64, user: i64) -> bool {
     let mut conn = app.redis().await;
     redis::cmd("SISMEMBER")
@@ -149,8 +140,8 @@ async fn a_cancelled_order_gives_its_unit_back_once_and_lifts_sold_out(db: PgPoo
     assert_eq!(json(again).await["state"], "cancelled");
 
     let keys = app.item_keys(item);
-    assert_eq!(redis_get(&app, &keys.stock()).await, Some(1));
-    assert_eq!(redis_get(&app, &keys.success()).await, Some(0));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.stock()).await, Some(1));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.success()).await, Some(0));
     assert!(!is_buyer(&app, item, 7_101).await);
     assert_eq!(pg_remaining(&db, item).await, 1);
     assert_eq!(order_row(&db, &id).await, ("cancelled".into(), true));
@@ -166,7 +157,7 @@ async fn a_cancelled_order_gives_its_unit_back_once_and_lifts_sold_out(db: PgPoo
     )
     .await;
     assert_eq!(pg_remaining(&db, item).await, 0);
-    assert_eq!(redis_get(&app, &keys.stock()).await, Some(0));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.stock()).await, Some(0));
 
     // The first shopper may buy again (the default), and now finds it sold out.
     let rebuy = app.post_seckill(&token, item, "10.71.0.4").await;
@@ -187,7 +178,11 @@ async fn without_rebuys_a_released_shopper_cannot_buy_the_item_again(db: PgPool)
         order_call(&app, &token, id, "cancel", None).await.status(),
         200
     );
-    assert_eq!(redis_get(&app, &app.item_keys(item).stock()).await, Some(3));
+    assert_eq!(
+        app.redis_get::<Option<i64>>(&app.item_keys(item).stock())
+            .await,
+        Some(3)
+    );
     let again = app.post_seckill(&token, item, "10.72.0.2").await;
     assert_eq!(json(again).await["code"], "ALREADY_PURCHASED");
 }
@@ -206,8 +201,8 @@ async fn an_unpaid_order_expires_and_its_unit_comes_back(db: PgPool) {
     )
     .await;
     let keys = app.item_keys(item);
-    assert_eq!(redis_get(&app, &keys.stock()).await, Some(2));
-    assert_eq!(redis_get(&app, &keys.success()).await, Some(0));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.stock()).await, Some(2));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.success()).await, Some(0));
     assert_eq!(pg_remaining(&db, item).await, 2);
     let late = order_call(&app, &token, &id, "pay", None).await;
     assert_eq!(late.status(), 409);
@@ -241,7 +236,7 @@ async fn a_sweeper_that_dies_between_the_stores_is_finished_by_the_next_without_
         "postgres has the unit back"
     );
     assert_eq!(
-        redis_get(&app, &keys.stock()).await,
+        app.redis_get::<Option<i64>>(&keys.stock()).await,
         Some(0),
         "redis does not yet"
     );
@@ -261,11 +256,11 @@ async fn a_sweeper_that_dies_between_the_stores_is_finished_by_the_next_without_
 
     assert_eq!(app.metric_sum("seckill_units_returned_total").await, 1.0);
     assert_eq!(
-        redis_get(&app, &keys.stock()).await,
+        app.redis_get::<Option<i64>>(&keys.stock()).await,
         Some(1),
         "given back once"
     );
-    assert_eq!(redis_get(&app, &keys.success()).await, Some(0));
+    assert_eq!(app.redis_get::<Option<i64>>(&keys.success()).await, Some(0));
     assert!(!is_buyer(&app, item, user).await);
     assert_eq!(pg_remaining(&db, item).await, 1);
 }
@@ -327,7 +322,8 @@ async fn at_the_deadline_a_payment_and_the_sweeper_never_both_win(db: PgPool) {
     eprintln!("at the deadline: {paid} paid, {expired} expired");
     assert_eq!(pg_remaining(&db, item).await as i64, expired);
     assert_eq!(
-        redis_get(&app, &app.item_keys(item).stock()).await,
+        app.redis_get::<Option<i64>>(&app.item_keys(item).stock())
+            .await,
         Some(expired)
     );
     assert_eq!(

@@ -19,15 +19,6 @@ async fn tokens(app: &TestApp, users: impl IntoIterator<Item = i64>) -> Vec<(i64
     out
 }
 
-async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
-    let mut conn = app.redis().await;
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 /// Stock, buyers, success counter, orders hash and one user's marker of an item.
 async fn sale_state(
     app: &TestApp,
@@ -53,12 +44,13 @@ async fn sale_state(
         .await
         .unwrap();
     (
-        redis_get(app, &app.item_keys(item).stock()).await,
+        app.redis_get::<Option<String>>(&app.item_keys(item).stock())
+            .await,
         buyers,
-        redis_get(app, &app.item_keys(item).success()).await,
+        app.redis_get::<Option<String>>(&app.item_keys(item).success())
+            .await,
         orders,
-        redis_get(
-            app,
+        app.redis_get::<Option<String>>(
             &app.item_keys(item)
                 .marker(UserId::try_from(user).expect("a valid user id")),
         )
@@ -336,13 +328,13 @@ async fn five_hundred_concurrent_buyers_of_one_hundred_units_get_exactly_one_hun
     let remaining = pg_remaining(&db, item).await;
     assert_eq!((orders, distinct_users, remaining), (100, 100, 0));
     assert_eq!(
-        redis_get(&app, &app.item_keys(item).stock())
+        app.redis_get::<Option<String>>(&app.item_keys(item).stock())
             .await
             .as_deref(),
         Some("0")
     );
     assert_eq!(
-        redis_get(&app, &app.item_keys(item).success())
+        app.redis_get::<Option<String>>(&app.item_keys(item).success())
             .await
             .as_deref(),
         Some("100")

@@ -76,6 +76,16 @@ pub struct GiveBack {
     pub item: ItemId,
 }
 
+impl GiveBack {
+    fn parse(order: Uuid, user: i64, item: i64) -> anyhow::Result<Self> {
+        Ok(Self {
+            order,
+            user: UserId::try_from(user)?,
+            item: ItemId::try_from(item)?,
+        })
+    }
+}
+
 /// What a shopper's transition found.
 #[derive(Debug)]
 pub enum Moved {
@@ -161,13 +171,7 @@ pub async fn expire_due(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBac
     return_to_stock(&mut tx, &items).await?;
     tx.commit().await?;
     rows.into_iter()
-        .map(|r| {
-            Ok(GiveBack {
-                order: r.id,
-                user: UserId::try_from(r.user_id)?,
-                item: ItemId::try_from(r.item_id)?,
-            })
-        })
+        .map(|r| GiveBack::parse(r.id, r.user_id, r.item_id))
         .collect()
 }
 
@@ -202,13 +206,7 @@ pub async fn unreturned(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBac
     .fetch_all(pool)
     .await?
     .into_iter()
-    .map(|r| {
-        Ok(GiveBack {
-            order: r.id,
-            user: UserId::try_from(r.user_id)?,
-            item: ItemId::try_from(r.item_id)?,
-        })
-    })
+    .map(|r| GiveBack::parse(r.id, r.user_id, r.item_id))
     .collect()
 }
 
