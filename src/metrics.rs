@@ -100,6 +100,9 @@ pub struct Metrics {
     pub consistency_redis_success: IntGaugeVec,
     /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
     pub reconciler_repairs: IntCounterVec,
+    /// Rounds this instance led and finished: after a fault, a round that started
+    /// later proves Redis was repaired from Postgres (the soak waits for one).
+    pub reconciler_rounds: IntCounter,
     /// Admin tokens compared with the configured ones, by outcome (`accepted`,
     /// `refused`): every comparison is a guess an attacker got to make, so the lockout
     /// is measured by how few of these a burst gets.
@@ -250,6 +253,14 @@ impl Metrics {
                 "Repairs made by the reconciler, by kind",
                 &["kind"],
             )?,
+            reconciler_rounds: {
+                let metric = IntCounter::new(
+                    "reconciler_rounds_total",
+                    "Reconciliation rounds this instance led and finished",
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
             admin_token_comparisons: counter(
                 "admin_token_comparisons_total",
                 "Admin tokens compared with the configured ones, by outcome",
