@@ -83,6 +83,7 @@ pub(super) fn start(
             .configure(|cfg| routes::configure(cfg, options.clone()))
             .default_service(web::to(crate::http::fallback::not_found))
     })
+    .max_connections(settings.max_connections.max(1))
     .listen(listener)?
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if let Some(workers) = settings.workers {

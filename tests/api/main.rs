@@ -5,6 +5,7 @@
 mod admin;
 mod chaos;
 mod committer;
+mod connections;
 mod denial_cache;
 mod errors;
 mod hardening;
