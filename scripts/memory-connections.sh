@@ -31,11 +31,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 REDIS_PORT=$(free_port)
-rm -rf "$OUT/redis" && mkdir -p "$OUT/redis"
-redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$OUT/redis" --save "" --appendonly no \
-  --logfile "$OUT/redis/redis.log" &
-REDIS_PID=$!
-wait_for "redis on $REDIS_PORT" 30 "$REDIS_PID" redis-cli -p "$REDIS_PORT" ping || die "redis did not start"
+rm -rf "$OUT/redis"
+start_redis_server "$REDIS_PORT" "$OUT/redis" --appendonly no || die "redis did not start"
+REDIS_PID=$REDIS_SERVER_PID
 make_database seckill_connections || die "no database"
 start_app target/release/seckill 0 "$OUT/app.log" DATABASE_URL="$DB_URL" \
   REDIS_URL="redis://127.0.0.1:$REDIS_PORT" SECKILL_WORKERS=2 "$@"
