@@ -1,6 +1,6 @@
 # The two commands (see README): `make run` serves on 127.0.0.1:8080, `make test` runs every test.
 # `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
-.PHONY: run run-cluster test bench services services-down services-status services-cluster services-cluster-down
+.PHONY: run run-cluster test bench soak services services-down services-status services-cluster services-cluster-down
 
 run:
 	scripts/run.sh
@@ -19,6 +19,10 @@ services-down:
 
 bench:
 	scripts/bench.sh
+
+# Load under faults, a few minutes (docs/soak.md); not part of `make test`.
+soak:
+	scripts/soak.sh
 
 services-status:
 	scripts/services.sh status
