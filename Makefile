@@ -2,7 +2,7 @@
 # `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
 # `make fuzz`: the parser fuzz targets (fuzz/, cargo-fuzz on stable), FUZZ_SECONDS (30) each;
 # fails on a crash (docs/testing.md, "Fuzzing"). Not part of `make test`.
-.PHONY: run run-cluster test fuzz bench services services-down services-status services-cluster services-cluster-down
+.PHONY: run run-cluster test fuzz bench soak services services-down services-status services-cluster services-cluster-down
 
 run:
 	scripts/run.sh
@@ -24,6 +24,10 @@ services-down:
 
 bench:
 	scripts/bench.sh
+
+# Load under faults, a few minutes (docs/soak.md); not part of `make test`.
+soak:
+	scripts/soak.sh
 
 services-status:
 	scripts/services.sh status

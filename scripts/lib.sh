@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Shell helpers shared by the scripts that install tools, start Redis, Postgres or the app,
 # or make databases: scripts/services.sh, e2e.sh, check-deploy.sh, bench.sh,
-# bench-limiter-script.sh and loadtest/jmeter/run.sh. One copy of each, so a fix to how
+# bench-limiter-script.sh, soak.sh, memory-*.sh and loadtest/jmeter/run.sh. One copy of each, so a fix to how
 # we start, wait for or stop something reaches every script.
 # Source it after defining `log` (progress to stderr) and `die` (log and exit).
 
@@ -74,6 +74,24 @@ free_port() {
 # port_in_use PORT: whether something accepts connections on 127.0.0.1:PORT. Something
 # else on a fixed port would answer our readiness polls, so starters refuse it.
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# --- Redis ---------------------------------------------------------------------------------
+
+# redis_answers PORT: whether the Redis on 127.0.0.1:PORT answers PONG (not LOADING).
+redis_answers() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+# start_redis_server PORT DIR [ARG...]: a redis-server of the caller's own on
+# 127.0.0.1:PORT (no snapshots; data and log in DIR; more settings in ARG...), in the
+# background; polls it until it answers, 30 s at most. Sets REDIS_SERVER_PID; returns 1,
+# with the log's tail, when it does not come up.
+start_redis_server() {
+  local port=$1 dir=$2; shift 2
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save "" --logfile "$dir/redis.log" "$@" &
+  REDIS_SERVER_PID=$!
+  wait_for "redis on $port" 30 "$REDIS_SERVER_PID" redis_answers "$port" \
+    || { tail -n 20 "$dir/redis.log" >&2; return 1; }
+}
 
 # --- Postgres ------------------------------------------------------------------------------
 

@@ -109,6 +109,9 @@ pub struct Metrics {
     /// Orders in Postgres by state, summed over the items on sale (with the consistency
     /// export).
     pub orders_by_state: IntGaugeVec,
+    /// Rounds this instance led and finished: after a fault, a round that started
+    /// later proves Redis was repaired from Postgres (the soak waits for one).
+    pub reconciler_rounds: IntCounter,
     /// Admin tokens compared with the configured ones, by outcome (`accepted`,
     /// `refused`): every comparison is a guess an attacker got to make, so the lockout
     /// is measured by how few of these a burst gets.
@@ -268,6 +271,14 @@ impl Metrics {
                 let metric = IntCounter::new(
                     "units_returned_total",
                     "Units released orders gave back to Redis",
+                )?;
+                registry.register(Box::new(metric.clone()))?;
+                metric
+            },
+            reconciler_rounds: {
+                let metric = IntCounter::new(
+                    "reconciler_rounds_total",
+                    "Reconciliation rounds this instance led and finished",
                 )?;
                 registry.register(Box::new(metric.clone()))?;
                 metric

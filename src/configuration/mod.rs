@@ -66,6 +66,10 @@ pub struct Settings {
     pub port: u16,
     /// actix worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// Connections each worker serves at once; further ones wait in the listen backlog
+    /// until one closes. Resident memory follows open connections (about 15 kB each,
+    /// docs/soak.md), so this is what bounds it: actix's own default is 25 000.
+    pub max_connections: usize,
     /// How long a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_secs: u64,
     /// Per-probe timeout of `GET /health/ready`.
@@ -195,6 +199,7 @@ impl Default for Settings {
             host: "127.0.0.1".into(),
             port: 8080,
             workers: None,
+            max_connections: 2_048,
             shutdown_timeout_secs: 10,
             readiness_timeout_ms: 500,
             body_timeout_ms: 5_000,

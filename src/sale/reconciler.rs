@@ -62,6 +62,7 @@ impl Reconciler {
                     .context("reconciler lock unavailable")?;
                 if leading {
                     reconciler.reconcile().await.context("reconciliation")?;
+                    reconciler.metrics.reconciler_rounds.inc();
                 }
                 Ok(())
             }

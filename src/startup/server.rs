@@ -93,6 +93,7 @@ pub(super) fn start(
             })
             .default_service(web::to(crate::http::fallback::not_found))
     })
+    .max_connections(settings.max_connections.max(1))
     .listen(listener)?
     .shutdown_timeout(settings.shutdown_timeout_secs);
     if let Some(workers) = settings.workers {

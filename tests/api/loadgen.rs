@@ -62,3 +62,40 @@ async fn a_raised_user_limit_is_caught_and_named(db: PgPool) {
     assert!(!report.passed());
     assert_eq!(report.failed_checks(), vec!["user limit"]);
 }
+
+#[sqlx::test]
+async fn phases_are_cut_from_the_run_and_redis_is_judged_after_a_reconciler_round(db: PgPool) {
+    let app = spawn_app_with(&db, |s| s.reconcile_interval_ms = 200).await;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let phases = dir.path().join("phases.txt");
+    // The whole run and a window that ended before it began (empty, not an error).
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    std::fs::write(
+        &phases,
+        format!("all {} {}\nbefore 0 1\n", now_ms - 60_000, now_ms + 600_000),
+    )
+    .expect("the phases file");
+    let options = loadgen::Options {
+        phases_file: Some(phases),
+        await_reconciliation: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    let report = loadgen::run_with(config(&app), options)
+        .await
+        .expect("the run completes");
+    assert!(report.passed(), "failed: {:?}", report.failed_checks());
+    let names: Vec<_> = report.checks.iter().map(|c| c.name.as_str()).collect();
+    for check in [
+        "reconciled",
+        "every 200 has its order",
+        "no oversell",
+        "redis buyers match orders",
+    ] {
+        assert!(names.contains(&check), "{check} missing from {names:?}");
+    }
+    assert_eq!(report.phases.len(), 2);
+    assert_eq!(report.phases[0].requests, report.requests);
+    assert_eq!(report.phases[1].requests, 0);
+    assert_eq!(report.unknown_outcomes, 0);
+    assert!(report.by_cause.is_empty(), "{:?}", report.by_cause);
+}

@@ -6,6 +6,7 @@ mod admin;
 mod chaos;
 mod charts;
 mod committer;
+mod connections;
 mod denial_cache;
 mod errors;
 mod hardening;

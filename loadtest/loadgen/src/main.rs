@@ -96,6 +96,15 @@ struct Args {
     /// dropped and counted.
     #[arg(long, requires = "rate")]
     max_in_flight: Option<usize>,
+    /// Report each window this file lists (`NAME START_MS END_MS` per line, Unix
+    /// milliseconds; written while the load runs) with its own latency and causes.
+    #[arg(long)]
+    phases: Option<std::path::PathBuf>,
+    /// Before the store checks, wait up to this many seconds for no reservation to be
+    /// pending and then for a whole reconciler round (`seckill_reconciler_rounds_total`
+    /// of the targets).
+    #[arg(long)]
+    await_reconciliation: Option<f64>,
 }
 
 fn limit(count: u64, seconds: f64) -> Limit {
@@ -154,6 +163,8 @@ async fn main() {
         max_in_flight: args.max_in_flight,
         first_ip: args.first_ip,
         sales: args.sales,
+        phases_file: args.phases.clone(),
+        await_reconciliation: args.await_reconciliation.map(Duration::from_secs_f64),
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,
