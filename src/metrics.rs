@@ -103,7 +103,9 @@ pub struct Metrics {
     /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
     pub reconciler_repairs: IntCounterVec,
     /// Orders moved out of `pending_payment`, by the state they moved to (`paid`,
-    /// `cancelled`, `expired`), and units a released order gave back to Redis.
+    /// `cancelled`, `expired`), and units released orders gave back (each counted once,
+    /// when Postgres marks it returned: to Redis, or to Postgres alone when its ended
+    /// item's keys were gone).
     pub order_transitions: IntCounterVec,
     pub units_returned: IntCounter,
     /// Orders in Postgres by state, summed over the items on sale (with the consistency
@@ -270,7 +272,7 @@ impl Metrics {
             units_returned: {
                 let metric = IntCounter::new(
                     "units_returned_total",
-                    "Units released orders gave back to Redis",
+                    "Units released orders gave back, counted when Postgres marks them returned",
                 )?;
                 registry.register(Box::new(metric.clone()))?;
                 metric
@@ -294,7 +296,7 @@ impl Metrics {
         for to in ["paid", "cancelled", "expired"] {
             metrics.order_transitions.with_label_values(&[to]);
         }
-        for kind in ["settled", "released", "drift", "rebuilt"] {
+        for kind in ["settled", "released", "drift", "rebuilt", "returned"] {
             metrics.reconciler_repairs.with_label_values(&[kind]);
         }
         for pool in ["main", "commit"] {

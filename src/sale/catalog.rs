@@ -40,6 +40,11 @@ impl Catalog {
         self.items.load().items.get(&id).cloned()
     }
 
+    /// Every item, ended ones too.
+    pub fn all(&self) -> Vec<Arc<Item>> {
+        self.items.load().items.values().cloned().collect()
+    }
+
     /// Items whose sale has not ended, soonest first.
     pub fn unended(&self, now: chrono::DateTime<chrono::Utc>) -> Vec<Arc<Item>> {
         let mut items: Vec<_> = self

@@ -6,15 +6,24 @@
 //! `returned_at`. A crash between the two stores leaves the order unmarked; the next
 //! sweep gives it back (a no-op if Redis already had it) and marks it. The sold-out flag
 //! is lifted everywhere once a unit is back.
+//!
+//! Whatever one item's Redis state, the others' returns go on: the sweeper works item by
+//! item, an item on sale whose keys were lost is rebuilt from Postgres before its units
+//! come back, and an ended item whose keys are gone has its units recorded in Postgres
+//! alone (nothing can be sold from Redis any more).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::Utc;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::catalog::Catalog;
 use super::failpoints::crash_point;
+use super::item::{Item, ItemId, SalePhase};
 use super::postgres::{self, GiveBack, Moved, Order, OrderState, Transition};
 use super::redis::{GivenBack, SaleRedis};
 use super::sold_out::SoldOut;
@@ -121,6 +130,7 @@ impl Sale {
         Sweeper {
             pool: self.pool.clone(),
             redis: Arc::clone(&self.redis),
+            catalog: Arc::clone(&self.catalog),
             sold_out: Arc::clone(&self.sold_out),
             metrics: Arc::clone(&self.metrics),
             rebuy: self.life.rebuy,
@@ -135,6 +145,7 @@ impl Sale {
 pub struct Sweeper {
     pool: PgPool,
     redis: Arc<SaleRedis>,
+    catalog: Arc<Catalog>,
     sold_out: Arc<SoldOut>,
     metrics: Arc<Metrics>,
     rebuy: bool,
@@ -176,52 +187,107 @@ impl Sweeper {
     }
 
     /// One sweep: expire what is due, then give back every unit Redis is owed (those
-    /// just expired, and any an earlier sweep or cancellation left half done). Answers
-    /// how many orders it expired.
+    /// just expired, and any an earlier sweep or cancellation left half done), item by
+    /// item. Answers how many orders it expired.
     pub async fn sweep(&self) -> anyhow::Result<usize> {
         let expired = postgres::expire_due(&self.pool, SWEEP_BATCH).await?;
         self.metrics
             .order_transitions
             .with_label_values(&[OrderState::Expired.as_str()])
             .inc_by(expired.len() as u64);
-        let owed = postgres::unreturned(&self.pool, SWEEP_BATCH).await?;
-        // Failpoint `sale::before_give_back` (`return(<user id>)`): while it is on, every
-        // sweep owing that user's unit stops between the two stores, as if its process
-        // had died there.
-        if owed
-            .iter()
-            .any(|o| crash_point("sale::before_give_back", o.user))
-        {
-            anyhow::bail!("injected: the sweeper died before the give-back");
+        let mut failure = None;
+        for item in postgres::owing_items(&self.pool).await? {
+            let owed = postgres::unreturned(&self.pool, item, SWEEP_BATCH, None).await?;
+            // Failpoint `sale::before_give_back` (`return(<user id>)`): while it is on,
+            // every sweep owing that user's unit stops between the two stores, as if its
+            // process had died there.
+            if owed
+                .iter()
+                .any(|o| crash_point("sale::before_give_back", o.user))
+            {
+                anyhow::bail!("injected: the sweeper died before the give-back");
+            }
+            if let Err(e) = self.give_back(&owed).await {
+                failure.get_or_insert(e);
+            }
         }
-        self.give_back(&owed).await?;
-        Ok(expired.len())
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(expired.len()),
+        }
     }
 
-    /// Gives `released` back to Redis and marks in Postgres those Redis now has.
+    /// Gives `released` back to Redis and marks in Postgres those Redis now has (or
+    /// whose item's keys are gone with its sale), item by item: an item that fails is
+    /// reported after the others have had their turn.
     pub async fn give_back(&self, released: &[GiveBack]) -> anyhow::Result<()> {
-        let mut returned = Vec::with_capacity(released.len());
+        let mut by_item: BTreeMap<ItemId, Vec<GiveBack>> = BTreeMap::new();
         for order in released {
-            match self.redis.give_back(order, self.rebuy).await? {
+            by_item.entry(order.item).or_default().push(*order);
+        }
+        let mut failure = None;
+        for (item, orders) in by_item {
+            if let Err(e) = self.give_back_item(item, &orders).await {
+                tracing::warn!(item.id = %item, error = %format!("{e:#}"), "give-back failed; retried next sweep");
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    async fn give_back_item(&self, id: ItemId, orders: &[GiveBack]) -> anyhow::Result<()> {
+        let item = self.item(id).await?;
+        let mut returned = Vec::with_capacity(orders.len());
+        let mut rebuilt = false;
+        for order in orders {
+            let mut given = self.redis.give_back(order, &item, self.rebuy).await?;
+            if given == GivenBack::KeysGone
+                && !rebuilt
+                && item.phase(Utc::now()) != SalePhase::Ended
+            {
+                // Still on sale: its units must be sellable again, so its keys come back
+                // from Postgres first (counting this order as owed), then the unit.
+                super::restore(&self.pool, &self.redis, &item, self.rebuy).await?;
+                rebuilt = true;
+                given = self.redis.give_back(order, &item, self.rebuy).await?;
+            }
+            match given {
                 GivenBack::Now => {
-                    self.metrics.units_returned.inc();
                     self.sold_out.announce(order.item, false).await;
                     returned.push(order.order);
                 }
                 GivenBack::Before => returned.push(order.order),
-                // The reconciler rebuilds the counter from Postgres, counting this order
-                // as still holding its unit; the next sweep gives it back.
-                GivenBack::NoCounter => {}
+                GivenBack::KeysGone if item.phase(Utc::now()) == SalePhase::Ended => {
+                    // Ended with its keys gone: Postgres has the unit (the release put it
+                    // in `items`), and there is no Redis state left to give it to.
+                    returned.push(order.order);
+                }
+                GivenBack::KeysGone => {
+                    anyhow::bail!("item {id}'s stock counter is still missing after a rebuild")
+                }
             }
         }
         // Failpoint `sale::before_mark_returned` (`return(<user id>)`): Redis has the
         // unit, Postgres never hears of it, as if the process had died in between.
-        if released
+        if orders
             .iter()
             .any(|o| crash_point("sale::before_mark_returned", o.user))
         {
             anyhow::bail!("injected: died before marking the give-back");
         }
-        postgres::mark_returned(&self.pool, &returned).await
+        let marked = postgres::mark_returned(&self.pool, &returned).await?;
+        self.metrics.units_returned.inc_by(marked);
+        self.redis.forget_returning(id, &returned).await
+    }
+
+    /// The item from the catalog, reloaded once when this instance has not seen it yet.
+    async fn item(&self, id: ItemId) -> anyhow::Result<Arc<Item>> {
+        if let Some(item) = self.catalog.get(id) {
+            return Ok(item);
+        }
+        self.catalog.reload(&self.pool).await?;
+        self.catalog
+            .get(id)
+            .with_context(|| format!("item {id} is not in the catalog"))
     }
 }

@@ -129,6 +129,7 @@ impl Sale {
             sold_out: Arc::clone(&self.sold_out),
             metrics: Arc::clone(&self.metrics),
             rebuy: self.life.rebuy,
+            sweeper: self.sweeper(),
         }
     }
 
@@ -175,9 +176,12 @@ impl Sale {
 
     pub async fn create_item(&self, new: NewItem) -> anyhow::Result<Item> {
         let item = postgres::insert_item(&self.pool, &new).await?;
-        self.redis
-            .restore(item.id, item.remaining_stock, &[])
-            .await?;
+        let ledger = postgres::ItemLedger {
+            remaining: item.remaining_stock,
+            owed: Vec::new(),
+            buyers: Vec::new(),
+        };
+        self.redis.restore(&item, &ledger).await?;
         self.catalog.reload(&self.pool).await?;
         tracing::info!(item.id = %item.id, stock = item.total_stock, "item created");
         Ok(item)
@@ -265,14 +269,12 @@ impl Sale {
 }
 
 /// Rebuilds an item's Redis state from Postgres where it is missing (Redis lost its
-/// data): stock = Postgres's remaining count less the units released orders have not
-/// given back to Redis yet (their give-back will add them), buyers = users holding an
-/// order.
+/// data, or the keys expired): see `lua/restore_item.lua`, which counts the released
+/// units Redis has not had back yet, and buyers = users holding an order.
 async fn restore(pool: &PgPool, redis: &SaleRedis, item: &Item, rebuy: bool) -> anyhow::Result<()> {
-    let current = postgres::item_remaining(pool, item.id).await?;
-    let buyers = postgres::buyers(pool, item.id, rebuy).await?;
-    if redis.restore(item.id, current, &buyers).await? {
-        tracing::info!(item.id = %item.id, remaining = current, buyers = buyers.len(), "item state loaded into redis");
+    let ledger = postgres::item_ledger(pool, item.id, rebuy).await?;
+    if redis.restore(item, &ledger).await? {
+        tracing::info!(item.id = %item.id, remaining = ledger.remaining, owed = ledger.owed.len(), buyers = ledger.buyers.len(), "item state loaded into redis");
     }
     Ok(())
 }

@@ -14,8 +14,8 @@ mod life_cycle;
 
 pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
 pub use life_cycle::{
-    expire_due, mark_returned, order_state_counts, states_by_item, transition, unreturned,
-    GiveBack, Moved, OrderState, Transition,
+    expire_due, mark_returned, order_state_counts, owing_items, states_by_item, transition,
+    unreturned, GiveBack, Moved, OrderState, Transition,
 };
 
 struct ItemRow {
@@ -184,34 +184,63 @@ pub struct OrderFilter {
     pub per_page: i64,
 }
 
-/// What an item's Redis counter must hold: Postgres's remaining units less those that
-/// released orders have not given back to Redis yet.
-pub async fn item_remaining(pool: &PgPool, item: ItemId) -> anyhow::Result<i32> {
-    Ok(sqlx::query_scalar!(
-        r#"SELECT remaining_stock - (
-             SELECT count(*) FROM orders
-             WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
-           )::int AS "remaining!"
+/// What Postgres says of an item's units, read in one statement (one snapshot): the
+/// source of a Redis rebuild (`lua/restore_item.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemLedger {
+    /// `items.remaining_stock`: the units on sale, released ones included.
+    pub remaining: i32,
+    /// Released orders not marked returned: Redis may or may not have their units.
+    pub owed: Vec<GiveBack>,
+    /// Users holding a live order; without rebuys, everyone who ever ordered.
+    pub buyers: Vec<i64>,
+}
+
+pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Result<ItemLedger> {
+    let row = sqlx::query!(
+        r#"SELECT remaining_stock,
+             ARRAY(SELECT id FROM orders
+                   WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
+                   ORDER BY id) AS "owed_orders!",
+             ARRAY(SELECT user_id FROM orders
+                   WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
+                   ORDER BY id) AS "owed_users!",
+             ARRAY(SELECT DISTINCT user_id FROM orders
+                   WHERE item_id = $1 AND ($2 OR state IN ('pending_payment', 'paid'))) AS "buyers!"
            FROM items WHERE id = $1"#,
-        item.get()
+        item.get(),
+        !rebuy
     )
     .fetch_one(pool)
-    .await?)
+    .await?;
+    let owed = row
+        .owed_orders
+        .into_iter()
+        .zip(row.owed_users)
+        .map(|(order, user)| GiveBack::parse(order, user, item.get()))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(ItemLedger {
+        remaining: row.remaining_stock,
+        owed,
+        buyers: row.buyers,
+    })
 }
 
 /// Orders of `item` that hold a unit in Redis (`returned_at IS NULL`: the live ones,
-/// and dead ones whose unit Redis has not got back yet), and how many of `among` are
-/// among them.
+/// and dead ones whose unit Redis has not got back yet, less those Redis says it has
+/// back, `returning`), and how many of `among` are among them.
 pub async fn order_counts(
     pool: &PgPool,
     item: ItemId,
     among: &[Uuid],
+    returning: &[Uuid],
 ) -> anyhow::Result<(i64, i64)> {
     let row = sqlx::query!(
         r#"SELECT count(*) AS "orders!", count(*) FILTER (WHERE id = ANY($2)) AS "among!"
-           FROM orders WHERE item_id = $1 AND returned_at IS NULL"#,
+           FROM orders WHERE item_id = $1 AND returned_at IS NULL AND NOT (id = ANY($3))"#,
         item.get(),
-        among
+        among,
+        returning
     )
     .fetch_one(pool)
     .await?;
@@ -227,13 +256,20 @@ pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {
 }
 
 /// Who Redis must remember as buyers of `item`: the users whose order holds a unit in
-/// Redis, or, when a released order does not free its buyer to buy again (`rebuy` off),
-/// everyone who ever ordered it.
-pub async fn buyers(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Result<Vec<i64>> {
+/// Redis (as [`order_counts`] counts them), or, when a released order does not free its
+/// buyer to buy again (`rebuy` off), everyone who ever ordered it.
+pub async fn buyers(
+    pool: &PgPool,
+    item: ItemId,
+    rebuy: bool,
+    returning: &[Uuid],
+) -> anyhow::Result<Vec<i64>> {
     Ok(sqlx::query_scalar!(
-        "SELECT DISTINCT user_id FROM orders WHERE item_id = $1 AND ($2 OR returned_at IS NULL)",
+        "SELECT DISTINCT user_id FROM orders
+         WHERE item_id = $1 AND ($2 OR (returned_at IS NULL AND NOT (id = ANY($3))))",
         item.get(),
-        !rebuy
+        !rebuy,
+        returning
     )
     .fetch_all(pool)
     .await?)

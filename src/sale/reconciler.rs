@@ -2,20 +2,26 @@
 //!
 //! Every `reconcile_interval` one instance (whoever takes the Redis lock
 //! `<prefix>:reconciler:lock`, which expires with the interval) goes through the items
-//! whose sale is open or ended less than an hour ago:
+//! whose Redis keys still live (until the sale's end, the payment deadline and an hour
+//! more: `SaleRedis::keys_expire_at`):
+//! - the keys' expiry is stamped (a key a purchase created since the last round gets it);
 //! - each reservation pending past its deadline is looked up in Postgres: its order
 //!   exists → the record is cleared (`settled`); it does not → the reservation is undone,
 //!   stock back, buyer mark and pipeline writes removed (`released`), unless its COMMIT
 //!   went unanswered and `txid_status` says the transaction is not over (then it waits
 //!   for the next round);
-//! - for each unended item, Redis stock + pending reservations not yet committed +
-//!   Postgres orders must equal the total stock, and with nothing pending the buyers
-//!   set's size and the success counter must equal Postgres's orders (when they do not,
-//!   the set is rewritten from Postgres). A difference is logged, counted (`drift`) and
-//!   repaired with a compare-and-set, so a purchase racing the check wins and the repair
-//!   waits for the next round;
-//! - a missing stock counter (Redis restarted without data) is rebuilt from Postgres
-//!   (`rebuilt`).
+//! - Redis stock + pending reservations not yet committed + Postgres orders holding a
+//!   unit must equal the total stock, and with nothing pending the buyers set's size and
+//!   the success counter must equal Postgres's orders (when they do not, the set is
+//!   rewritten from Postgres). Orders Redis has given back while Postgres may not have
+//!   marked them yet (the returning set, read with the counter) hold no unit, so a round
+//!   between a give-back and its mark sees the stores agree. A difference is logged,
+//!   counted (`drift`) and repaired with a compare-and-set, so a purchase racing the
+//!   check wins and the repair waits for the next round;
+//! - a missing stock counter of an item still on sale (Redis restarted without data) is
+//!   rebuilt from Postgres (`rebuilt`); an ended item's is left gone;
+//! - a released unit that has waited for its give-back longer than [`STALE_RETURN`] is
+//!   given back here (`returned`), through the sweeper's own give-back.
 //!
 //! It is a type of its own, holding the parts of the sale it reads and repairs, so that
 //! it can be read (and run) apart from the purchase flow.
@@ -28,14 +34,20 @@ use chrono::Utc;
 use sqlx::PgPool;
 
 use super::catalog::Catalog;
-use super::item::Item;
+use super::item::{Item, SalePhase};
+use super::life_cycle::Sweeper;
 use super::postgres::{self, TxStatus};
 use super::redis::{SaleRedis, Undo};
 use super::sold_out::SoldOut;
 use crate::metrics::{Metrics, RedisPurpose};
 
-/// How long after its end an item is still reconciled (late commits, crashed requests).
-const GRACE: chrono::Duration = chrono::Duration::hours(1);
+/// How long a released unit may wait for the sweeper before the reconciler gives it
+/// back itself: far longer than a sweep takes, so the two rarely meet (and when they
+/// do, the give-back acts once).
+const STALE_RETURN: chrono::Duration = chrono::Duration::minutes(1);
+
+/// Released units the reconciler gives back per item and round at most.
+const STALE_BATCH: i64 = 500;
 
 pub struct Reconciler {
     pub(super) pool: PgPool,
@@ -45,6 +57,8 @@ pub struct Reconciler {
     pub(super) metrics: Arc<Metrics>,
     /// Whether a released order's buyer may buy again (then Redis forgets them).
     pub(super) rebuy: bool,
+    /// The one way units go back to Redis.
+    pub(super) sweeper: Sweeper,
 }
 
 impl Reconciler {
@@ -87,16 +101,41 @@ impl Reconciler {
         Ok(taken.is_some())
     }
 
-    /// One round over every recent item.
+    /// One round over every item whose keys still live.
     pub async fn reconcile(&self) -> anyhow::Result<()> {
         self.catalog.reload(&self.pool).await?;
         let now = Utc::now();
-        for item in self.catalog.unended(now - GRACE) {
-            self.settle_overdue(&item).await?;
-            if item.ends_at > now {
-                self.check_drift(&item).await?;
+        for item in self.catalog.all() {
+            if self.redis.keys_expire_at(&item) <= now {
+                continue;
             }
+            self.settle_overdue(&item).await?;
+            self.redis.stamp_expiry(&item).await?;
+            self.return_stale(&item).await?;
+            self.check_drift(&item).await?;
         }
+        Ok(())
+    }
+
+    /// Gives back the units of `item` released more than [`STALE_RETURN`] ago that
+    /// Redis still has not had back (the sweeper is the one that should have).
+    async fn return_stale(&self, item: &Item) -> anyhow::Result<()> {
+        let stale = postgres::unreturned(
+            &self.pool,
+            item.id,
+            STALE_BATCH,
+            Some(Utc::now() - STALE_RETURN),
+        )
+        .await?;
+        if stale.is_empty() {
+            return Ok(());
+        }
+        self.sweeper.give_back(&stale).await?;
+        self.metrics
+            .reconciler_repairs
+            .with_label_values(&["returned"])
+            .inc_by(stale.len() as u64);
+        tracing::warn!(item.id = %item.id, orders = stale.len(), "released units the sweeper had not given back: returned");
         Ok(())
     }
 
@@ -143,6 +182,10 @@ impl Reconciler {
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
         let snapshot = self.redis.stock_snapshot(item.id).await?;
         let Some(stock) = snapshot.stock else {
+            if item.phase(Utc::now()) == SalePhase::Ended {
+                // Nothing can be sold any more: the keys stay gone, Postgres has the rest.
+                return Ok(());
+            }
             super::restore(&self.pool, &self.redis, item, self.rebuy).await?;
             self.count_repair("rebuilt");
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
@@ -150,7 +193,8 @@ impl Reconciler {
         };
         let pending_orders: Vec<_> = snapshot.pending.iter().map(|r| r.order).collect();
         let (orders, committed_pending) =
-            postgres::order_counts(&self.pool, item.id, &pending_orders).await?;
+            postgres::order_counts(&self.pool, item.id, &pending_orders, &snapshot.returning)
+                .await?;
         let uncommitted = snapshot.pending.len() as i64 - committed_pending;
         let expected = i64::from(item.total_stock) - orders - uncommitted;
         // With nothing pending, every buyer holds an order and the counter counts them.
@@ -165,7 +209,7 @@ impl Reconciler {
         let sold_drifted = snapshot.pending.is_empty()
             && (snapshot.buyers != buyers || snapshot.success != orders);
         let sold = if sold_drifted {
-            Some(postgres::buyers(&self.pool, item.id, self.rebuy).await?)
+            Some(postgres::buyers(&self.pool, item.id, self.rebuy, &snapshot.returning).await?)
         } else {
             None
         };

@@ -3,15 +3,25 @@
 //! This file has what the purchase path and the listings call. The key scheme is in
 //! `redis/keys.rs` (`<prefix>:{item:<id>}:stock`, `…:buyers`, `…:success`,
 //! `…:bought:<user>`, `…:orders`: one Redis Cluster slot per item), the reconciler's
-//! reads and repairs in `redis/repair.rs`.
+//! reads and repairs in `redis/repair.rs`, the give-back of released units in
+//! `redis/give_back.rs`.
+//!
+//! An item's keys live as long as its units can still move: until its sale's end plus
+//! the payment deadline plus [`KEY_GRACE`] ([`SaleRedis::keys_expire_at`]). The rebuild
+//! and the give-back set that expiry on the keys they create, the reconciler stamps it
+//! on every key of the items it looks after (so a key a purchase created gets it within
+//! a round), and Postgres stays the record of everything after.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use redis::Script;
 use uuid::Uuid;
 
 use super::item::{Item, ItemId};
+use super::postgres::ItemLedger;
 use crate::domain::UserId;
 use crate::limiter::{FollowUp, Then};
 use crate::metrics::RedisPurpose;
@@ -23,7 +33,7 @@ mod keys;
 mod repair;
 
 pub use give_back::GivenBack;
-pub use keys::{limiter_partition, ItemKeys};
+pub use keys::{limiter_partition, ItemKeys, KEY_GRACE};
 pub use repair::StockSnapshot;
 
 /// How long the per-user success marker lives.
@@ -74,6 +84,9 @@ pub enum Undo {
 
 const RESERVE_STOCK: &str = include_str!("../../lua/reserve_stock.lua");
 
+static RESTORE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/restore_item.lua")));
+
 pub struct SaleRedis {
     redis: RedisStore,
     reserve: Script,
@@ -85,10 +98,18 @@ pub struct SaleRedis {
     pending_ms: u64,
     /// `WAIT 1 <ms>` after each reservation, or not (see [`Self::with_replica_wait`]).
     replica_wait_ms: Option<u64>,
+    /// How long after its sale's end an item's keys live (see [`Self::keys_expire_at`]).
+    keys_outlive_sale: chrono::Duration,
 }
 
 impl SaleRedis {
-    pub fn new(redis: RedisStore, pending: Duration) -> Self {
+    /// `pay_within` is the payment deadline: released units can come back until the
+    /// last order placed before the end has passed it.
+    pub fn new(redis: RedisStore, pending: Duration, pay_within: Duration) -> Self {
+        let keys_outlive_sale = chrono::Duration::from_std(pay_within)
+            .unwrap_or(chrono::Duration::MAX)
+            .checked_add(&KEY_GRACE)
+            .unwrap_or(chrono::Duration::MAX);
         Self {
             redis,
             reserve: Script::new(RESERVE_STOCK),
@@ -97,7 +118,23 @@ impl SaleRedis {
             repair: Script::new(include_str!("../../lua/repair_item.lua")),
             pending_ms: pending.as_millis() as u64,
             replica_wait_ms: None,
+            keys_outlive_sale,
         }
+    }
+
+    /// When `item`'s keys expire: its sale's end plus the payment deadline plus
+    /// [`KEY_GRACE`]. Every order's deadline has passed by then, and the sweeper has had
+    /// an hour to give back what they released; a give-back that comes later finds the
+    /// keys gone and is recorded in Postgres alone.
+    pub fn keys_expire_at(&self, item: &Item) -> DateTime<Utc> {
+        item.ends_at
+            .checked_add_signed(self.keys_outlive_sale)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+
+    /// [`Self::keys_expire_at`] in ms since the epoch, as the scripts take it.
+    fn expire_at_ms(&self, item: &Item) -> i64 {
+        self.keys_expire_at(item).timestamp_millis()
     }
 
     /// After each reservation, waits up to `wait` for one replica to acknowledge it
@@ -301,30 +338,41 @@ impl SaleRedis {
             .map(drop)
     }
 
-    /// Puts an item's stock and buyers into Redis where they are missing, from
-    /// Postgres's view (`remaining`, `buyers`). A live counter is never overwritten
-    /// (`SET … NX`); adding known buyers is always right. Returns whether the stock
-    /// counter was (re)created.
-    pub async fn restore(
-        &self,
-        item: ItemId,
-        remaining: i32,
-        buyers: &[i64],
-    ) -> anyhow::Result<bool> {
-        let keys = self.keys(item);
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("SET")
-            .arg(keys.stock())
-            .arg(remaining)
-            .arg("NX");
-        if !buyers.is_empty() {
-            pipe.sadd(keys.buyers(), buyers).ignore();
+    /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
+    /// counter is missing (see `lua/restore_item.lua`); a live counter is never
+    /// overwritten. Returns whether the counter was (re)created.
+    pub async fn restore(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
+        let keys = self.keys(item.id);
+        let mut invocation = RESTORE.prepare_invoke();
+        invocation
+            .key(keys.stock())
+            .key(keys.buyers())
+            .key(keys.returned())
+            .key(keys.version())
+            .arg(ledger.remaining)
+            .arg(self.expire_at_ms(item))
+            .arg(ledger.owed.len());
+        for owed in &ledger.owed {
+            invocation.arg(owed.order.to_string()).arg(owed.user.get());
         }
-        let (created,): (Option<String>,) = self
-            .call(RedisPurpose::Other, "restore item", &pipe)
+        invocation.arg(&ledger.buyers);
+        let created: i64 = self
+            .call(RedisPurpose::Other, "restore item", &invocation)
             .await?;
-        Ok(created.is_some())
+        Ok(created == 1)
+    }
+
+    /// Sets the expiry of every key of `item` (see [`Self::keys_expire_at`]); keys
+    /// created since the last stamp (an orders hash, a buyers set) get theirs here.
+    pub async fn stamp_expiry(&self, item: &Item) -> anyhow::Result<()> {
+        let at = self.expire_at_ms(item);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for key in self.keys(item.id).item_wide() {
+            pipe.pexpire_at(key, at).ignore();
+        }
+        self.call(RedisPurpose::Other, "stamp key expiry", &pipe)
+            .await
     }
 
     /// Live stock of several items in one round trip; `None` where the counter is missing.

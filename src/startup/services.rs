@@ -78,6 +78,7 @@ impl Services {
             SaleRedis::new(
                 redis.clone(),
                 Duration::from_millis(settings.reservation_deadline_ms),
+                Duration::from_secs(settings.payment_deadline_secs),
             )
             .with_replica_wait(Duration::from_millis(settings.reservation_replica_wait_ms)),
             Arc::clone(&limiter),

@@ -345,7 +345,8 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         seckill::store::RedisStore::connect(&seckill::startup::redis_options(&settings), metrics)
             .await
             .unwrap();
-    let sale = SaleRedis::new(store, std::time::Duration::from_secs(60));
+    let minute = std::time::Duration::from_secs(60);
+    let sale = SaleRedis::new(store, minute, minute);
     let now = chrono::Utc::now();
     let item = Item {
         id: ItemId::try_from(1).unwrap(),
@@ -357,7 +358,12 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         ends_at: now + chrono::Duration::hours(1),
         paused: false,
     };
-    assert!(sale.restore(item.id, 10, &[]).await.unwrap());
+    let ledger = seckill::sale::postgres::ItemLedger {
+        remaining: 10,
+        owed: Vec::new(),
+        buyers: Vec::new(),
+    };
+    assert!(sale.restore(&item, &ledger).await.unwrap());
 
     let snapshot = sale.stock_snapshot(item.id).await.unwrap();
     assert_eq!(snapshot.stock, Some(10));

@@ -22,4 +22,5 @@ mod metrics;
 mod openapi;
 mod parsers;
 mod policy_scope;
+mod returns;
 mod sale;

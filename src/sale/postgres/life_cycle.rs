@@ -77,7 +77,7 @@ pub struct GiveBack {
 }
 
 impl GiveBack {
-    fn parse(order: Uuid, user: i64, item: i64) -> anyhow::Result<Self> {
+    pub(in crate::sale) fn parse(order: Uuid, user: i64, item: i64) -> anyhow::Result<Self> {
         Ok(Self {
             order,
             user: UserId::try_from(user)?,
@@ -194,14 +194,37 @@ async fn return_to_stock(
     Ok(())
 }
 
-/// Released units Redis may not have got back yet (a crash between the two stores):
-/// the sweeper gives each back (at most once, see the give-back script) and marks it.
-pub async fn unreturned(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBack>> {
+/// Items with released units Redis may not have got back yet (a crash between the two
+/// stores, an item whose keys were lost): the sweeper works through them one item at a
+/// time, so no item's trouble holds up another's returns.
+pub async fn owing_items(pool: &PgPool) -> anyhow::Result<Vec<ItemId>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT item_id AS "item_id!" FROM orders
+           WHERE state IN ('cancelled', 'expired') AND returned_at IS NULL"#
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|id| Ok(ItemId::try_from(id)?))
+    .collect()
+}
+
+/// Up to `limit` of `item`'s released orders not marked returned, oldest release first;
+/// with `released_before`, only those released before it.
+pub async fn unreturned(
+    pool: &PgPool,
+    item: ItemId,
+    limit: i64,
+    released_before: Option<chrono::DateTime<chrono::Utc>>,
+) -> anyhow::Result<Vec<GiveBack>> {
     sqlx::query!(
         r#"SELECT id, user_id, item_id FROM orders
-           WHERE state IN ('cancelled', 'expired') AND returned_at IS NULL
-           ORDER BY state_changed_at LIMIT $1"#,
-        limit
+           WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
+             AND ($3::timestamptz IS NULL OR state_changed_at < $3)
+           ORDER BY state_changed_at LIMIT $2"#,
+        item.get(),
+        limit,
+        released_before
     )
     .fetch_all(pool)
     .await?
@@ -210,15 +233,19 @@ pub async fn unreturned(pool: &PgPool, limit: i64) -> anyhow::Result<Vec<GiveBac
     .collect()
 }
 
-/// Records that Redis has these orders' units back.
-pub async fn mark_returned(pool: &PgPool, orders: &[Uuid]) -> anyhow::Result<()> {
-    sqlx::query!(
+/// Records that these orders' units are back (in Redis, or in Postgres alone when the
+/// item's keys are gone); answers how many were not marked before.
+pub async fn mark_returned(pool: &PgPool, orders: &[Uuid]) -> anyhow::Result<u64> {
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query!(
         "UPDATE orders SET returned_at = now() WHERE id = ANY($1) AND returned_at IS NULL",
         orders
     )
     .execute(pool)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected())
 }
 
 /// How many orders of each of `items` are in each state: item id → state → count.

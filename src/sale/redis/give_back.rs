@@ -3,20 +3,17 @@
 //! marked returned, and a crash may come between the give-back and that mark.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::Script;
+use uuid::Uuid;
 
 use super::SaleRedis;
 use crate::metrics::RedisPurpose;
+use crate::sale::item::{Item, ItemId};
 use crate::sale::postgres::GiveBack;
 
 static GIVE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/give_back.lua")));
-
-/// How long an item's returned set remembers an order: far longer than the sweeper
-/// takes to mark it returned in Postgres, after which nobody asks again.
-const RETURNED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What a give-back found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,13 +22,21 @@ pub enum GivenBack {
     Now,
     /// An earlier attempt gave it back already.
     Before,
-    /// The item's stock counter is missing: rebuild it from Postgres first.
-    NoCounter,
+    /// The item's keys are gone (lost, expired, or past their lifetime): nothing was
+    /// written. An item still on sale is rebuilt from Postgres first; an ended one's
+    /// unit is recorded in Postgres alone.
+    KeysGone,
 }
 
 impl SaleRedis {
-    /// Gives `order`'s unit back. With `rebuy`, the shopper's buyer mark goes too.
-    pub async fn give_back(&self, order: &GiveBack, rebuy: bool) -> anyhow::Result<GivenBack> {
+    /// Gives `order`'s unit of `item` back. With `rebuy`, the shopper's buyer mark goes
+    /// too.
+    pub async fn give_back(
+        &self,
+        order: &GiveBack,
+        item: &Item,
+        rebuy: bool,
+    ) -> anyhow::Result<GivenBack> {
         let keys = self.keys(order.item);
         let mut invocation = GIVE_BACK.prepare_invoke();
         invocation
@@ -42,17 +47,34 @@ impl SaleRedis {
             .key(keys.orders())
             .key(keys.version())
             .key(keys.returned())
+            .key(keys.returning())
             .arg(order.user.get())
             .arg(order.order.to_string())
             .arg(if rebuy { "rebuy" } else { "keep_buyer" })
-            .arg(RETURNED_TTL.as_millis() as u64);
+            .arg(self.expire_at_ms(item));
         let answer: i64 = self
             .call(RedisPurpose::Other, "give a unit back", &invocation)
             .await?;
         Ok(match answer {
             1 => GivenBack::Now,
             0 => GivenBack::Before,
-            _ => GivenBack::NoCounter,
+            _ => GivenBack::KeysGone,
         })
+    }
+
+    /// Postgres has marked `orders` returned: the reconciler may count them by Postgres
+    /// again (see `lua/give_back.lua`'s returning set).
+    pub async fn forget_returning(&self, item: ItemId, orders: &[Uuid]) -> anyhow::Result<()> {
+        if orders.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = orders.iter().map(Uuid::to_string).collect();
+        let srem = redis::cmd("SREM")
+            .arg(self.keys(item).returning())
+            .arg(ids)
+            .to_owned();
+        self.call::<i64>(RedisPurpose::Other, "forget returning orders", &srem)
+            .await
+            .map(drop)
     }
 }

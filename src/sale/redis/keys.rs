@@ -8,6 +8,11 @@ use crate::domain::UserId;
 use crate::limiter::Partition;
 use crate::sale::item::ItemId;
 
+/// How long an item's keys outlive the last order deadline its sale can have: time for
+/// the sweeper and the reconciler to finish what a crash or an outage left, after which
+/// Postgres alone keeps the record (see `SaleRedis::keys_expire_at`).
+pub const KEY_GRACE: chrono::Duration = chrono::Duration::hours(1);
+
 /// The hash tag of an item's keys, without its braces.
 fn item_tag(item: ItemId) -> String {
     format!("item:{item}")
@@ -53,6 +58,11 @@ impl ItemKeys {
     pub fn returned(&self) -> String {
         format!("{}:returned", self.base)
     }
+    /// Orders given back whose `returned_at` Postgres may not have yet: the reconciler
+    /// must not count them as holding a unit.
+    pub fn returning(&self) -> String {
+        format!("{}:returning", self.base)
+    }
     /// Bumped by every write to the stock counter (see `StockSnapshot`).
     pub fn version(&self) -> String {
         format!("{}:stock-version", self.base)
@@ -61,5 +71,20 @@ impl ItemKeys {
     /// unanswered, so the reconciler can ask Postgres what became of it.
     pub fn in_doubt(&self) -> String {
         format!("{}:in-doubt", self.base)
+    }
+    /// Every key of the item but the per-user markers (which expire on their own): what
+    /// the item's expiry is stamped on.
+    pub fn item_wide(&self) -> [String; 9] {
+        [
+            self.stock(),
+            self.version(),
+            self.buyers(),
+            self.success(),
+            self.orders(),
+            self.pending(),
+            self.returned(),
+            self.returning(),
+            self.in_doubt(),
+        ]
     }
 }

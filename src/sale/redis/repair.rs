@@ -2,6 +2,8 @@
 //! commits, a consistent snapshot of an item's counters, and the compare-and-set repair.
 //! The purchase path uses none of it.
 
+use uuid::Uuid;
+
 use super::{PendingReservation, SaleRedis};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::ItemId;
@@ -21,6 +23,9 @@ pub struct StockSnapshot {
     pub buyers: i64,
     pub success: i64,
     pub version: i64,
+    /// Orders whose unit Redis has back while Postgres may not have marked them
+    /// returned yet: they hold no unit here, whatever Postgres says.
+    pub returning: Vec<Uuid>,
 }
 
 /// How long an in-doubt record is kept at most: the reconciler removes it once it has
@@ -116,8 +121,8 @@ impl SaleRedis {
             .map(drop)
     }
 
-    /// Stock counter, pending reservations, the number of buyers, success counter and
-    /// the stock's version, read atomically.
+    /// Stock counter, pending reservations, the number of buyers, success counter, the
+    /// stock's version and the orders being given back, read atomically.
     pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
         let keys = self.keys(item);
         let mut pipe = redis::pipe();
@@ -126,9 +131,17 @@ impl SaleRedis {
             .zrange(keys.pending(), 0, -1)
             .scard(keys.buyers())
             .get(keys.success())
-            .get(keys.version());
-        type Replies = (Option<i64>, Vec<String>, i64, Option<i64>, Option<i64>);
-        let (stock, members, buyers, success, version): Replies = self
+            .get(keys.version())
+            .smembers(keys.returning());
+        type Replies = (
+            Option<i64>,
+            Vec<String>,
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Vec<String>,
+        );
+        let (stock, members, buyers, success, version, returning): Replies = self
             .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
         Ok(StockSnapshot {
@@ -140,6 +153,7 @@ impl SaleRedis {
             buyers,
             success: success.unwrap_or(0),
             version: version.unwrap_or(0),
+            returning: returning.iter().filter_map(|o| o.parse().ok()).collect(),
         })
     }
 
