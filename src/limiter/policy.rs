@@ -216,11 +216,12 @@ pub enum PolicyError {
     TooLarge { rule: String, field: &'static str },
     #[error("rule {0:?}: a literal key must be 1-64 characters of A-Z a-z 0-9 . _ : -")]
     BadLiteral(String),
-    #[error("rule {0:?}: the fallback message must be 1-200 characters")]
+    #[error("rule {0:?}: the fallback message must be 1-200 characters, none of them a control character")]
     BadMessage(String),
 }
 
-fn is_name(s: &str) -> bool {
+/// A policy's or a rule's name: 1-32 characters of a-z 0-9 _ -.
+pub fn is_name(s: &str) -> bool {
     (1..=32).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
@@ -253,7 +254,10 @@ impl Policy {
                     return Err(PolicyError::BadLiteral(rc.name.clone()));
                 }
             }
-            if rc.message.trim().is_empty() || rc.message.chars().count() > 200 {
+            if rc.message.trim().is_empty()
+                || rc.message.chars().count() > 200
+                || !crate::domain::is_printable(&rc.message)
+            {
                 return Err(PolicyError::BadMessage(rc.name.clone()));
             }
             let rule = Rule {

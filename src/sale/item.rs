@@ -54,7 +54,7 @@ pub const MAX_STOCK: i32 = 10_000_000;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InvalidItem {
-    #[error("name must be 1 to 200 characters")]
+    #[error("name must be 1 to 200 characters, none of them a control character")]
     Name,
     #[error("priceCents must be zero or more")]
     Price,
@@ -62,6 +62,10 @@ pub enum InvalidItem {
     Stock,
     #[error("endsAt must be after startsAt")]
     Window,
+    #[error("startsAt must be {}", crate::domain::STORABLE_RANGE)]
+    StartOutOfRange,
+    #[error("endsAt must be {}", crate::domain::STORABLE_RANGE)]
+    EndOutOfRange,
 }
 
 impl InvalidItem {
@@ -71,7 +75,8 @@ impl InvalidItem {
             Self::Name => "name",
             Self::Price => "priceCents",
             Self::Stock => "stock",
-            Self::Window => "endsAt",
+            Self::Window | Self::EndOutOfRange => "endsAt",
+            Self::StartOutOfRange => "startsAt",
         }
     }
 }
@@ -85,7 +90,7 @@ impl NewItem {
         ends_at: DateTime<Utc>,
     ) -> Result<Self, InvalidItem> {
         let name = name.trim();
-        if name.is_empty() || name.chars().count() > 200 {
+        if name.is_empty() || name.chars().count() > 200 || !crate::domain::is_printable(name) {
             return Err(InvalidItem::Name);
         }
         if price_cents < 0 {
@@ -95,6 +100,12 @@ impl NewItem {
             .ok()
             .filter(|s| (1..=MAX_STOCK).contains(s))
             .ok_or(InvalidItem::Stock)?;
+        if !crate::domain::is_storable(starts_at) {
+            return Err(InvalidItem::StartOutOfRange);
+        }
+        if !crate::domain::is_storable(ends_at) {
+            return Err(InvalidItem::EndOutOfRange);
+        }
         if ends_at <= starts_at {
             return Err(InvalidItem::Window);
         }
@@ -141,6 +152,15 @@ mod tests {
         assert_eq!(
             NewItem::parse("P", 1, 5, now, now).unwrap_err(),
             InvalidItem::Window
+        );
+        assert_eq!(
+            NewItem::parse("P\u{0}", 1, 5, now, later).unwrap_err(),
+            InvalidItem::Name
+        );
+        let ancient: DateTime<Utc> = "-5000-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(
+            NewItem::parse("P", 1, 5, ancient, later).unwrap_err(),
+            InvalidItem::StartOutOfRange
         );
     }
 

@@ -3,6 +3,7 @@
 //! `scripts/services.sh` runs, with its own database and its own Redis key prefix.
 
 mod admin;
+mod admin_input;
 mod chaos;
 mod charts;
 mod committer;

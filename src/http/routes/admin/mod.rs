@@ -173,8 +173,8 @@ pub async fn orders(
             .user
             .map(|u| UserId::try_from(u).map_err(|e| ApiError::validation("user", e.to_string())))
             .transpose()?,
-        from: q.from,
-        to: q.to,
+        from: q.from.map(|t| storable("from", t)).transpose()?,
+        to: q.to.map(|t| storable("to", t)).transpose()?,
         state: q
             .state
             .map(|s| {
@@ -196,6 +196,18 @@ pub async fn orders(
         per_page,
         total,
     }))
+}
+
+/// `instant` from the query's `field`, if Postgres can store it (see `domain::is_storable`).
+fn storable(field: &str, instant: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
+    if crate::domain::is_storable(instant) {
+        Ok(instant)
+    } else {
+        Err(ApiError::validation(
+            field,
+            format!("{field} must be {}", crate::domain::STORABLE_RANGE),
+        ))
+    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

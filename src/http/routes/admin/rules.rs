@@ -98,9 +98,22 @@ pub async fn policy(
     name: web::Path<String>,
     rules: web::Data<RuleStore>,
 ) -> Result<HttpResponse, ApiError> {
-    let name = name.into_inner();
+    let name = policy_name("name", name.into_inner())?;
     let stored = rules.get(&name).await?.ok_or(ApiError::NotFound)?;
     Ok(versioned(&name, &stored))
+}
+
+/// A policy name from the request's `field`, checked before it reaches a query: a
+/// name no policy can have (`%00`, 33 characters) is a 400, not a lookup.
+fn policy_name(field: &str, name: String) -> Result<String, ApiError> {
+    if crate::limiter::policy::is_name(&name) {
+        Ok(name)
+    } else {
+        Err(ApiError::validation(
+            field,
+            format!("{field} must be a policy name: 1-32 characters of a-z 0-9 _ -"),
+        ))
+    }
 }
 
 /// A policy with its version in the body and in the `ETag`.
@@ -135,7 +148,7 @@ pub async fn update_policy(
     body: JsonBody<PolicyEdit>,
     rules: web::Data<RuleStore>,
 ) -> Result<HttpResponse, ApiError> {
-    let name = name.into_inner();
+    let name = policy_name("name", name.into_inner())?;
     let mut edit = body.0;
     edit.version = expected_version(&req, edit.version)?;
     let stored = rules.change(&name, &admin.name, &edit).await?;
@@ -223,7 +236,12 @@ pub async fn audit(
     query: web::Query<AuditQuery>,
     rules: web::Data<RuleStore>,
 ) -> Result<HttpResponse, ApiError> {
-    let entries = rules.audit(query.policy.as_deref(), 100).await?;
+    let policy = query
+        .into_inner()
+        .policy
+        .map(|p| policy_name("policy", p))
+        .transpose()?;
+    let entries = rules.audit(policy.as_deref(), 100).await?;
     let entries: Vec<AuditView> = entries.into_iter().map(AuditView::from).collect();
     Ok(HttpResponse::Ok().json(Audit { entries }))
 }
