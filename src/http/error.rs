@@ -37,6 +37,12 @@ pub enum ApiError {
     NotFound,
     #[error("method not allowed on this resource")]
     MethodNotAllowed,
+    /// A static page's `If-Match` / `If-Unmodified-Since` did not hold.
+    #[error("the page changed since the version the request names")]
+    PreconditionFailed,
+    /// A static page's `Range` lies outside it.
+    #[error("the requested range is outside the page")]
+    RangeNotSatisfiable,
     #[error("missing or invalid credentials")]
     Unauthenticated,
     /// The limiter refused; the body names the dimension and carries its message.
@@ -91,6 +97,8 @@ impl ApiError {
             Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::PreconditionFailed => "PRECONDITION_FAILED",
+            Self::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::RateLimited(_) | Self::SignInLocked { .. } => "RATE_LIMITED",
             Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
@@ -160,6 +168,8 @@ impl ResponseError for ApiError {
                 StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            Self::RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::RateLimited(_) | Self::SignInLocked { .. } | Self::TooManyPending => {
                 StatusCode::TOO_MANY_REQUESTS

@@ -144,3 +144,42 @@ async fn a_slow_drip_body_gets_request_timeout(db: PgPool) {
     assert!(text.contains(r#""code":"REQUEST_TIMEOUT""#), "{text}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// The static pages' own refusals (a hidden file, an encoded `..`, a range outside a
+/// file, a failed precondition) come in the envelope too, not as actix-files' text.
+#[sqlx::test]
+async fn the_static_pages_refuse_in_the_envelope_too(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let page = app.get("/").await;
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+
+    for path in [
+        "/.gitignore",
+        "/..%2fCargo.toml",
+        "/admin/..%2f..%2fCargo.toml",
+        "/%00",
+    ] {
+        assert_error(app.get(path).await, 404, "NOT_FOUND").await;
+    }
+    let outside = app
+        .client
+        .get(app.url("/app.js"))
+        .header("Range", "bytes=99999999-")
+        .send()
+        .await
+        .unwrap();
+    assert!(outside.headers().contains_key("content-range"));
+    assert_error(outside, 416, "RANGE_NOT_SATISFIABLE").await;
+    let stale = app
+        .client
+        .get(app.url("/app.js"))
+        .header("If-Match", "\"not-this-version\"")
+        .send()
+        .await
+        .unwrap();
+    assert_error(stale, 412, "PRECONDITION_FAILED").await;
+}

@@ -82,12 +82,21 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             .default_service(web::to(crate::http::fallback::not_found)),
     );
     // Last, so every API route wins. Only files that exist are served (no listings, no
-    // hidden files, no `..`); anything else gets the JSON 404.
+    // hidden files, no `..`); anything else gets the JSON 404, and the file service's
+    // own refusals our envelope (`fallback::static_errors`).
     cfg.service(
-        actix_files::Files::new("/", &options.static_dir)
-            .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
-            .index_file("index.html")
-            .default_handler(web::to(crate::http::fallback::not_found)),
+        web::scope("")
+            .wrap(actix_web::middleware::from_fn(
+                crate::http::fallback::static_errors,
+            ))
+            .service(
+                actix_files::Files::new("/", &options.static_dir)
+                    .guard(
+                        actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()),
+                    )
+                    .index_file("index.html")
+                    .default_handler(web::to(crate::http::fallback::not_found)),
+            ),
     );
     served.operations.append(&mut operator.operations);
     served.operations
