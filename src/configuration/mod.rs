@@ -119,7 +119,16 @@ pub struct Settings {
 
     // Identity: shoppers' tokens and the admin token.
     pub jwt_secret: SecretString,
+    /// Lifetime of the tokens the dev login issues.
     pub token_ttl_secs: u64,
+    /// The longest validity an accepted shopper token may have: `exp` at most this far
+    /// from now (and from `iat`, when the token has one), whoever signed it.
+    pub token_max_lifetime_secs: u64,
+    /// When set, a shopper token must carry this `iss` (the dev login writes it).
+    pub token_issuer: String,
+    /// When set, a shopper token must carry this `aud` (the dev login writes it); when
+    /// empty, a token carrying any `aud` is refused (it was minted for someone else).
+    pub token_audience: String,
     /// `POST /api/session` hands out tokens for any user id: a development aid.
     /// `None` = on in `local`, off in `production`.
     pub dev_login: Option<bool>,
@@ -226,6 +235,9 @@ impl Default for Settings {
 
             jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
             token_ttl_secs: 3_600,
+            token_max_lifetime_secs: 86_400,
+            token_issuer: String::new(),
+            token_audience: String::new(),
             dev_login: None,
             admin_token: SecretString::from(""),
 

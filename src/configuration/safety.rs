@@ -96,6 +96,13 @@ impl Settings {
             self.reservation_deadline_ms
         );
         anyhow::ensure!(
+            self.token_ttl_secs <= self.token_max_lifetime_secs,
+            "token_ttl_secs ({}) must not exceed token_max_lifetime_secs ({}): the dev \
+             login would issue tokens the app refuses",
+            self.token_ttl_secs,
+            self.token_max_lifetime_secs
+        );
+        anyhow::ensure!(
             self.database_statement_timeout_ms > 0
                 && self.database_idle_in_transaction_timeout_ms > 0,
             "database_statement_timeout_ms and database_idle_in_transaction_timeout_ms \

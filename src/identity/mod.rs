@@ -9,4 +9,4 @@ pub mod lockout;
 mod token;
 
 pub use admin::{Admin, AdminGuard, AdminTokens, SignInError};
-pub use token::{IssuedToken, TokenKeys};
+pub use token::{IssuedToken, TokenKeys, TokenRules};

@@ -1,3 +1,20 @@
+//! Shoppers' bearer tokens: HS256 JWTs with the user id in `sub`.
+//!
+//! What a token must be to be accepted:
+//! - signed HS256 with our secret (a token naming another algorithm is refused before
+//!   its signature is looked at);
+//! - `sub` a user id, `exp` present and not passed;
+//! - `nbf`, when present, reached; `iat`, when present, not in the future;
+//! - valid for at most `token_max_lifetime_secs`: `exp` no further than that from now,
+//!   and from `iat` when the token has one (a token valid for a century is refused
+//!   whoever signed it);
+//! - `iss` and `aud` equal to `token_issuer` / `token_audience` when those are set (then
+//!   the claims are required); a token carrying an `aud` is refused when no audience
+//!   is set, so a token minted for another service cannot be replayed here.
+//!
+//! Each check allows [`LEEWAY_SECS`] of clock skew. Every refusal is the same
+//! [`InvalidToken`]: a client learns nothing about which check failed.
+
 use std::time::Duration;
 
 use anyhow::Context;
@@ -8,14 +25,34 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::UserId;
 
-/// Clock skew tolerated on `exp`. Small on purpose: a stolen token must not live long.
+/// Clock skew tolerated on `exp`, `nbf` and `iat`. Small on purpose: a stolen token
+/// must not live long.
 const LEEWAY_SECS: u64 = 5;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
     exp: i64,
-    iat: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iat: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    aud: Option<String>,
+}
+
+/// What tokens this deployment issues and accepts (settings `token_ttl_secs`,
+/// `token_max_lifetime_secs`, `token_issuer`, `token_audience`).
+#[derive(Debug, Clone)]
+pub struct TokenRules {
+    /// Lifetime of the tokens the dev login issues.
+    pub ttl: Duration,
+    /// The longest validity an accepted token may have.
+    pub max_lifetime: Duration,
+    /// Required `iss`, if any.
+    pub issuer: Option<String>,
+    /// Required `aud`, if any.
+    pub audience: Option<String>,
 }
 
 /// Signing and verification keys plus the validation rules, built once at start-up.
@@ -23,7 +60,7 @@ pub struct TokenKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
-    ttl: Duration,
+    rules: TokenRules,
 }
 
 #[derive(Debug)]
@@ -37,29 +74,39 @@ pub struct IssuedToken {
 pub struct InvalidToken;
 
 impl TokenKeys {
-    pub fn new(secret: &SecretString, ttl: Duration) -> Self {
+    pub fn new(secret: &SecretString, rules: TokenRules) -> Self {
         let secret = secret.expose_secret().as_bytes();
-        // Pinned to HS256: a token that names another algorithm (`none`, RS256 with our
-        // secret as a "public key", …) is refused before its signature is looked at.
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = LEEWAY_SECS;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
+        if let Some(issuer) = &rules.issuer {
+            validation.set_issuer(&[issuer]);
+            required.push("iss");
+        }
+        if let Some(audience) = &rules.audience {
+            validation.set_audience(&[audience]);
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             validation,
-            ttl,
+            rules,
         }
     }
 
     pub fn issue(&self, user: UserId) -> anyhow::Result<IssuedToken> {
         let now = Utc::now();
         let expires_at =
-            now + chrono::Duration::from_std(self.ttl).context("token ttl too large")?;
+            now + chrono::Duration::from_std(self.rules.ttl).context("token ttl too large")?;
         let claims = Claims {
             sub: user.to_string(),
             exp: expires_at.timestamp(),
-            iat: now.timestamp(),
+            iat: Some(now.timestamp()),
+            iss: self.rules.issuer.clone(),
+            aud: self.rules.audience.clone(),
         };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .context("signing a token")?;
@@ -67,9 +114,27 @@ impl TokenKeys {
     }
 
     pub fn verify(&self, token: &str) -> Result<UserId, InvalidToken> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .map_err(|_| InvalidToken)?;
-        data.claims.sub.parse().map_err(|_| InvalidToken)
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|_| InvalidToken)?
+            .claims;
+        self.check_lifetime(&claims, Utc::now().timestamp())?;
+        claims.sub.parse().map_err(|_| InvalidToken)
+    }
+
+    /// `exp` at most the longest lifetime away, from now and from `iat`; `iat` not in
+    /// the future.
+    fn check_lifetime(&self, claims: &Claims, now: i64) -> Result<(), InvalidToken> {
+        let max = i64::try_from(self.rules.max_lifetime.as_secs()).unwrap_or(i64::MAX);
+        let leeway = LEEWAY_SECS as i64;
+        let within = |from: i64| claims.exp.saturating_sub(from) <= max.saturating_add(leeway);
+        let issued_ok = claims
+            .iat
+            .is_none_or(|iat| iat <= now.saturating_add(leeway) && within(iat));
+        if within(now) && issued_ok {
+            Ok(())
+        } else {
+            Err(InvalidToken)
+        }
     }
 }
 
@@ -77,11 +142,21 @@ impl TokenKeys {
 mod tests {
     use super::*;
 
+    fn rules() -> TokenRules {
+        TokenRules {
+            ttl: Duration::from_secs(60),
+            max_lifetime: Duration::from_secs(3_600),
+            issuer: None,
+            audience: None,
+        }
+    }
+
     fn keys() -> TokenKeys {
-        TokenKeys::new(
-            &SecretString::from("unit-test-secret"),
-            Duration::from_secs(60),
-        )
+        TokenKeys::new(&SecretString::from("unit-test-secret"), rules())
+    }
+
+    fn sign(keys: &TokenKeys, claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &keys.encoding).unwrap()
     }
 
     #[test]
@@ -95,13 +170,71 @@ mod tests {
     #[test]
     fn a_token_whose_sub_is_not_a_user_id_is_refused() {
         let keys = keys();
-        let claims = Claims {
-            sub: "admin".into(),
-            exp: Utc::now().timestamp() + 60,
-            iat: 0,
-        };
-        let token =
-            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &keys.encoding).unwrap();
+        let exp = Utc::now().timestamp() + 60;
+        let token = sign(&keys, serde_json::json!({ "sub": "admin", "exp": exp }));
         assert!(keys.verify(&token).is_err());
+    }
+
+    #[test]
+    fn iat_is_optional_nbf_is_enforced_and_the_lifetime_is_capped() {
+        let keys = keys();
+        let now = Utc::now().timestamp();
+        let accepted = |claims| keys.verify(&sign(&keys, claims)).is_ok();
+        assert!(accepted(serde_json::json!({ "sub": "7", "exp": now + 60 })));
+        assert!(accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 60, "nbf": now - 1 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 4_000, "nbf": now + 3_000 })
+        ));
+        assert!(accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 3_600 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 3_700 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": 1_i64 << 62 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 60, "iat": now - 7_200 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 60, "iat": now + 600 })
+        ));
+        assert!(!accepted(
+            serde_json::json!({ "sub": "7", "exp": now + 60, "aud": "another-service" })
+        ));
+    }
+
+    #[test]
+    fn a_configured_issuer_and_audience_are_required() {
+        let keys = TokenKeys::new(
+            &SecretString::from("unit-test-secret"),
+            TokenRules {
+                issuer: Some("https://login.example".into()),
+                audience: Some("seckill".into()),
+                ..rules()
+            },
+        );
+        let now = Utc::now().timestamp();
+        let accepted = |claims| keys.verify(&sign(&keys, claims)).is_ok();
+        let good = serde_json::json!({
+            "sub": "7", "exp": now + 60, "iss": "https://login.example", "aud": "seckill"
+        });
+        assert!(accepted(good.clone()));
+        for (claim, value) in [("iss", "https://evil.example"), ("aud", "other")] {
+            let mut bad = good.clone();
+            bad[claim] = value.into();
+            assert!(!accepted(bad), "a wrong {claim}");
+            let mut missing = good.clone();
+            missing.as_object_mut().unwrap().remove(claim);
+            assert!(!accepted(missing), "no {claim}");
+        }
+        let issued = keys.issue(UserId::try_from(7).unwrap()).unwrap();
+        assert!(
+            keys.verify(&issued.token).is_ok(),
+            "its own tokens carry both"
+        );
     }
 }

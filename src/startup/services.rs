@@ -13,7 +13,7 @@ use crate::admin::stats::LiveStats;
 use crate::configuration::Settings;
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
-use crate::identity::{AdminGuard, AdminTokens, TokenKeys};
+use crate::identity::{AdminGuard, AdminTokens, TokenKeys, TokenRules};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::sale::committer::{Committer, Queue};
@@ -96,10 +96,7 @@ impl Services {
         }
         sale.warm_up().await.context("loading items and stock")?;
         let services = Self {
-            keys: TokenKeys::new(
-                &settings.jwt_secret,
-                Duration::from_secs(settings.token_ttl_secs),
-            ),
+            keys: TokenKeys::new(&settings.jwt_secret, token_rules(settings)),
             idempotency: Idempotency::new(
                 redis.clone(),
                 IdempotencyLimits {
@@ -172,4 +169,16 @@ async fn seed_demo_item(pool: &sqlx::PgPool, sale: &Sale) -> anyhow::Result<()> 
     .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
     sale.create_item(demo).await?;
     Ok(())
+}
+
+/// What shopper tokens must be (see `identity::token`); an empty issuer or audience
+/// setting means that claim is not asked for.
+fn token_rules(settings: &Settings) -> TokenRules {
+    let set = |s: &str| Some(s.trim().to_string()).filter(|s| !s.is_empty());
+    TokenRules {
+        ttl: Duration::from_secs(settings.token_ttl_secs),
+        max_lifetime: Duration::from_secs(settings.token_max_lifetime_secs),
+        issuer: set(&settings.token_issuer),
+        audience: set(&settings.token_audience),
+    }
 }

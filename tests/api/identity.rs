@@ -108,3 +108,69 @@ async fn missing_expired_forged_unsigned_and_garbage_tokens_are_unauthenticated(
         assert_eq!(json(response).await["code"], "UNAUTHENTICATED", "{case}");
     }
 }
+
+/// `iat` is optional; `nbf` is enforced; no token may be valid for longer than
+/// `token_max_lifetime_secs`; `iss` and `aud` are required once configured.
+#[sqlx::test]
+async fn tokens_are_held_to_nbf_a_lifetime_cap_and_the_configured_issuer_and_audience(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.token_max_lifetime_secs = 3_600;
+        s.token_issuer = "https://login.example".into();
+        s.token_audience = "seckill".into();
+    })
+    .await;
+    let secret = app.settings.jwt_secret.expose_secret().to_string();
+    let now = Utc::now().timestamp();
+    let token = |extra: serde_json::Value| {
+        let mut claims = serde_json::json!({
+            "sub": "9", "exp": now + 600, "iss": "https://login.example", "aud": "seckill"
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            if v.is_null() {
+                claims.as_object_mut().unwrap().remove(k);
+            } else {
+                claims[k] = v.clone();
+            }
+        }
+        Some(format!(
+            "Bearer {}",
+            sign(claims, &secret, Algorithm::HS256)
+        ))
+    };
+    let status = |header| async { get_me(&app, header).await.status().as_u16() };
+
+    assert_eq!(status(token(serde_json::json!({}))).await, 200, "no iat");
+    assert_eq!(
+        status(Some(format!("Bearer {}", app.token_for(9).await))).await,
+        200
+    );
+    let cases = [
+        (
+            "nbf 3000 s away",
+            serde_json::json!({ "nbf": now + 3_000, "exp": now + 3_500 }),
+        ),
+        (
+            "valid for two hours",
+            serde_json::json!({ "exp": now + 7_200 }),
+        ),
+        ("exp 2^62", serde_json::json!({ "exp": 1_i64 << 62 })),
+        (
+            "issued two hours before its exp",
+            serde_json::json!({ "iat": now - 7_000 }),
+        ),
+        (
+            "issued in the future",
+            serde_json::json!({ "iat": now + 600 }),
+        ),
+        (
+            "another issuer",
+            serde_json::json!({ "iss": "https://evil.example" }),
+        ),
+        ("no issuer", serde_json::json!({ "iss": null })),
+        ("another audience", serde_json::json!({ "aud": "shop-b" })),
+        ("no audience", serde_json::json!({ "aud": null })),
+    ];
+    for (case, extra) in cases {
+        assert_eq!(status(token(extra)).await, 401, "{case}");
+    }
+}

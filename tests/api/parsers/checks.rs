@@ -36,7 +36,7 @@ use seckill::http::routes::admin::CreateItemRequest;
 use seckill::http::routes::seckill::PurchaseRequest;
 use seckill::http::routes::session::SessionRequest;
 use seckill::http::{ApiError, JsonBody};
-use seckill::identity::TokenKeys;
+use seckill::identity::{TokenKeys, TokenRules};
 use seckill::limiter::keys::redis_key;
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{Algorithm, Caller, FailMode, Partition, Policy, Rejection, Scope};
@@ -151,7 +151,12 @@ fn token_keys() -> web::Data<TokenKeys> {
     KEYS.get_or_init(|| {
         web::Data::new(TokenKeys::new(
             &SecretString::from(TOKEN_SECRET),
-            Duration::from_secs(60),
+            TokenRules {
+                ttl: Duration::from_secs(60),
+                max_lifetime: Duration::from_secs(3_600),
+                issuer: None,
+                audience: None,
+            },
         ))
     })
     .clone()
