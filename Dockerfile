@@ -69,14 +69,18 @@ USER 10001:10001
 # refuses to start with the public development secrets.
 ENV SECKILL_HOST=0.0.0.0 \
     SECKILL_PORT=8080 \
+    SECKILL_PROBE_PORT=8081 \
     SECKILL_ENVIRONMENT=production
 
-EXPOSE 8080
+# 8080: the service. 8081: the probe listener (liveness, readiness, metrics), answered
+# on connections of its own even while the service's are all taken.
+EXPOSE 8080 8081
 
-# Liveness (the process serves). Readiness (/health/ready) depends on Redis and
-# Postgres and is for load balancers, not for restarting this container.
+# Liveness (the process serves), on the probe listener. Readiness (/health/ready)
+# depends on Redis and Postgres and is for load balancers, not for restarting this
+# container.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-  CMD curl -fsS -o /dev/null "http://127.0.0.1:${SECKILL_PORT}/health/live" || exit 1
+  CMD curl -fsS -o /dev/null "http://127.0.0.1:${SECKILL_PROBE_PORT}/health/live" || exit 1
 
 # The binary is PID 1 and handles SIGTERM itself (graceful shutdown).
 CMD ["seckill"]

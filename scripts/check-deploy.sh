@@ -217,21 +217,26 @@ check_app_ready() {
   fi
   # Its own Redis key prefix keeps it away from any other instance or test sharing the
   # same Redis.
-  start_app "$bin" 0 "$TMP/app.log" SECKILL_REDIS_KEY_PREFIX="$prefix" SECKILL_LOG_LEVEL=warn \
-    REDIS_URL="$REDIS_URL" DATABASE_URL="$db_url"
+  # The probe listener on a port of its own choosing, which Prometheus then scrapes.
+  local probe_port
+  probe_port=$(free_port)
+  SECKILL_PROBE_PORT=$probe_port start_app "$bin" 0 "$TMP/app.log" SECKILL_REDIS_KEY_PREFIX="$prefix" \
+    SECKILL_LOG_LEVEL=warn REDIS_URL="$REDIS_URL" DATABASE_URL="$db_url"
   echo "$APP_PID" >>"$PIDFILE"
   state_set APP_PORT "$APP_PORT"
+  state_set PROBE_PORT "$probe_port"
   # Read the whole answer first: `curl | grep -q` fails under pipefail when grep stops
   # reading early.
   local metrics
-  metrics=$(curl -fsS --max-time 2 "$APP_URL/metrics")
-  grep -q '^seckill_' <<<"$metrics" || { echo "/metrics has no seckill_ series"; return 1; }
+  metrics=$(curl -fsS --max-time 2 "http://127.0.0.1:$probe_port/metrics")
+  grep -q '^seckill_' <<<"$metrics" || { echo "the probe listener's /metrics has no seckill_ series"; return 1; }
   echo "seckill ($bin) ready on $APP_URL, database ${db_url##*/}"
 }
 
 check_prometheus_scrape() {
   local app_port prom_port dir=$TMP/prometheus
-  app_port=$(state_get APP_PORT)
+  # Prometheus scrapes the probe listener (the shipped config names it, 8081).
+  app_port=$(state_get PROBE_PORT)
   [ -n "$app_port" ] || { echo "no app running (an earlier check failed)"; return 1; }
   prom_port=$(free_port)
   mkdir -p "$dir/data"
@@ -246,7 +251,7 @@ cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_inter
 jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
 assert jobs["seckill"].get("metrics_path", "/metrics") == "/metrics"
 targets = [t for sc in jobs["seckill"]["static_configs"] for t in sc["targets"]]
-assert sorted(targets) == ["app1:8080", "app2:8080"], targets
+assert sorted(targets) == ["app1:8081", "app2:8081"], targets
 jobs["seckill"]["static_configs"] = [{"targets": [os.environ["APP"]]}]
 if "prometheus" in jobs:
     jobs["prometheus"]["static_configs"] = [{"targets": [os.environ["PROM"]]}]
@@ -351,6 +356,7 @@ a1, a2 = env("app1"), env("app2")
 for name, e in (("app1", a1), ("app2", a2)):
     assert e["SECKILL_HOST"] == "0.0.0.0", name
     assert e["SECKILL_PORT"] == "8080", name
+    assert e["SECKILL_PROBE_PORT"] == "8081", name
     assert e["SECKILL_ENVIRONMENT"] == "production", name
     assert e["SECKILL_DEV_LOGIN"] == "false", name
     # The apps trust X-Forwarded-For from nginx's fixed address and nothing else.

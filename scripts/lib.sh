@@ -192,7 +192,8 @@ start_app() {
     [ "$APP_PORT" != 0 ] || APP_PORT=$(free_port)
     APP_URL="http://127.0.0.1:$APP_PORT"
     : >"$logfile"
-    env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$APP_PORT" "$@" \
+    env SECKILL_ENVIRONMENT=local SECKILL_HOST=127.0.0.1 SECKILL_PORT="$APP_PORT" \
+      SECKILL_PROBE_PORT="${SECKILL_PROBE_PORT:-0}" "$@" \
       "$bin" >>"$logfile" 2>&1 &
     APP_PID=$!
     log "app pid $APP_PID on $APP_URL (attempt $attempt)"

@@ -108,6 +108,9 @@ pub struct Metrics {
     /// item's keys were gone).
     pub order_transitions: IntCounterVec,
     pub units_returned: IntCounter,
+    /// Connections the connection guard ended, by reason: `per_address` (refused as they
+    /// arrived: the address held its share) and `head_timeout` (a head took too long).
+    pub connections_cut: IntCounterVec,
     /// Orders in Postgres by state, summed over the items on sale (with the consistency
     /// export).
     pub orders_by_state: IntGaugeVec,
@@ -123,27 +126,30 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
-        let counter = |name: &str, help: &str, labels: &[&str]| -> anyhow::Result<IntCounterVec> {
-            let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(metric.clone()))?;
-            Ok(metric)
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            registered(
+                &registry,
+                IntCounterVec::new(Opts::new(name, help), labels)?,
+            )
         };
-        let gauge = |name: &str, help: &str, labels: &[&str]| -> anyhow::Result<IntGaugeVec> {
-            let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(metric.clone()))?;
-            Ok(metric)
+        let int_counter =
+            |name: &str, help: &str| registered(&registry, IntCounter::new(name, help)?);
+        let int_gauge = |name: &str, help: &str| registered(&registry, IntGauge::new(name, help)?);
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            registered(&registry, IntGaugeVec::new(Opts::new(name, help), labels)?)
         };
         let histogram = |name: &str,
                          help: &str,
                          buckets: &[f64],
                          labels: &[&str]|
          -> anyhow::Result<HistogramVec> {
-            let metric = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                labels,
-            )?;
-            registry.register(Box::new(metric.clone()))?;
-            Ok(metric)
+            registered(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                    labels,
+                )?,
+            )
         };
 
         let redis_calls = counter("redis_calls_total", "Redis calls by purpose", &["purpose"])?;
@@ -202,53 +208,40 @@ impl Metrics {
                 ],
                 &["policy", "algorithm"],
             )?,
-            order_commit: {
-                let metric = Histogram::with_opts(
+            order_commit: registered(
+                &registry,
+                Histogram::with_opts(
                     HistogramOpts::new("order_commit_duration_seconds", "Postgres order commit")
                         .buckets(REQUEST_BUCKETS.to_vec()),
-                )?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
-            commit_batch_size: {
-                let metric = Histogram::with_opts(
+                )?,
+            )?,
+            commit_batch_size: registered(
+                &registry,
+                Histogram::with_opts(
                     HistogramOpts::new("commit_batch_size", "Orders per committer batch").buckets(
                         vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
                     ),
-                )?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
-            commit_queue: {
-                let metric =
-                    IntGauge::new("commit_queue_orders", "Orders waiting for the committer")?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
+                )?,
+            )?,
+            commit_queue: int_gauge("commit_queue_orders", "Orders waiting for the committer")?,
             stock_remaining: gauge(
                 "stock_remaining",
                 "Live stock of each item on sale (Redis)",
                 &["item"],
             )?,
-            sold_out_items: {
-                let metric =
-                    IntGauge::new("sold_out_items", "Items this instance knows to be sold out")?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
+            sold_out_items: int_gauge(
+                "sold_out_items",
+                "Items this instance knows to be sold out",
+            )?,
             db_pool: gauge(
                 "db_pool_connections",
                 "Postgres pool connections by pool and state",
                 &["pool", "state"],
             )?,
-            commit_pool_timeouts: {
-                let metric = IntCounter::new(
-                    "order_commit_pool_timeouts_total",
-                    "Order commits that waited past the acquire timeout for a connection",
-                )?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
+            commit_pool_timeouts: int_counter(
+                "order_commit_pool_timeouts_total",
+                "Order commits that waited past the acquire timeout for a connection",
+            )?,
             consistency_postgres_orders: gauge(
                 "consistency_postgres_orders",
                 "Orders in Postgres per item on sale",
@@ -264,27 +257,24 @@ impl Metrics {
                 "Repairs made by the reconciler, by kind",
                 &["kind"],
             )?,
+            connections_cut: counter(
+                "connections_cut_total",
+                "Connections the connection guard ended, by reason",
+                &["reason"],
+            )?,
             order_transitions: counter(
                 "order_transitions_total",
                 "Orders moved out of pending_payment, by the state they moved to",
                 &["to"],
             )?,
-            units_returned: {
-                let metric = IntCounter::new(
-                    "units_returned_total",
-                    "Units released orders gave back, counted when Postgres marks them returned",
-                )?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
-            reconciler_rounds: {
-                let metric = IntCounter::new(
-                    "reconciler_rounds_total",
-                    "Reconciliation rounds this instance led and finished",
-                )?;
-                registry.register(Box::new(metric.clone()))?;
-                metric
-            },
+            units_returned: int_counter(
+                "units_returned_total",
+                "Units released orders gave back, counted when Postgres marks them returned",
+            )?,
+            reconciler_rounds: int_counter(
+                "reconciler_rounds_total",
+                "Reconciliation rounds this instance led and finished",
+            )?,
             orders_by_state: gauge("orders_by_state", "Orders in Postgres by state", &["state"])?,
             admin_token_comparisons: counter(
                 "admin_token_comparisons_total",
@@ -295,6 +285,9 @@ impl Metrics {
         };
         for to in ["paid", "cancelled", "expired"] {
             metrics.order_transitions.with_label_values(&[to]);
+        }
+        for reason in ["per_address", "head_timeout"] {
+            metrics.connections_cut.with_label_values(&[reason]);
         }
         for kind in ["settled", "released", "drift", "rebuilt", "returned"] {
             metrics.reconciler_repairs.with_label_values(&[kind]);
@@ -326,6 +319,12 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
         Ok(String::from_utf8(buffer)?)
     }
+}
+
+/// `metric`, registered in `registry`.
+fn registered<M: Collector + Clone + 'static>(registry: &Registry, metric: M) -> anyhow::Result<M> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
 }
 
 /// Every series of a one-label counter, by its label value: what a scrape would read,

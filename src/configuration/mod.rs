@@ -70,6 +70,18 @@ pub struct Settings {
     /// until one closes. Resident memory follows open connections (about 15 kB each,
     /// docs/soak.md), so this is what bounds it: actix's own default is 25 000.
     pub max_connections: usize,
+    /// Connections one client address may hold open at once, over every worker (an IPv6
+    /// client counts by its /64); more are closed as they arrive. Trusted proxies are
+    /// exempt: their own limits apply (deploy/nginx). See `http::connections`.
+    pub max_connections_per_address: u32,
+    /// Longest a request head may take to arrive, from the connection opening or the
+    /// previous answer, however slowly it trickles: then the connection ends. An idle
+    /// keep-alive connection ends after it too.
+    pub head_timeout_ms: u64,
+    /// Port of the probe listener (`/health/live`, `/health/ready`, `/metrics` on a
+    /// worker and connections of their own, so they answer while the service's
+    /// connections are all taken); 0 picks a free one. Same address as `host`.
+    pub probe_port: u16,
     /// How long a graceful shutdown waits for in-flight requests.
     pub shutdown_timeout_secs: u64,
     /// Per-probe timeout of `GET /health/ready`.
@@ -209,6 +221,9 @@ impl Default for Settings {
             port: 8080,
             workers: None,
             max_connections: 2_048,
+            max_connections_per_address: 64,
+            head_timeout_ms: 5_000,
+            probe_port: 8_081,
             shutdown_timeout_secs: 10,
             readiness_timeout_ms: 500,
             body_timeout_ms: 5_000,

@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod client_ip;
+pub mod connections;
 pub mod error;
 pub mod fallback;
 pub mod idempotency;

@@ -4,7 +4,7 @@
 //! `redis/keys.rs` (`<prefix>:{item:<id>}:stock`, `…:buyers`, `…:success`,
 //! `…:bought:<user>`, `…:orders`: one Redis Cluster slot per item), the reconciler's
 //! reads and repairs in `redis/repair.rs`, the give-back of released units in
-//! `redis/give_back.rs`.
+//! `redis/give_back.rs`, the keys' rebuild and expiry in `redis/lifetime.rs`.
 //!
 //! An item's keys live as long as its units can still move: until its sale's end plus
 //! the payment deadline plus [`KEY_GRACE`] ([`SaleRedis::keys_expire_at`]). The rebuild
@@ -12,16 +12,13 @@
 //! on every key of the items it looks after (so a key a purchase created gets it within
 //! a round), and Postgres stays the record of everything after.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use redis::Script;
 use uuid::Uuid;
 
 use super::item::{Item, ItemId};
-use super::postgres::ItemLedger;
 use crate::domain::UserId;
 use crate::limiter::{FollowUp, Then};
 use crate::metrics::RedisPurpose;
@@ -30,6 +27,7 @@ use crate::store::RedisStore;
 
 mod give_back;
 mod keys;
+mod lifetime;
 mod repair;
 
 pub use give_back::GivenBack;
@@ -84,9 +82,6 @@ pub enum Undo {
 
 const RESERVE_STOCK: &str = include_str!("../../lua/reserve_stock.lua");
 
-static RESTORE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/restore_item.lua")));
-
 pub struct SaleRedis {
     redis: RedisStore,
     reserve: Script,
@@ -120,21 +115,6 @@ impl SaleRedis {
             replica_wait_ms: None,
             keys_outlive_sale,
         }
-    }
-
-    /// When `item`'s keys expire: its sale's end plus the payment deadline plus
-    /// [`KEY_GRACE`]. Every order's deadline has passed by then, and the sweeper has had
-    /// an hour to give back what they released; a give-back that comes later finds the
-    /// keys gone and is recorded in Postgres alone.
-    pub fn keys_expire_at(&self, item: &Item) -> DateTime<Utc> {
-        item.ends_at
-            .checked_add_signed(self.keys_outlive_sale)
-            .unwrap_or(DateTime::<Utc>::MAX_UTC)
-    }
-
-    /// [`Self::keys_expire_at`] in ms since the epoch, as the scripts take it.
-    fn expire_at_ms(&self, item: &Item) -> i64 {
-        self.keys_expire_at(item).timestamp_millis()
     }
 
     /// After each reservation, waits up to `wait` for one replica to acknowledge it
@@ -336,43 +316,6 @@ impl SaleRedis {
         self.call::<i64>(RedisPurpose::Reservation, "settle reservation", &zrem)
             .await
             .map(drop)
-    }
-
-    /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
-    /// counter is missing (see `lua/restore_item.lua`); a live counter is never
-    /// overwritten. Returns whether the counter was (re)created.
-    pub async fn restore(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
-        let keys = self.keys(item.id);
-        let mut invocation = RESTORE.prepare_invoke();
-        invocation
-            .key(keys.stock())
-            .key(keys.buyers())
-            .key(keys.returned())
-            .key(keys.version())
-            .arg(ledger.remaining)
-            .arg(self.expire_at_ms(item))
-            .arg(ledger.owed.len());
-        for owed in &ledger.owed {
-            invocation.arg(owed.order.to_string()).arg(owed.user.get());
-        }
-        invocation.arg(&ledger.buyers);
-        let created: i64 = self
-            .call(RedisPurpose::Other, "restore item", &invocation)
-            .await?;
-        Ok(created == 1)
-    }
-
-    /// Sets the expiry of every key of `item` (see [`Self::keys_expire_at`]); keys
-    /// created since the last stamp (an orders hash, a buyers set) get theirs here.
-    pub async fn stamp_expiry(&self, item: &Item) -> anyhow::Result<()> {
-        let at = self.expire_at_ms(item);
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for key in self.keys(item.id).item_wide() {
-            pipe.pexpire_at(key, at).ignore();
-        }
-        self.call(RedisPurpose::Other, "stamp key expiry", &pipe)
-            .await
     }
 
     /// Live stock of several items in one round trip; `None` where the counter is missing.

@@ -23,7 +23,10 @@ use services::Services;
 /// A bound, not yet running server. Tests build one on port 0 and read [`Self::port`].
 pub struct Application {
     port: u16,
+    probe_port: u16,
     server: Server,
+    /// The probe listener (liveness, readiness, metrics), see `server`.
+    probes: Server,
     /// Loops that live exactly as long as the server (the catalog refresh, the
     /// committer, …): run beside it and dropped with it, so a stopped application holds
     /// no connection.
@@ -42,16 +45,26 @@ impl Application {
         let listener = TcpListener::bind((settings.host.as_str(), settings.port))
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
+        let probe_listener = TcpListener::bind((settings.host.as_str(), settings.probe_port))
+            .with_context(|| {
+                format!(
+                    "binding {}:{} (probe_port)",
+                    settings.host, settings.probe_port
+                )
+            })?;
+        let probe_port = probe_listener.local_addr()?.port();
         tracing::info!(
-            host = %settings.host, port, environment = ?settings.environment,
+            host = %settings.host, port, probe_port, environment = ?settings.environment,
             dev_login = settings.dev_login_enabled(),
             admin_endpoints = settings.admin_endpoints_open(),
             "seckill listening"
         );
-        let server = server::start(&settings, services, listener)?;
+        let servers = server::start(&settings, services, listener, probe_listener)?;
         Ok(Self {
             port,
-            server,
+            probe_port,
+            server: servers.service,
+            probes: servers.probes,
             background,
         })
     }
@@ -60,17 +73,50 @@ impl Application {
         self.port
     }
 
-    /// Stops the server from elsewhere (tests); SIGTERM and Ctrl-C do the same in the binary.
-    pub fn handle(&self) -> ServerHandle {
-        self.server.handle()
+    /// The probe listener's port.
+    pub fn probe_port(&self) -> u16 {
+        self.probe_port
+    }
+
+    /// Stops both servers from elsewhere (tests); SIGTERM and Ctrl-C do the same in the
+    /// binary.
+    pub fn handle(&self) -> AppHandle {
+        AppHandle {
+            service: self.server.handle(),
+            probes: self.probes.handle(),
+        }
     }
 
     /// Serves until a shutdown signal, then drains in-flight requests
-    /// (up to `shutdown_timeout_secs`).
+    /// (up to `shutdown_timeout_secs`). The probes stop with the service.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        tokio::select! {
+        let probes = self.probes.handle();
+        let mut probe_server = self.probes;
+        let stopped = tokio::select! {
             stopped = self.server => stopped,
             () = self.background => Ok(()),
+            probed = &mut probe_server => probed,
+        };
+        probes.stop(true).await;
+        stopped
+    }
+}
+
+/// Stops a running [`Application`]'s servers.
+#[derive(Clone)]
+pub struct AppHandle {
+    service: ServerHandle,
+    probes: ServerHandle,
+}
+
+impl AppHandle {
+    /// Stops accepting and, when `graceful`, lets in-flight requests finish first. The
+    /// command is sent at once; the future waits for the servers to have stopped.
+    pub fn stop(&self, graceful: bool) -> impl std::future::Future<Output = ()> {
+        let service = self.service.stop(graceful);
+        let probes = self.probes.stop(graceful);
+        async move {
+            tokio::join!(service, probes);
         }
     }
 }

@@ -1,26 +1,56 @@
-//! The actix server: middleware, shared state, routes.
+//! The actix servers: the service itself (middleware, shared state, routes) and the
+//! probe listener (liveness, readiness, metrics).
+//!
+//! Both are assembled from actix-server and actix-http rather than `HttpServer`, so that
+//! every accepted connection passes the connection guard first
+//! ([`crate::http::connections`]): a slot per client address, a deadline per request
+//! head. The probe listener runs on a worker and a connection budget of its own, so the
+//! platform's probes and Prometheus are answered even while the service's connections
+//! are all taken.
 
+use std::io;
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::Server;
-use actix_web::{web, App, HttpServer};
+use actix_http::error::DispatchError;
+use actix_http::{HttpService, Protocol};
+use actix_server::Server;
+use actix_service::{fn_service, map_config, IntoServiceFactory, ServiceFactoryExt};
+use actix_web::body::MessageBody;
+use actix_web::dev::{AppConfig, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{web, App};
+use tokio::net::TcpStream;
 use tracing_actix_web::TracingLogger;
 
 use super::services::Services;
 use crate::configuration::Settings;
 use crate::http::client_ip::TrustedProxies;
+use crate::http::connections::{AddressSlots, ConnectionLimits, Guarded};
 use crate::http::request_span::RequestSpan;
 use crate::http::routes::health::ReadinessTimeout;
 use crate::http::routes::openapi::OpenApiJson;
 use crate::http::routes::{self, RouteOptions};
+use crate::metrics::Metrics;
 
-/// Starts serving on `listener` (the server runs once awaited).
+/// Connections the probe listener's one worker serves at once: probes and scrapes come
+/// one or two at a time.
+const PROBE_CONNECTIONS: usize = 64;
+
+/// The two servers, bound and ready to run.
+pub(super) struct Servers {
+    pub service: Server,
+    pub probes: Server,
+}
+
+/// Starts serving the service on `listener` and the probes on `probe_listener` (the
+/// servers run once awaited).
 pub(super) fn start(
     settings: &Settings,
     services: Services,
     listener: TcpListener,
-) -> anyhow::Result<Server> {
+    probe_listener: TcpListener,
+) -> anyhow::Result<Servers> {
     // Shared state is built once, here, and cloned (an Arc bump) into each worker.
     let Services {
         pool,
@@ -37,7 +67,7 @@ pub(super) fn start(
     let pool = web::Data::new(pool);
     let redis = web::Data::new(redis);
     let keys = web::Data::new(keys);
-    let metrics = web::Data::from(metrics);
+    let metrics_data = web::Data::from(Arc::clone(&metrics));
     let limiter = web::Data::from(limiter);
     let sale = web::Data::from(sale);
     let idempotency = web::Data::new(idempotency);
@@ -62,44 +92,138 @@ pub(super) fn start(
     // The request span exists only at `debug` (see `http::request_span`); below that
     // the middleware is left out altogether, request id and all.
     let request_spans = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
-    let mut server = HttpServer::new(move || {
+    let service = {
+        let metrics = metrics_data.clone();
+        let (pool, redis, readiness, sale) =
+            (pool.clone(), redis.clone(), readiness.clone(), sale.clone());
+        move || {
+            App::new()
+                .wrap(actix_web::middleware::from_fn(
+                    crate::http::request_metrics::record,
+                ))
+                .wrap(security_headers())
+                .wrap(actix_web::middleware::Condition::new(
+                    request_spans,
+                    TracingLogger::<RequestSpan>::new(),
+                ))
+                .wrap(actix_web::middleware::from_fn(
+                    crate::http::connections::mark_heads,
+                ))
+                .app_data(pool.clone())
+                .app_data(redis.clone())
+                .app_data(keys.clone())
+                .app_data(readiness.clone())
+                .app_data(body_timeout.clone())
+                .app_data(metrics.clone())
+                .app_data(limiter.clone())
+                .app_data(proxies.clone())
+                .app_data(sale.clone())
+                .app_data(idempotency.clone())
+                .app_data(admin_guard.clone())
+                .app_data(rules.clone())
+                .app_data(stats.clone())
+                .app_data(openapi.clone())
+                .app_data(crate::http::fallback::query_config())
+                .app_data(crate::http::fallback::path_config())
+                .configure(|cfg| {
+                    routes::configure(cfg, options.clone());
+                })
+                .default_service(web::to(crate::http::fallback::not_found))
+        }
+    };
+    let probes = move || {
         App::new()
-            .wrap(actix_web::middleware::from_fn(
-                crate::http::request_metrics::record,
-            ))
             .wrap(security_headers())
-            .wrap(actix_web::middleware::Condition::new(
-                request_spans,
-                TracingLogger::<RequestSpan>::new(),
+            .wrap(actix_web::middleware::from_fn(
+                crate::http::connections::mark_heads,
             ))
             .app_data(pool.clone())
             .app_data(redis.clone())
-            .app_data(keys.clone())
             .app_data(readiness.clone())
-            .app_data(body_timeout.clone())
-            .app_data(metrics.clone())
-            .app_data(limiter.clone())
-            .app_data(proxies.clone())
+            .app_data(metrics_data.clone())
             .app_data(sale.clone())
-            .app_data(idempotency.clone())
-            .app_data(admin_guard.clone())
-            .app_data(rules.clone())
-            .app_data(stats.clone())
-            .app_data(openapi.clone())
-            .app_data(crate::http::fallback::query_config())
-            .app_data(crate::http::fallback::path_config())
-            .configure(|cfg| {
-                routes::configure(cfg, options.clone());
-            })
+            .configure(routes::configure_probes)
             .default_service(web::to(crate::http::fallback::not_found))
-    })
-    .max_connections(settings.max_connections.max(1))
-    .listen(listener)?
-    .shutdown_timeout(settings.shutdown_timeout_secs);
+    };
+
+    let limits = ConnectionLimits {
+        per_address: settings.max_connections_per_address.max(1),
+        head_timeout: Duration::from_millis(settings.head_timeout_ms.max(1)),
+        exempt: settings.trusted_proxies.clone(),
+    };
+    let mut builder = Server::build()
+        .max_concurrent_connections(settings.max_connections.max(1))
+        .shutdown_timeout(settings.shutdown_timeout_secs);
     if let Some(workers) = settings.workers {
-        server = server.workers(workers);
+        builder = builder.workers(workers);
     }
-    Ok(server.run())
+    let service = serve(builder, listener, service, limits.clone(), &metrics)?;
+    let probe_builder = Server::build()
+        .workers(1)
+        .max_concurrent_connections(PROBE_CONNECTIONS)
+        .shutdown_timeout(settings.shutdown_timeout_secs);
+    let probes = serve(probe_builder, probe_listener, probes, limits, &metrics)?;
+    Ok(Servers { service, probes })
+}
+
+/// `app` on `listener`, every connection through the guard: refused when its address
+/// holds its share, its stream under the head deadline.
+fn serve<F, A, B>(
+    builder: actix_server::ServerBuilder,
+    listener: TcpListener,
+    app: F,
+    limits: ConnectionLimits,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Server>
+where
+    F: Fn() -> App<A> + Send + Clone + 'static,
+    A: ServiceFactory<
+            ServiceRequest,
+            Config = (),
+            Response = ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: MessageBody + 'static,
+{
+    let addr = listener.local_addr()?;
+    let head_timeout = limits.head_timeout;
+    let slots = AddressSlots::new(limits, Arc::clone(metrics));
+    let shutdown = builder.graceful_shutdown_signal();
+    let builder = builder.listen(format!("seckill-{addr}"), listener, move || {
+        let slots = Arc::clone(&slots);
+        let shutdown = shutdown.clone();
+        let accept = fn_service(move |stream: TcpStream| {
+            let slots = Arc::clone(&slots);
+            async move {
+                let _ = stream.set_nodelay(true);
+                let peer = stream.peer_addr().ok();
+                let slot = slots.admit(peer).ok_or_else(|| {
+                    DispatchError::Io(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "the client address holds its share of connections",
+                    ))
+                })?;
+                Ok((Guarded::new(stream, slot, slots), Protocol::Http1, peer))
+            }
+        });
+        let app = app()
+            .into_factory()
+            .map_err(|e: actix_web::Error| e.error_response());
+        let http = HttpService::build()
+            .graceful_shutdown_signal(move || {
+                let signal = shutdown.clone();
+                async move { signal.notified().await }
+            })
+            .client_request_timeout(head_timeout)
+            .local_addr(addr)
+            .on_connect_ext(|io: &Guarded<TcpStream>, data| {
+                data.insert(io.clock());
+            })
+            .finish(map_config(app, |_| AppConfig::default()));
+        accept.and_then(http)
+    })?;
+    Ok(builder.run())
 }
 
 /// Headers for every answer. The pages hold bearer tokens, so the Content-Security-Policy

@@ -39,6 +39,7 @@ impl Instance {
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("SECKILL_PORT", self.port.to_string())
+            .env("SECKILL_PROBE_PORT", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

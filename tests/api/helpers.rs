@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use actix_web::dev::ServerHandle;
 use seckill::configuration::Settings;
 use seckill::sale::item::ItemId;
 use seckill::sale::redis::ItemKeys;
-use seckill::startup::Application;
+use seckill::startup::{AppHandle, Application};
 use seckill::store::redis::RedisConnection;
 use seckill::store::RedisStore;
 use secrecy::SecretString;
@@ -22,11 +21,13 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 pub struct TestApp {
     pub address: String,
+    /// The probe listener (`/health/*`, `/metrics` on connections of their own).
+    pub probe_address: String,
     pub client: reqwest::Client,
     pub settings: Settings,
     /// Name of this test's own database.
     pub db_name: String,
-    handle: ServerHandle,
+    handle: AppHandle,
 }
 
 fn env(name: &str) -> String {
@@ -92,6 +93,7 @@ pub fn test_settings(db: &PgPool) -> Settings {
     url.set_path(db_name);
     Settings {
         port: 0,
+        probe_port: 0,
         workers: Some(2),
         shutdown_timeout_secs: 1,
         database_url: SecretString::from(url.to_string()),
@@ -124,10 +126,12 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         .await
         .expect("the app builds");
     let port = app.port();
+    let probe_port = app.probe_port();
     let handle = app.handle();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
+        probe_address: format!("http://127.0.0.1:{probe_port}"),
         client: reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

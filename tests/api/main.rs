@@ -25,3 +25,4 @@ mod parsers;
 mod policy_scope;
 mod returns;
 mod sale;
+mod slowloris;

@@ -102,6 +102,14 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
     served.operations
 }
 
+/// The probe listener's routes: liveness, readiness and the metrics, the same handlers
+/// as the service's own.
+pub fn configure_probes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/health/live").route(web::get().to(health::live)))
+        .service(resource("/health/ready").route(web::get().to(health::ready)))
+        .service(resource("/metrics").route(web::get().to(metrics::metrics)));
+}
+
 /// Builds resources under one path prefix and remembers their operations.
 struct Served {
     prefix: &'static str,

@@ -1,0 +1,161 @@
+//! The connection guard against a slowloris: one client address holds at most its share
+//! of connections, a request head trickled in a byte at a time is cut at its deadline
+//! (the first one on a connection and every later one), and the probes have a listener
+//! of their own. A small, bounded attack on loopback; `make soak` runs the heavy one.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::helpers::{eventually, spawn_app_with, TestApp};
+
+/// A connection from `source` (a loopback address other than the trusted 127.0.0.1).
+async fn connect_from(source: &str, app: &TestApp) -> std::io::Result<TcpStream> {
+    let target: SocketAddr = app.address.trim_start_matches("http://").parse().unwrap();
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(format!("{source}:0").parse().unwrap())?;
+    socket.connect(target).await
+}
+
+/// Trickles a request head that never ends, a byte every `every`, until the server
+/// closes the connection (answers `Some(time it stayed open)`) or `give_up` passes.
+async fn trickle(mut stream: TcpStream, every: Duration, give_up: Duration) -> Option<Duration> {
+    let opened = Instant::now();
+    let head =
+        b"GET /health/live HTTP/1.1\r\nHost: test\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut buffer = [0u8; 256];
+    for byte in head.iter().cycle() {
+        if opened.elapsed() > give_up {
+            return None;
+        }
+        if stream.write_all(&[*byte]).await.is_err() {
+            return Some(opened.elapsed());
+        }
+        // A closed connection reads as end of stream (or the 408 actix sends first).
+        match tokio::time::timeout(every, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(opened.elapsed()),
+            Ok(Ok(_)) => {}
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+fn guarded(s: &mut seckill::configuration::Settings) {
+    s.workers = Some(2);
+    s.max_connections = 32;
+    s.max_connections_per_address = 8;
+    s.head_timeout_ms = 1_000;
+}
+
+#[sqlx::test]
+async fn one_address_holds_only_its_share_and_everyone_else_is_served(db: PgPool) {
+    let app = spawn_app_with(&db, guarded).await;
+    // The attacker: 200 connections from 127.0.0.2, each trickling a head that never
+    // ends, reopened as soon as one closes, for three seconds. Without the guard they
+    // would hold all 64 places of the two workers.
+    let attack_until = Instant::now() + Duration::from_secs(3);
+    let attackers = (0..200).map(|_| {
+        let app = &app;
+        async move {
+            while Instant::now() < attack_until {
+                if let Ok(stream) = connect_from("127.0.0.2", app).await {
+                    let left = attack_until.saturating_duration_since(Instant::now());
+                    trickle(stream, Duration::from_millis(100), left).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    // Everyone else, meanwhile: a shopper behind the trusted proxy, another client
+    // address, and the probes on their own listener, each answered as usual.
+    let others = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let token = app.token_for(1).await;
+        let item = app.open_item(10).await;
+        let purchase = app.post_seckill(&token, item, "10.80.0.1").await;
+        assert_eq!(purchase.status(), 200, "a purchase through the proxy");
+        let mut answers = Vec::new();
+        while Instant::now() < attack_until {
+            let mut other = connect_from("127.0.0.3", &app).await.expect("connects");
+            other
+                .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = String::new();
+            tokio::time::timeout(Duration::from_secs(2), other.read_to_string(&mut answer))
+                .await
+                .expect("another address is answered in time")
+                .unwrap();
+            answers.push(answer.starts_with("HTTP/1.1 200"));
+            let probe = app
+                .client
+                .get(format!("{}/health/live", app.probe_address))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .expect("the probe listener answers");
+            assert_eq!(probe.status(), 200);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        answers
+    };
+    let (_, answers) = tokio::join!(futures_util::future::join_all(attackers), others);
+    assert!(
+        !answers.is_empty() && answers.iter().all(|ok| *ok),
+        "{answers:?}"
+    );
+    let cut = |reason: &str| {
+        let app = &app;
+        let prefix = format!("seckill_connections_cut_total{{reason=\"{reason}\"}}");
+        async move { app.metric_sum(&prefix).await }
+    };
+    assert!(
+        cut("per_address").await > 0.0,
+        "the attacker was refused connections"
+    );
+    assert!(cut("head_timeout").await > 0.0, "trickled heads were cut");
+}
+
+/// However steadily the bytes come, a head must be complete within `head_timeout_ms`:
+/// the first on a connection, and a later one on a kept-alive connection too (actix's
+/// own deadline covers only the first).
+#[sqlx::test]
+async fn a_head_trickled_in_is_cut_at_its_deadline_on_a_kept_alive_connection_too(db: PgPool) {
+    let app = spawn_app_with(&db, guarded).await;
+    let first = connect_from("127.0.0.4", &app).await.unwrap();
+    let open_for = trickle(first, Duration::from_millis(100), Duration::from_secs(10))
+        .await
+        .expect("the first head is cut");
+    assert!(
+        open_for >= Duration::from_millis(900),
+        "cut at {open_for:?}, before its deadline"
+    );
+
+    let mut kept = connect_from("127.0.0.4", &app).await.unwrap();
+    kept.write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = [0u8; 512];
+    let read = kept.read(&mut buffer).await.unwrap();
+    assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+    let open_for = trickle(kept, Duration::from_millis(100), Duration::from_secs(10))
+        .await
+        .expect("the second head is cut");
+    assert!(
+        open_for >= Duration::from_millis(900),
+        "cut at {open_for:?}, before its deadline"
+    );
+
+    // The second cut is the guard's (actix may answer the first with its own 408).
+    eventually("the cut is counted", Duration::from_secs(5), || async {
+        let cut = app
+            .metric_sum("seckill_connections_cut_total{reason=\"head_timeout\"}")
+            .await;
+        (cut >= 1.0).then_some(())
+    })
+    .await;
+}
