@@ -91,6 +91,7 @@ pub async fn policies(
     responses(
         (status = 200, description = "The policy", body = PolicyView,
             headers(("ETag" = String, description = "The version, e.g. `\"3\"`, for `If-Match`"))),
+        (status = 400, description = "`VALIDATION_FAILED`: `name` is no policy name (1-32 characters of a-z 0-9 _ -)", body = crate::http::error::ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such policy"),
     ))]
 pub async fn policy(
