@@ -211,6 +211,26 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// Buys `item` as `user` from an address of the user's own (10.70.x.y), expecting
+    /// a 200; answers the user's token and the order's JSON.
+    pub async fn buy(&self, user: i64, item: i64) -> (String, serde_json::Value) {
+        let token = self.token_for(user).await;
+        let ip = format!("10.70.{}.{}", user / 250 % 250, user % 250);
+        let response = self.post_seckill(&token, item, &ip).await;
+        assert_eq!(response.status(), 200, "user {user} buys item {item}");
+        (token, json(response).await)
+    }
+
+    /// Waits until `rounds` more reconciler rounds have finished on this instance.
+    pub async fn until_reconciled(&self, rounds: u32) {
+        let metric = "seckill_reconciler_rounds_total";
+        let target = self.metric_sum(metric).await + f64::from(rounds);
+        eventually("reconciler rounds", Duration::from_secs(10), || async {
+            (self.metric_sum(metric).await >= target).then_some(())
+        })
+        .await;
+    }
+
     /// Waits until `item` has no pending reservation (see [`until_nothing_pending`]).
     pub async fn until_nothing_pending(&self, item: i64, what: &str, deadline: Duration) {
         until_nothing_pending(&self.settings, item, what, deadline).await

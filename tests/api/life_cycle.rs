@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::helpers::{eventually, failpoint_lock, json, pg_remaining, spawn_app_with, TestApp};
@@ -35,20 +34,6 @@ async fn order_call(
     request.send().await.expect("request sent")
 }
 
-/// Buys `item` as `user` (a fresh IP each) and answers the order's JSON.
-async fn buy(app: &TestApp, user: i64, item: i64) -> (String, Value) {
-    let token = app.token_for(user).await;
-    let response = app
-        .post_seckill(
-            &token,
-            item,
-            &format!("10.70.{}.{}", user / 250 % 250, user % 250),
-        )
-        .await;
-    assert_eq!(response.status(), 200, "user {user} buys item {item}");
-    (token, json(response).await)
-}
-
 async fn is_buyer(app: &TestApp, item: i64, user: i64) -> bool {
     let mut conn = app.redis().await;
     redis::cmd("SISMEMBER")
@@ -72,7 +57,7 @@ async fn order_row(db: &PgPool, order: &str) -> (String, bool) {
 async fn a_paid_order_stays_paid_and_only_pending_orders_move(db: PgPool) {
     let app = spawn_app_with(&db, patient).await;
     let item = app.open_item(5).await;
-    let (token, order) = buy(&app, 7_001, item).await;
+    let (token, order) = app.buy(7_001, item).await;
     assert_eq!(order["state"], "pending_payment");
     assert!(order["payBy"].is_string());
     let id = order["orderId"].as_str().unwrap();
@@ -126,7 +111,7 @@ async fn a_paid_order_stays_paid_and_only_pending_orders_move(db: PgPool) {
 async fn a_cancelled_order_gives_its_unit_back_once_and_lifts_sold_out(db: PgPool) {
     let app = spawn_app_with(&db, patient).await;
     let item = app.open_item(1).await;
-    let (token, order) = buy(&app, 7_101, item).await;
+    let (token, order) = app.buy(7_101, item).await;
     let id = order["orderId"].as_str().unwrap().to_string();
     let late = app.token_for(7_102).await;
     let refused = app.post_seckill(&late, item, "10.71.0.2").await;
@@ -174,7 +159,7 @@ async fn without_rebuys_a_released_shopper_cannot_buy_the_item_again(db: PgPool)
     })
     .await;
     let item = app.open_item(3).await;
-    let (token, order) = buy(&app, 7_201, item).await;
+    let (token, order) = app.buy(7_201, item).await;
     let id = order["orderId"].as_str().unwrap();
     assert_eq!(
         order_call(&app, &token, id, "cancel", None).await.status(),
@@ -193,7 +178,7 @@ async fn without_rebuys_a_released_shopper_cannot_buy_the_item_again(db: PgPool)
 async fn an_unpaid_order_expires_and_its_unit_comes_back(db: PgPool) {
     let app = spawn_app_with(&db, quick_expiry).await;
     let item = app.open_item(2).await;
-    let (token, order) = buy(&app, 7_301, item).await;
+    let (token, order) = app.buy(7_301, item).await;
     let id = order["orderId"].as_str().unwrap().to_string();
 
     eventually(
@@ -222,7 +207,7 @@ async fn a_sweeper_that_dies_between_the_stores_is_finished_by_the_next_without_
     let app = spawn_app_with(&db, quick_expiry).await;
     let item = app.open_item(1).await;
     let user = 7_401;
-    let (_, order) = buy(&app, user, item).await;
+    let (_, order) = app.buy(user, item).await;
     let id = order["orderId"].as_str().unwrap().to_string();
     let keys = app.item_keys(item);
 
@@ -280,7 +265,7 @@ async fn at_the_deadline_a_payment_and_the_sweeper_never_both_win(db: PgPool) {
     let item = app.open_item(orders).await;
     let mut placed = Vec::new();
     for user in 0..orders {
-        let (token, order) = buy(&app, 7_500 + user, item).await;
+        let (token, order) = app.buy(7_500 + user, item).await;
         let pay_by: chrono::DateTime<chrono::Utc> =
             order["payBy"].as_str().unwrap().parse().unwrap();
         placed.push((
@@ -340,9 +325,9 @@ async fn at_the_deadline_a_payment_and_the_sweeper_never_both_win(db: PgPool) {
 async fn operators_see_every_state_per_item_and_can_filter_by_it(db: PgPool) {
     let app = spawn_app_with(&db, patient).await;
     let item = app.open_item(5).await;
-    let (paying, paid) = buy(&app, 7_601, item).await;
-    let (cancelling, cancelled) = buy(&app, 7_602, item).await;
-    buy(&app, 7_603, item).await;
+    let (paying, paid) = app.buy(7_601, item).await;
+    let (cancelling, cancelled) = app.buy(7_602, item).await;
+    app.buy(7_603, item).await;
     let paid = paid["orderId"].as_str().unwrap();
     let cancelled = cancelled["orderId"].as_str().unwrap();
     assert_eq!(

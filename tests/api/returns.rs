@@ -14,21 +14,10 @@ fn quick_expiry(s: &mut seckill::configuration::Settings) {
     s.expiry_sweep_interval_ms = 50;
 }
 
-/// Buys `item` as `user` (a fresh IP each); answers the order id.
+/// Buys `item` as `user`; answers the order id.
 async fn buy(app: &TestApp, user: i64, item: i64) -> String {
-    let token = app.token_for(user).await;
-    let response = app
-        .post_seckill(
-            &token,
-            item,
-            &format!("10.90.{}.{}", user / 250 % 250, user % 250),
-        )
-        .await;
-    assert_eq!(response.status(), 200, "user {user} buys item {item}");
-    json(response).await["orderId"]
-        .as_str()
-        .expect("an order id")
-        .to_string()
+    let (_, order) = app.buy(user, item).await;
+    order["orderId"].as_str().expect("an order id").to_string()
 }
 
 async fn returned(db: &PgPool, order: &str) -> bool {
@@ -169,15 +158,7 @@ async fn a_reconciler_round_between_a_give_back_and_its_mark_changes_nothing(db:
         || async { (stock(&app, item).await == Some(units)).then_some(()) },
     )
     .await;
-    let rounds = app.metric_sum("seckill_reconciler_rounds_total").await;
-    eventually(
-        "three reconciler rounds",
-        Duration::from_secs(10),
-        || async {
-            (app.metric_sum("seckill_reconciler_rounds_total").await >= rounds + 3.0).then_some(())
-        },
-    )
-    .await;
+    app.until_reconciled(3).await;
     for order in &orders {
         assert!(
             !returned(&db, order).await,
@@ -203,15 +184,7 @@ async fn a_reconciler_round_between_a_give_back_and_its_mark_changes_nothing(db:
         })
         .await;
     }
-    let rounds = app.metric_sum("seckill_reconciler_rounds_total").await;
-    eventually(
-        "two more reconciler rounds",
-        Duration::from_secs(10),
-        || async {
-            (app.metric_sum("seckill_reconciler_rounds_total").await >= rounds + 2.0).then_some(())
-        },
-    )
-    .await;
+    app.until_reconciled(2).await;
     assert_eq!(stock(&app, item).await, Some(units));
     assert_eq!(pg_remaining(&db, item).await as i64, units);
     assert_eq!(
@@ -271,11 +244,7 @@ async fn every_key_of_an_item_expires_an_hour_after_its_last_payment_deadline(db
         keys.orders(),
         keys.returned(),
     ];
-    let rounds = app.metric_sum("seckill_reconciler_rounds_total").await;
-    eventually("a reconciler round", Duration::from_secs(10), || async {
-        (app.metric_sum("seckill_reconciler_rounds_total").await >= rounds + 1.0).then_some(())
-    })
-    .await;
+    app.until_reconciled(1).await;
     for key in must_exist {
         assert_eq!(
             redis_i64(&app, "PEXPIRETIME", &key).await,
