@@ -20,6 +20,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 mod phases;
+pub mod slowloris;
 mod stores;
 
 pub use phases::Phase;
@@ -184,7 +185,7 @@ impl Record {
 
 /// Why a request got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
+pub(crate) enum Failure {
     /// No connection could be made (refused, or the connect timed out): the request was
     /// never sent, so it certainly did nothing.
     Connect,
@@ -196,7 +197,7 @@ enum Failure {
 }
 
 impl Failure {
-    fn of(error: &reqwest::Error) -> Self {
+    pub(crate) fn of(error: &reqwest::Error) -> Self {
         if error.is_connect() {
             Self::Connect
         } else if error.is_timeout() {
@@ -207,7 +208,7 @@ impl Failure {
     }
 
     /// A failure while reading an answer already begun cannot be a connect failure.
-    fn or_lost(self) -> Self {
+    pub(crate) fn or_lost(self) -> Self {
         if self == Self::Connect {
             Self::Lost
         } else {
@@ -215,7 +216,7 @@ impl Failure {
         }
     }
 
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Connect => "connect",
             Self::Lost => "connection lost",
@@ -332,7 +333,7 @@ fn line(map: &BTreeMap<String, u64>) -> String {
         .join("  ")
 }
 
-fn ip_of(index: u32) -> String {
+pub(crate) fn ip_of(index: u32) -> String {
     format!(
         "10.{}.{}.{}",
         100 + (index >> 16) % 100,
@@ -611,7 +612,7 @@ fn summary_line(records: &[Record]) -> String {
         .join(" ")
 }
 
-async fn create_item(
+pub(crate) async fn create_item(
     client: &reqwest::Client,
     target: &str,
     stock: i64,
@@ -643,7 +644,7 @@ async fn create_item(
 /// Instances reload their item catalog every second: wait until each one lists the item.
 /// A target without a catalog (`/api/items` is 404: the bench's ceiling server) is not
 /// waited for.
-async fn wait_until_listed(
+pub(crate) async fn wait_until_listed(
     client: &reqwest::Client,
     targets: &[String],
     item: i64,
@@ -687,6 +688,15 @@ async fn tokens(
     target: &str,
 ) -> anyhow::Result<HashMap<i64, String>> {
     let users = (0..config.users).map(|i| config.first_user + i64::from(i));
+    login(client, target, users).await
+}
+
+/// A dev-login token for each of `users`, from `target`'s `POST /api/session`.
+pub(crate) async fn login(
+    client: &reqwest::Client,
+    target: &str,
+    users: impl Iterator<Item = i64>,
+) -> anyhow::Result<HashMap<i64, String>> {
     let fetched: Vec<anyhow::Result<(i64, String)>> = futures_util::stream::iter(users)
         .map(|user| async move {
             let response = client
@@ -709,7 +719,7 @@ async fn tokens(
     fetched.into_iter().collect()
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

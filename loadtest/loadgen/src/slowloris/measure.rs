@@ -1,0 +1,213 @@
+//! Everyone else, measured while the attack runs, in an open model: requests are sent on
+//! a fixed schedule whatever the answers take, each on a connection of its own (a new
+//! client, or a proxy opening a new upstream connection, must win a place like the
+//! attacker's sockets do). An answer not in time is a timeout, not a slow sample.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::{percentile, Failure};
+
+/// One request: when it was sent (from the start of the attack), how long it took, and
+/// what came of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    pub(crate) took: Duration,
+    pub(crate) outcome: Outcome,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    /// An HTTP answer, with the error envelope's code when it had one.
+    Answer {
+        status: u16,
+        code: Option<String>,
+    },
+    Failed(Failure),
+}
+
+impl Outcome {
+    fn label(&self) -> String {
+        match self {
+            Self::Answer { status, code: None } => status.to_string(),
+            Self::Answer {
+                status,
+                code: Some(code),
+            } => format!("{status} {code}"),
+            Self::Failed(failure) => format!("error {}", failure.as_str()),
+        }
+    }
+}
+
+/// Requests sent and answered so far, for the progress line.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) sent: AtomicU64,
+    pub(crate) answered: AtomicU64,
+}
+
+/// Sends `request(n)` at `rate` per second from `from` until `to`, and collects every
+/// sample (the last ones arrive up to the client's timeout after `to`).
+pub(crate) async fn open_model<F, Fut>(
+    rate: f64,
+    from: Instant,
+    to: Instant,
+    counts: Arc<Counts>,
+    request: F,
+) -> Vec<Sample>
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    let mut samples = Vec::new();
+    if rate <= 0.0 {
+        return samples;
+    }
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let mut in_flight = futures_util::stream::FuturesUnordered::new();
+    let mut next = from;
+    let mut n = 0;
+    tokio::time::sleep_until(from).await;
+    while next < to {
+        while next <= Instant::now() && next < to {
+            let sent = Instant::now();
+            let answer = request(n);
+            let counts = Arc::clone(&counts);
+            counts.sent.fetch_add(1, Ordering::Relaxed);
+            in_flight.push(tokio::spawn(async move {
+                let outcome = answer.await;
+                if matches!(outcome, Outcome::Answer { .. }) {
+                    counts.answered.fetch_add(1, Ordering::Relaxed);
+                }
+                Sample {
+                    took: sent.elapsed(),
+                    outcome,
+                }
+            }));
+            n += 1;
+            next += interval;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            Some(done) = in_flight.next() => samples.extend(done.ok()),
+        }
+    }
+    while let Some(done) = in_flight.next().await {
+        samples.extend(done.ok());
+    }
+    samples
+}
+
+/// What a request got, from reqwest's answer (the body read whole: a lost body is a
+/// lost answer).
+pub(crate) async fn outcome_of(response: reqwest::Result<reqwest::Response>) -> Outcome {
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => return Outcome::Failed(Failure::of(&e)),
+    };
+    let status = response.status().as_u16();
+    match response.bytes().await {
+        Ok(body) => {
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            Outcome::Answer {
+                status,
+                code: body["code"].as_str().map(str::to_string),
+            }
+        }
+        Err(e) => Outcome::Failed(Failure::of(&e).or_lost()),
+    }
+}
+
+/// One kind of request's figures. Percentiles are over every request sent, an
+/// unanswered one counting as slower than any answer: `None` when the percentile falls
+/// on one.
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    pub sent: u64,
+    pub answered: u64,
+    /// By status (and error code), or `error connect|connection lost|timeout`.
+    pub outcomes: BTreeMap<String, u64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub slowest_answer_ms: Option<f64>,
+}
+
+impl Figures {
+    pub(crate) fn of(samples: &[Sample]) -> Self {
+        let mut outcomes = BTreeMap::new();
+        for s in samples {
+            *outcomes.entry(s.outcome.label()).or_default() += 1;
+        }
+        let mut times: Vec<f64> = samples
+            .iter()
+            .map(|s| match s.outcome {
+                Outcome::Answer { .. } => s.took.as_secs_f64() * 1000.0,
+                Outcome::Failed(_) => f64::INFINITY,
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        let finite = |ms: f64| ms.is_finite().then_some(ms);
+        let answered = times.iter().filter(|t| t.is_finite()).count();
+        Self {
+            sent: samples.len() as u64,
+            answered: answered as u64,
+            outcomes,
+            p50_ms: if times.is_empty() {
+                None
+            } else {
+                finite(percentile(&times, 50.0))
+            },
+            p99_ms: if times.is_empty() {
+                None
+            } else {
+                finite(percentile(&times, 99.0))
+            },
+            max_ms: times.last().copied().and_then(finite),
+            slowest_answer_ms: answered.checked_sub(1).map(|i| times[i]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(ms: u64, outcome: Outcome) -> Sample {
+        Sample {
+            took: Duration::from_millis(ms),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn an_unanswered_request_is_slower_than_any_answer() {
+        let ok = || Outcome::Answer {
+            status: 200,
+            code: None,
+        };
+        let mut samples: Vec<_> = (1..=98).map(|ms| sample(ms, ok())).collect();
+        samples.push(sample(5, Outcome::Failed(Failure::Connect)));
+        samples.push(sample(10_000, Outcome::Failed(Failure::Timeout)));
+        let figures = Figures::of(&samples);
+        assert_eq!((figures.sent, figures.answered), (100, 98));
+        assert_eq!(figures.p50_ms, Some(50.0));
+        assert_eq!(figures.p99_ms, None, "the 99th is unanswered");
+        assert_eq!(figures.max_ms, None);
+        assert_eq!(figures.slowest_answer_ms, Some(98.0));
+        assert_eq!(figures.outcomes.get("error timeout"), Some(&1));
+        assert_eq!(figures.outcomes.get("200"), Some(&98));
+        let none = Figures::of(&[]);
+        assert_eq!(
+            (none.p50_ms, none.max_ms, none.slowest_answer_ms),
+            (None, None, None)
+        );
+    }
+}
