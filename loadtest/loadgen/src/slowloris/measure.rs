@@ -3,8 +3,9 @@
 //! client, or a proxy opening a new upstream connection, must win a place like the
 //! attacker's sockets do). An answer not in time is a timeout, not a slow sample.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +16,98 @@ use tokio::time::Instant;
 
 use crate::{percentile, Failure};
 
-/// One request: when it was sent (from the start of the attack), how long it took, and
-/// what came of it.
+/// What everyone else sends, where, and when.
+pub(crate) struct Traffic {
+    /// `GET /health/live` of the service and of the probe listener.
+    pub main_live: String,
+    pub probe_live: Option<String>,
+    /// `POST /seckill` of the service, buying `item` with `tokens[first_user + n]` from
+    /// address `first_ip + n`.
+    pub purchase: String,
+    pub item: i64,
+    pub tokens: HashMap<i64, String>,
+    pub first_user: i64,
+    pub first_ip: u32,
+    pub liveness_rate: f64,
+    pub purchase_rate: f64,
+    pub client_source: IpAddr,
+    pub timeout: Duration,
+    /// Requests are sent from `from` until `to`.
+    pub from: Instant,
+    pub to: Instant,
+}
+
+pub(crate) struct Measured {
+    pub main_live: Vec<Sample>,
+    pub probe_live: Vec<Sample>,
+    pub purchases: Vec<Sample>,
+}
+
+/// Sends and collects everyone else's requests, on a runtime (and a thread) of its own:
+/// the attacker's thousands of tasks keep the other runtime's threads busy, and a
+/// measured request queued behind them would time the tool, not the server. Counts
+/// progress in `counts` (main, probe, purchases).
+pub(crate) fn everyone_else(
+    traffic: Traffic,
+    counts: [Arc<Counts>; 3],
+) -> anyhow::Result<Measured> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        // A new connection per request.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(traffic.timeout)
+            .local_address(traffic.client_source)
+            .tcp_nodelay(true)
+            .build()?;
+        let get = |url: String| {
+            let client = client.clone();
+            move |_| {
+                let request = client.get(url.clone());
+                async move { outcome_of(request.send().await).await }
+            }
+        };
+        let (from, to) = (traffic.from, traffic.to);
+        let [main, probe, buys] = counts;
+        let main_live = open_model(
+            traffic.liveness_rate,
+            from,
+            to,
+            main,
+            get(traffic.main_live.clone()),
+        );
+        let probe_rate = if traffic.probe_live.is_some() {
+            traffic.liveness_rate
+        } else {
+            0.0
+        };
+        let probe_url = traffic.probe_live.clone().unwrap_or_default();
+        let probe_live = open_model(probe_rate, from, to, probe, get(probe_url));
+        let purchases = open_model(traffic.purchase_rate, from, to, buys, |n| {
+            let user = traffic.first_user + n as i64;
+            let token = traffic.tokens.get(&user).cloned().unwrap_or_default();
+            let request = client
+                .post(traffic.purchase.clone())
+                .bearer_auth(token)
+                .header(
+                    "X-Forwarded-For",
+                    crate::ip_of(traffic.first_ip.wrapping_add(n as u32)),
+                )
+                .json(&serde_json::json!({ "itemId": traffic.item }));
+            async move { outcome_of(request.send().await).await }
+        });
+        let (main_live, probe_live, purchases) = tokio::join!(main_live, probe_live, purchases);
+        Ok(Measured {
+            main_live,
+            probe_live,
+            purchases,
+        })
+    })
+}
+
+/// One request: how long it took, and what came of it.
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
     pub(crate) took: Duration,

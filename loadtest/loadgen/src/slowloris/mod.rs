@@ -17,14 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Serialize;
 use tokio::time::Instant;
 
 pub mod attack;
 pub mod measure;
+mod report;
 
-use attack::{Attack, AttackReport, Live};
-use measure::{open_model, outcome_of, Counts, Figures};
+use attack::{Attack, Live};
+use measure::{Counts, Figures, Traffic};
+pub use report::Report;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -51,25 +52,6 @@ pub struct Config {
     pub started_file: Option<PathBuf>,
     /// A progress line on stderr every 5 s.
     pub progress: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Report {
-    pub target: String,
-    pub probe_target: Option<String>,
-    pub item_id: i64,
-    /// From the first attacker connect to the last socket's close.
-    pub attack_seconds: f64,
-    /// The window the measured requests were sent in, from the start of the attack.
-    pub measured_from_s: f64,
-    pub measured_to_s: f64,
-    pub liveness_rate: f64,
-    pub purchase_rate: f64,
-    pub request_timeout_ms: u64,
-    pub liveness_main: Figures,
-    pub liveness_probe: Option<Figures>,
-    pub purchases: Figures,
-    pub attack: AttackReport,
 }
 
 /// `http://HOST:PORT[/...]` as a socket address; only a loopback IP literal is accepted,
@@ -122,16 +104,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let item = crate::create_item(&setup, &target, needed as i64 + 10, &config.admin_token).await?;
     crate::wait_until_listed(&setup, std::slice::from_ref(&target), item).await?;
     let users = config.first_user..config.first_user + needed as i64;
-    let tokens = Arc::new(crate::login(&setup, &target, users).await?);
+    let tokens = crate::login(&setup, &target, users).await?;
     drop(setup);
-
-    // Everyone else: a new connection per request.
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .timeout(config.request_timeout)
-        .local_address(config.client_source)
-        .tcp_nodelay(true)
-        .build()?;
 
     if let Some(path) = &config.started_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
@@ -169,64 +143,29 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .progress
         .then(|| tokio::spawn(progress(start, Arc::clone(&live), counts.clone())));
 
-    let main_live = {
-        let (client, url) = (client.clone(), format!("{target}/health/live"));
-        open_model(
-            config.liveness_rate,
-            measured_from,
-            measured_to,
-            Arc::clone(&counts[0]),
-            move |_| outcome_of_get(client.clone(), url.clone()),
-        )
+    let traffic = Traffic {
+        main_live: format!("{target}/health/live"),
+        probe_live: probe_target.as_ref().map(|p| format!("{p}/health/live")),
+        purchase: format!("{target}/seckill"),
+        item,
+        tokens,
+        first_user: config.first_user,
+        first_ip: config.first_ip,
+        liveness_rate: config.liveness_rate,
+        purchase_rate: config.purchase_rate,
+        client_source: config.client_source,
+        timeout: config.request_timeout,
+        from: measured_from,
+        to: measured_to,
     };
-    let probe_live = {
-        let (client, url) = (
-            client.clone(),
-            probe_target.as_ref().map(|p| format!("{p}/health/live")),
-        );
-        let rate = if url.is_some() {
-            config.liveness_rate
-        } else {
-            0.0
-        };
-        open_model(
-            rate,
-            measured_from,
-            measured_to,
-            Arc::clone(&counts[1]),
-            move |_| outcome_of_get(client.clone(), url.clone().unwrap_or_default()),
-        )
-    };
-    let purchases = {
-        let (client, url, tokens) = (
-            client.clone(),
-            format!("{target}/seckill"),
-            Arc::clone(&tokens),
-        );
-        let (first_user, first_ip) = (config.first_user, config.first_ip);
-        open_model(
-            config.purchase_rate,
-            measured_from,
-            measured_to,
-            Arc::clone(&counts[2]),
-            move |n| {
-                let token = tokens
-                    .get(&(first_user + n as i64))
-                    .cloned()
-                    .unwrap_or_default();
-                let request = client
-                    .post(url.clone())
-                    .bearer_auth(token)
-                    .header(
-                        "X-Forwarded-For",
-                        crate::ip_of(first_ip.wrapping_add(n as u32)),
-                    )
-                    .json(&serde_json::json!({ "itemId": item }));
-                async move { outcome_of(request.send().await).await }
-            },
-        )
-    };
-    let (main_live, probe_live, purchases) = tokio::join!(main_live, probe_live, purchases);
+    let (sender, measured) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("everyone-else".into())
+        .spawn(move || {
+            let _ = sender.send(measure::everyone_else(traffic, counts));
+        })
+        .context("starting the measuring thread")?;
+    let measured = measured.await.context("the measuring thread")?;
 
     live.stop();
     let mut slot_stats = Vec::with_capacity(slots.len());
@@ -239,6 +178,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         eprintln!();
     }
     let open_samples = sampler.await.context("the sampler")?;
+    let measured = measured?;
     Ok(Report {
         target,
         probe_target,
@@ -249,22 +189,14 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         liveness_rate: config.liveness_rate,
         purchase_rate: config.purchase_rate,
         request_timeout_ms: config.request_timeout.as_millis() as u64,
-        liveness_main: Figures::of(&main_live),
+        liveness_main: Figures::of(&measured.main_live),
         liveness_probe: config
             .probe_target
             .as_ref()
-            .map(|_| Figures::of(&probe_live)),
-        purchases: Figures::of(&purchases),
+            .map(|_| Figures::of(&measured.probe_live)),
+        purchases: Figures::of(&measured.purchases),
         attack: attack::report(&attack, slot_stats, &open_samples, attack_seconds),
     })
-}
-
-fn outcome_of_get(
-    client: reqwest::Client,
-    url: String,
-) -> impl std::future::Future<Output = measure::Outcome> + Send + 'static {
-    let request = client.get(url);
-    async move { outcome_of(request.send().await).await }
 }
 
 async fn progress(start: Instant, live: Arc<Live>, counts: [Arc<Counts>; 3]) {
@@ -289,78 +221,6 @@ async fn progress(start: Instant, live: Arc<Live>, counts: [Arc<Counts>; 3]) {
             c(2)
         );
     }
-}
-
-impl Report {
-    /// The summary table, on stdout.
-    pub fn print(&self) {
-        let a = &self.attack;
-        println!(
-            "slowloris: {} sockets from {} on {}, a byte every {} ms, {:.1} s; measured sends {:.0}-{:.0} s, timeout {} ms",
-            a.sockets,
-            a.source,
-            self.target,
-            a.byte_every_ms,
-            self.attack_seconds,
-            self.measured_from_s,
-            self.measured_to_s,
-            self.request_timeout_ms
-        );
-        println!(
-            "{:<16} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10}  outcomes",
-            "", "sent", "answered", "p50 ms", "p99 ms", "max ms", "slowest"
-        );
-        let mut rows = vec![("liveness main", &self.liveness_main)];
-        if let Some(probe) = &self.liveness_probe {
-            rows.push(("liveness probe", probe));
-        }
-        rows.push(("purchases", &self.purchases));
-        for (name, f) in rows {
-            println!(
-                "{name:<16} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10}  {}",
-                f.sent,
-                f.answered,
-                ms(f.p50_ms),
-                ms(f.p99_ms),
-                ms(f.max_ms),
-                ms(f.slowest_answer_ms),
-                counts(&f.outcomes)
-            );
-        }
-        println!(
-            "attacker: open at once mean {:.0} (min {}, max {}); connects {} ({:.0}/s), established {}, failed: {}",
-            a.held_open.mean,
-            a.held_open.min,
-            a.held_open.max,
-            a.connects_attempted,
-            a.connects_per_sec,
-            a.connects_established,
-            counts(&a.connect_failures)
-        );
-        println!(
-            "attacker: closed by the server {} (open for p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms); answers before the close: {}",
-            a.closed_by_server,
-            a.lifetime_ms.p50,
-            a.lifetime_ms.p90,
-            a.lifetime_ms.max,
-            counts(&a.answers_before_close)
-        );
-    }
-}
-
-/// A latency, or `unanswered` where the percentile falls on a request with no answer.
-fn ms(value: Option<f64>) -> String {
-    value.map_or_else(|| "unanswered".into(), |v| format!("{v:.1}"))
-}
-
-fn counts(map: &std::collections::BTreeMap<String, u64>) -> String {
-    if map.is_empty() {
-        return "-".into();
-    }
-    map.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("  ")
 }
 
 #[cfg(test)]
