@@ -2,7 +2,7 @@
 # `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
 # `make fuzz`: the parser fuzz targets (fuzz/, cargo-fuzz on stable), FUZZ_SECONDS (30) each;
 # fails on a crash (docs/testing.md, "Fuzzing"). Not part of `make test`.
-.PHONY: run run-cluster test fuzz bench soak services services-down services-status services-cluster services-cluster-down
+.PHONY: run run-cluster test fuzz bench soak slowloris services services-down services-status services-cluster services-cluster-down
 
 run:
 	scripts/run.sh
@@ -28,6 +28,11 @@ bench:
 # Load under faults, a few minutes (docs/soak.md); not part of `make test`.
 soak:
 	scripts/soak.sh
+
+# A minute of slowloris against one release instance, measured (docs/soak.md,
+# "Slowloris"); the end of `make soak` runs it too. SECKILL_BIN=... for another build.
+slowloris:
+	scripts/slowloris.sh
 
 services-status:
 	scripts/services.sh status

@@ -25,6 +25,8 @@
 # and the surviving instance may not grow by more than SOAK_RSS_GROWTH_MB from the end
 # of the warm-up to the end of the load. The summary (markdown) goes to
 # $SOAK_OUT/summary.md and stdout; docs/soak.md holds one from this machine.
+# Then, once the soak's own processes are stopped, scripts/slowloris.sh (a minute of
+# slowloris against an instance of its own, measured; output in $SOAK_OUT/slowloris).
 #
 # The defaults keep orders flowing through every fault. Each address sends every 10 s
 # (1200 addresses at 120/s), one more than the ip rule's 5 per 60 s admits, so the rule
@@ -35,7 +37,8 @@
 #   SOAK_SECONDS=180 SOAK_RATE=120 SOAK_USERS=20000 SOAK_IPS=1200 SOAK_STOCK=14000
 #   SOAK_MIX_RATE=40 (0: no mixed traffic) SOAK_PG_OUTAGE_SECONDS=5 SOAK_RSS_GROWTH_MB=32
 #   SOAK_OUT=target/soak scripts/soak.sh
-# Exits 0 when every check passed, 1 when one failed, 2 when the soak could not run.
+# Exits 0 when every check passed, 1 when one failed, 2 when the soak (or the slowloris)
+# could not run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -277,4 +280,9 @@ sys.exit(0 if ok and grown <= growth_mb else 1)
 PY
 cat "$OUT/summary.md"
 if [ "$rc" -eq 0 ]; then log "passed"; else log "FAILED (see $OUT/loadgen.txt, $OUT/summary.md)"; fi
+
+# The slowloris, on two cores of its own: the soak's instances and Redis stop first.
+cleanup
+SAMPLER_PID="" MIX_PID="" LOADGEN_PID="" APP_PIDS=("" "") REDIS_PID="" DB_NAME=""
+SLOWLORIS_OUT="$OUT/slowloris" scripts/slowloris.sh || { log "the slowloris could not run"; [ "$rc" -ne 0 ] || rc=2; }
 exit "$rc"
