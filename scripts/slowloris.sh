@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { echo "slowloris: $(date +%T) $*" >&2; }
 die() { log "error: $*"; exit 2; }
-# wait_for, stop_process, free_port, app_binary, start_app, make_database, drop_database
+# wait_for, stop_process, free_port, start_app, make_database, drop_database
 . scripts/lib.sh
 
 DURATION=${SLOWLORIS_SECONDS:-60}
@@ -39,9 +39,12 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ]; then
 fi
 
 eval "$(scripts/services.sh up 2>/dev/null)"
-APP=$(app_binary release)
-log "building the attacker (cargo build --release --locked -p loadgen --bin slowloris)"
-cargo build --release --locked -p loadgen --bin slowloris >&2
+# One workspace build, as soak.sh makes: the app built alone unifies the dependencies'
+# features differently, which rebuilt a good part of the tree after `make soak` (2 min 17 s).
+log "building release binaries (cargo build --release --locked --workspace --bins)"
+cargo build --release --locked --workspace --bins >&2
+APP=${SECKILL_BIN:-target/release/seckill}
+[ -x "$APP" ] || die "SECKILL_BIN=$APP is not executable"
 TOOL=target/release/slowloris
 
 DB_NAME="" APP_PID="" TOOL_PID="" SAMPLER_PID=""
