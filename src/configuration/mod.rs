@@ -70,13 +70,13 @@ pub struct Settings {
     /// until one closes. Resident memory follows open connections (about 15 kB each,
     /// docs/soak.md), so this is what bounds it: actix's own default is 25 000.
     pub max_connections: usize,
-    /// Connections one client address may hold open at once, over every worker (an IPv6
-    /// client counts by its /64); more are closed as they arrive. Trusted proxies are
-    /// exempt: their own limits apply (deploy/nginx). See `http::connections`.
+    /// Connections one client address (IPv6: its /64) may hold open over every worker;
+    /// more are closed as they arrive. Trusted proxies are exempt (`http::connections`).
     pub max_connections_per_address: u32,
-    /// Longest a request head may take to arrive, from the connection opening or the
-    /// previous answer, however slowly it trickles: then the connection ends. An idle
-    /// keep-alive connection ends after it too.
+    /// Connections the kernel queues per listener until accepted (≤ `net.core.somaxconn`).
+    pub listen_backlog: u32,
+    /// Longest a request head may take from the connection opening or the previous
+    /// answer, however it trickles; then the connection ends (an idle one too).
     pub head_timeout_ms: u64,
     /// Port of the probe listener (`/health/live`, `/health/ready`, `/metrics` on a
     /// worker and connections of their own, so they answer while the service's
@@ -222,6 +222,7 @@ impl Default for Settings {
             workers: None,
             max_connections: 2_048,
             max_connections_per_address: 64,
+            listen_backlog: 1_024,
             head_timeout_ms: 5_000,
             probe_port: 8_081,
             shutdown_timeout_secs: 10,

@@ -10,7 +10,7 @@ mod server;
 mod services;
 mod tasks;
 
-use std::net::TcpListener;
+use std::net::{TcpListener, ToSocketAddrs};
 
 use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
@@ -42,10 +42,10 @@ impl Application {
         settings.check_policy_scopes()?;
         let (services, commit_queue) = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services, commit_queue);
-        let listener = TcpListener::bind((settings.host.as_str(), settings.port))
+        let listener = bind(&settings.host, settings.port, settings.listen_backlog)
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
-        let probe_listener = TcpListener::bind((settings.host.as_str(), settings.probe_port))
+        let probe_listener = bind(&settings.host, settings.probe_port, settings.listen_backlog)
             .with_context(|| {
                 format!(
                     "binding {}:{} (probe_port)",
@@ -100,6 +100,25 @@ impl Application {
         probes.stop(true).await;
         stopped
     }
+}
+
+/// A listener on `host:port` whose accept queue holds `backlog` connections (the kernel
+/// caps it at `net.core.somaxconn`). std's own bind asks for 128, which a flood of
+/// connects from one address (each refused by the connection guard as it is accepted)
+/// overflows: the kernel then drops SYNs, and every client, not only the flooder, waits
+/// a second for its retransmission.
+fn bind(host: &str, port: u16, backlog: u32) -> anyhow::Result<TcpListener> {
+    let address = (host, port)
+        .to_socket_addrs()?
+        .next()
+        .with_context(|| format!("{host} names no address"))?;
+    let socket = match address {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket.listen(backlog)?.into_std()?)
 }
 
 /// Stops a running [`Application`]'s servers.

@@ -215,7 +215,9 @@ where
                 let signal = shutdown.clone();
                 async move { signal.notified().await }
             })
-            .client_request_timeout(head_timeout)
+            // The guard's deadline is the one that counts (and is counted); actix's own,
+            // for a connection's first request, stays behind it as a backstop.
+            .client_request_timeout(head_timeout + Duration::from_secs(1))
             .local_addr(addr)
             .on_connect_ext(|io: &Guarded<TcpStream>, data| {
                 data.insert(io.clock());
