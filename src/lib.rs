@@ -7,17 +7,18 @@
 //!   refuse unsafe ones, and the app's rate-limit policies.
 //! - [`http`]: the HTTP layer, the only one that knows actix: handlers, extractors, the
 //!   one error type and its mapping to responses, the rate-limit guard.
-//! - [`admin`]: rules stored in Postgres and applied at runtime; live counters of all instances.
-//! - [`sale`]: items, the purchase flow (reservation, pipeline, Postgres commit, repair).
+//! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime.
+//! - [`stats`]: live counters summed over all instances, for the dashboard.
+//! - [`sale`]: items, the purchase flow, orders, and keeping Redis honest.
 //! - [`identity`]: shopper tokens, admin tokens and the sign-in lockout.
 //! - [`limiter`]: the rate-limiter engine (policies, Lua scripts in `lua/`).
 //! - [`domain`]: parsed, trusted types (`UserId`, …).
 //! - [`store`]: the Postgres pool and the shared Redis connection.
-//! - [`metrics`]: the Prometheus registry.
+//! - [`metrics`]: the Prometheus registry, and the [`tally`] the dashboard reads.
 //! - [`background`]: the one way to run periodic work beside the server.
 //! - [`telemetry`]: the log format and level, from the settings.
+//! - [`vocabulary`]: the words every layer shares (outcomes, decisions, order states).
 
-pub mod admin;
 pub mod background;
 pub mod configuration;
 pub mod domain;
@@ -25,7 +26,11 @@ pub mod http;
 pub mod identity;
 pub mod limiter;
 pub mod metrics;
+pub mod rules;
 pub mod sale;
 pub mod startup;
+pub mod stats;
 pub mod store;
+pub mod tally;
 pub mod telemetry;
+pub mod vocabulary;

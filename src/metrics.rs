@@ -6,6 +6,9 @@
 //! values are known up front start at 0, so a fresh instance already shows every series.
 
 use prometheus::core::Collector;
+
+use crate::tally::Tally;
+use crate::vocabulary::{ConnectionCut, OrderState, Repair, TokenComparison, Word};
 use prometheus::proto::Metric;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -71,8 +74,7 @@ pub struct Metrics {
     /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
     /// Redis at all (validation, item state, the sold-out fast path).
     pub redis_calls: IntCounterVec,
-    /// Purchases by outcome. The sale owns the label values and resolves their series
-    /// (see `sale::Outcome`): metrics knows no domain words.
+    /// Purchases by outcome (`vocabulary::Outcome`); the sale resolves their series.
     pub sale_outcomes: IntCounterVec,
     /// `redis_calls` and `redis_errors` resolved per purpose (indexed by
     /// `RedisPurpose as usize`): the request path increments without a label lookup.
@@ -121,6 +123,9 @@ pub struct Metrics {
     /// `refused`): every comparison is a guess an attacker got to make, so the lockout
     /// is measured by how few of these a burst gets.
     pub admin_token_comparisons: IntCounterVec,
+    /// The same events as some of the series above, for the dashboard's stats flush
+    /// (`crate::stats`), which never reads the series back.
+    pub tally: Tally,
 }
 
 impl Metrics {
@@ -282,14 +287,15 @@ impl Metrics {
                 &["outcome"],
             )?,
             registry,
+            tally: Tally::default(),
         };
-        for to in ["paid", "cancelled", "expired"] {
-            metrics.order_transitions.with_label_values(&[to]);
+        for to in OrderState::moves() {
+            metrics.order_transitions.with_label_values(&[to.label()]);
         }
-        for reason in ["per_address", "head_timeout"] {
+        for reason in ConnectionCut::labels() {
             metrics.connections_cut.with_label_values(&[reason]);
         }
-        for kind in ["settled", "released", "drift", "rebuilt", "returned"] {
+        for kind in Repair::labels() {
             metrics.reconciler_repairs.with_label_values(&[kind]);
         }
         for pool in ["main", "commit"] {
@@ -297,7 +303,7 @@ impl Metrics {
                 metrics.db_pool.with_label_values(&[pool, state]);
             }
         }
-        for outcome in ["accepted", "refused"] {
+        for outcome in TokenComparison::labels() {
             metrics
                 .admin_token_comparisons
                 .with_label_values(&[outcome]);
@@ -325,12 +331,6 @@ impl Metrics {
 fn registered<M: Collector + Clone + 'static>(registry: &Registry, metric: M) -> anyhow::Result<M> {
     registry.register(Box::new(metric.clone()))?;
     Ok(metric)
-}
-
-/// Every series of a one-label counter, by its label value: what a scrape would read,
-/// read in-process, for callers that know the metric but not its label values.
-pub fn counters_by_label(counters: &IntCounterVec) -> Vec<(String, i64)> {
-    by_label(counters, |m| m.get_counter().get_value())
 }
 
 /// Every series of a one-label gauge (e.g. live stock per item), by its label value.

@@ -344,6 +344,31 @@ impl Settings {
         Duration::from_millis(self.readiness_timeout_ms)
     }
 
+    /// Refuses settings that are fine on a laptop and dangerous in production (see
+    /// [`safety`]); the error names the setting and says why.
+    pub fn check_production_safety(&self) -> Result<(), UnsafeSetting> {
+        safety::production(self)
+    }
+
+    /// Refuses timeouts under which the reconciler could undo a live purchase (see
+    /// [`safety`]).
+    pub fn check_timeouts(&self) -> anyhow::Result<()> {
+        safety::timeouts(self)
+    }
+
+    /// Refuses a configured `per_item` scope that every check of its policy would
+    /// answer with a 500 (see [`policies::check_scope`]).
+    pub fn check_policy_scopes(&self) -> Result<(), policies::ScopeNotAllowed> {
+        policies::check_scopes(self)
+    }
+
+    /// The policies the rules table is seeded with (see [`policies::seeds`]).
+    pub fn seed_policies(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::limiter::policy::PolicyConfig> {
+        policies::seeds(self)
+    }
+
     pub fn admin_endpoints_open(&self) -> bool {
         !self.admin_token.expose_secret().is_empty()
     }

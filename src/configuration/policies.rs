@@ -154,27 +154,26 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
     policies
 }
 
-impl Settings {
-    /// Refuses, at start-up, a configured `per_item` scope that every check of its
-    /// policy would answer with a 500 (see [`check_scope`]).
-    pub fn check_policy_scopes(&self) -> Result<(), ScopeNotAllowed> {
-        self.limiter
-            .policies
-            .iter()
-            .try_for_each(|(name, policy)| check_scope(name, policy.scope))
-    }
+/// Refuses, at start-up, a configured `per_item` scope that every check of its
+/// policy would answer with a 500 (see [`check_scope`]).
+pub(super) fn check_scopes(settings: &Settings) -> Result<(), ScopeNotAllowed> {
+    settings
+        .limiter
+        .policies
+        .iter()
+        .try_for_each(|(name, policy)| check_scope(name, policy.scope))
+}
 
-    /// The policies the rules table is seeded with: the configured ones, plus the
-    /// default of each policy the app's own routes use that the configuration leaves
-    /// out. A settings file's `[limiter.policies]` replaces the defaults whole, and a
-    /// route whose policy is missing could only answer 500.
-    pub fn seed_policies(&self) -> BTreeMap<String, PolicyConfig> {
-        let mut seeds = self.limiter.policies.clone();
-        for (name, default) in defaults() {
-            seeds.entry(name).or_insert(default);
-        }
-        seeds
+/// The policies the rules table is seeded with: the configured ones, plus the
+/// default of each policy the app's own routes use that the configuration leaves
+/// out. A settings file's `[limiter.policies]` replaces the defaults whole, and a
+/// route whose policy is missing could only answer 500.
+pub(super) fn seeds(settings: &Settings) -> BTreeMap<String, PolicyConfig> {
+    let mut seeds = settings.limiter.policies.clone();
+    for (name, default) in defaults() {
+        seeds.entry(name).or_insert(default);
     }
+    seeds
 }
 
 #[cfg(test)]

@@ -20,96 +20,94 @@ impl UnsafeSetting {
     }
 }
 
-impl Settings {
-    /// Refuses settings that are fine on a laptop and dangerous in production. The error
-    /// names the setting and says why.
-    pub fn check_production_safety(&self) -> Result<(), UnsafeSetting> {
-        if self.environment != Environment::Production {
-            return Ok(());
-        }
-        if self.dev_login_enabled() {
-            return Err(UnsafeSetting::new(
-                "SECKILL_DEV_LOGIN",
-                "must be off in production: it hands out tokens for any user id",
-            ));
-        }
-        let secret = self.jwt_secret.expose_secret();
-        if secret == LOCAL_JWT_SECRET {
-            return Err(UnsafeSetting::new(
-                "SECKILL_JWT_SECRET",
-                "is the local default, which is public",
-            ));
-        }
-        if secret.len() < 32 {
-            return Err(UnsafeSetting::new(
-                "SECKILL_JWT_SECRET",
-                "must be at least 32 bytes long",
-            ));
-        }
-        let admin = self.admin_token.expose_secret();
-        if admin.trim().is_empty() {
-            return Err(UnsafeSetting::new(
-                "SECKILL_ADMIN_TOKEN",
-                "must be set in production",
-            ));
-        }
-        if admin.split(',').any(|entry| {
-            entry.trim() == LOCAL_ADMIN_TOKEN
-                || entry.trim().ends_with(&format!(":{LOCAL_ADMIN_TOKEN}"))
-        }) {
-            return Err(UnsafeSetting::new(
-                "SECKILL_ADMIN_TOKEN",
-                "is the local default `dev-admin-token`, which is public",
-            ));
-        }
-        let tokens = named_secrets(&self.admin_token);
-        if tokens
-            .iter()
-            .any(|(_, secret)| secret.expose_secret().chars().count() < 32)
-        {
-            return Err(UnsafeSetting::new(
-                "SECKILL_ADMIN_TOKEN",
-                "every admin secret (the part after `name:`) must be at least 32 characters long",
-            ));
-        }
-        Ok(())
+/// Refuses settings that are fine on a laptop and dangerous in production. The error
+/// names the setting and says why.
+pub(super) fn production(settings: &Settings) -> Result<(), UnsafeSetting> {
+    if settings.environment != Environment::Production {
+        return Ok(());
     }
+    if settings.dev_login_enabled() {
+        return Err(UnsafeSetting::new(
+            "SECKILL_DEV_LOGIN",
+            "must be off in production: it hands out tokens for any user id",
+        ));
+    }
+    let secret = settings.jwt_secret.expose_secret();
+    if secret == LOCAL_JWT_SECRET {
+        return Err(UnsafeSetting::new(
+            "SECKILL_JWT_SECRET",
+            "is the local default, which is public",
+        ));
+    }
+    if secret.len() < 32 {
+        return Err(UnsafeSetting::new(
+            "SECKILL_JWT_SECRET",
+            "must be at least 32 bytes long",
+        ));
+    }
+    let admin = settings.admin_token.expose_secret();
+    if admin.trim().is_empty() {
+        return Err(UnsafeSetting::new(
+            "SECKILL_ADMIN_TOKEN",
+            "must be set in production",
+        ));
+    }
+    if admin.split(',').any(|entry| {
+        entry.trim() == LOCAL_ADMIN_TOKEN
+            || entry.trim().ends_with(&format!(":{LOCAL_ADMIN_TOKEN}"))
+    }) {
+        return Err(UnsafeSetting::new(
+            "SECKILL_ADMIN_TOKEN",
+            "is the local default `dev-admin-token`, which is public",
+        ));
+    }
+    let tokens = named_secrets(&settings.admin_token);
+    if tokens
+        .iter()
+        .any(|(_, secret)| secret.expose_secret().chars().count() < 32)
+    {
+        return Err(UnsafeSetting::new(
+            "SECKILL_ADMIN_TOKEN",
+            "every admin secret (the part after `name:`) must be at least 32 characters long",
+        ));
+    }
+    Ok(())
+}
 
-    /// Refuses timeouts under which the reconciler could undo a live purchase. After
-    /// the reservation, the pipeline takes at most one Redis timeout; the order's
-    /// transaction starts within one commit timeout (the queue) and its batch gives up
-    /// after another; the transaction then lives at most one more statement
-    /// (`statement_timeout`, which also bounds the COMMIT) and one idle gap
-    /// (`idle_in_transaction_session_timeout`) before Postgres ends it. The reservation
-    /// deadline must be later.
-    pub fn check_timeouts(&self) -> anyhow::Result<()> {
-        let longest_order = 2 * self.order_commit_timeout_ms
-            + self.database_statement_timeout_ms
-            + self.database_idle_in_transaction_timeout_ms
-            + self.redis_timeout_ms;
-        anyhow::ensure!(
-            self.reservation_deadline_ms > longest_order,
-            "reservation_deadline_ms ({}) must exceed 2 × order_commit_timeout_ms + \
-             database_statement_timeout_ms + database_idle_in_transaction_timeout_ms + \
-             redis_timeout_ms ({longest_order}), or the reconciler could undo a purchase \
-             whose order is still being committed",
-            self.reservation_deadline_ms
-        );
-        anyhow::ensure!(
-            self.token_ttl_secs <= self.token_max_lifetime_secs,
-            "token_ttl_secs ({}) must not exceed token_max_lifetime_secs ({}): the dev \
-             login would issue tokens the app refuses",
-            self.token_ttl_secs,
-            self.token_max_lifetime_secs
-        );
-        anyhow::ensure!(
-            self.database_statement_timeout_ms > 0
-                && self.database_idle_in_transaction_timeout_ms > 0,
-            "database_statement_timeout_ms and database_idle_in_transaction_timeout_ms \
-             must be positive (0 would turn the server-side timeouts off)"
-        );
-        Ok(())
-    }
+/// Refuses timeouts under which the reconciler could undo a live purchase. After
+/// the reservation, the pipeline takes at most one Redis timeout; the order's
+/// transaction starts within one commit timeout (the queue) and its batch gives up
+/// after another; the transaction then lives at most one more statement
+/// (`statement_timeout`, which also bounds the COMMIT) and one idle gap
+/// (`idle_in_transaction_session_timeout`) before Postgres ends it. The reservation
+/// deadline must be later.
+pub(super) fn timeouts(settings: &Settings) -> anyhow::Result<()> {
+    let longest_order = 2 * settings.order_commit_timeout_ms
+        + settings.database_statement_timeout_ms
+        + settings.database_idle_in_transaction_timeout_ms
+        + settings.redis_timeout_ms;
+    anyhow::ensure!(
+        settings.reservation_deadline_ms > longest_order,
+        "reservation_deadline_ms ({}) must exceed 2 × order_commit_timeout_ms + \
+         database_statement_timeout_ms + database_idle_in_transaction_timeout_ms + \
+         redis_timeout_ms ({longest_order}), or the reconciler could undo a purchase \
+         whose order is still being committed",
+        settings.reservation_deadline_ms
+    );
+    anyhow::ensure!(
+        settings.token_ttl_secs <= settings.token_max_lifetime_secs,
+        "token_ttl_secs ({}) must not exceed token_max_lifetime_secs ({}): the dev \
+         login would issue tokens the app refuses",
+        settings.token_ttl_secs,
+        settings.token_max_lifetime_secs
+    );
+    anyhow::ensure!(
+        settings.database_statement_timeout_ms > 0
+            && settings.database_idle_in_transaction_timeout_ms > 0,
+        "database_statement_timeout_ms and database_idle_in_transaction_timeout_ms \
+         must be positive (0 would turn the server-side timeouts off)"
+    );
+    Ok(())
 }
 
 /// A list of secrets as `SECKILL_ADMIN_TOKEN` spells it: comma-separated, each either

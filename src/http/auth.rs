@@ -12,8 +12,8 @@ use actix_web::http::header::AUTHORIZATION;
 use actix_web::middleware::Next;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 
-use super::client_ip::client_ip;
-use super::error::ApiError;
+use super::api_error::ApiError;
+use super::forwarded::client_ip;
 use crate::domain::UserId;
 use crate::identity::{Admin, AdminGuard, TokenKeys};
 

@@ -40,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::Metrics;
+use crate::vocabulary::ConnectionCut;
 
 /// How connections are held to account (settings `max_connections_per_address`,
 /// `head_timeout_ms`, `trusted_proxies`).
@@ -91,7 +92,7 @@ impl AddressSlots {
         let count = open.entry(address).or_insert(0);
         if *count >= self.limits.per_address {
             drop(open);
-            self.cut("per_address");
+            self.cut(ConnectionCut::PerAddress);
             return None;
         }
         *count += 1;
@@ -101,10 +102,10 @@ impl AddressSlots {
         }))
     }
 
-    fn cut(&self, reason: &str) {
+    fn cut(&self, reason: ConnectionCut) {
         self.metrics
             .connections_cut
-            .with_label_values(&[reason])
+            .with_label_values(&[reason.label()])
             .inc();
     }
 }
@@ -203,7 +204,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             if this.expired || this.timer.as_mut().poll(cx).is_ready() {
                 if !this.expired {
                     this.expired = true;
-                    this.slots.cut("head_timeout");
+                    this.slots.cut(ConnectionCut::HeadTimeout);
                 }
                 // End of stream: the dispatcher closes the connection.
                 return Poll::Ready(Ok(()));

@@ -7,7 +7,7 @@ use actix_web::http::header::{CONTENT_RANGE, CONTENT_TYPE, RANGE};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpResponse, Resource, ResponseError};
 
-use super::error::ApiError;
+use super::api_error::ApiError;
 
 /// Fallback for paths no route matches: our JSON 404 instead of actix's empty one.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -8,11 +8,11 @@
 //! attempt's answer; it keeps responses, which is why it is here and not in the sale.
 //! Nothing below this layer (sale, limiter, identity, admin, stores) imports actix.
 
+pub mod api_error;
 pub mod auth;
-pub mod client_ip;
 pub mod connections;
-pub mod error;
 pub mod fallback;
+pub mod forwarded;
 pub mod idempotency;
 pub mod json;
 pub mod openapi;
@@ -21,5 +21,5 @@ pub mod request_metrics;
 pub mod request_span;
 pub mod routes;
 
-pub use error::ApiError;
+pub use api_error::ApiError;
 pub use json::JsonBody;

@@ -44,7 +44,7 @@ const OPERATOR: &str = "admin_token";
         routes::session::me,
         routes::items::list,
         routes::seckill::purchase,
-        routes::seckill::my_orders,
+        routes::orders::my_orders,
         routes::orders::pay,
         routes::orders::cancel,
         routes::limited::limited,
@@ -60,7 +60,7 @@ const OPERATOR: &str = "admin_token";
         routes::admin::rules::update_policy,
         routes::admin::rules::audit,
     ),
-    components(schemas(crate::http::error::ErrorBody)),
+    components(schemas(crate::http::api_error::ErrorBody)),
     modifiers(&Shared),
     tags(
         (name = "shopper", description = "The sale as shoppers see it"),

@@ -23,9 +23,9 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 
+use super::api_error::ApiError;
 use super::auth::bearer_token;
-use super::client_ip::{client_id, client_ip};
-use super::error::ApiError;
+use super::forwarded::{client_id, client_ip};
 use crate::domain::{ClientId, ClientIp, UserId};
 use crate::identity::TokenKeys;
 use crate::limiter::{Admission, Algorithm, Caller, Limiter, Policy, Refusal};
@@ -60,9 +60,15 @@ fn quota_header(policy: &Policy, algorithm: Algorithm) -> Option<HeaderValue> {
     HeaderValue::from_str(policy.quota_header(algorithm)).ok()
 }
 
-impl Admission {
+/// The rate-limit headers of a limiter's answer (`RateLimit`, `RateLimit-Policy`,
+/// `X-RateLimit-*`, and for a refusal `Retry-After`, `Retry-After-Ms`).
+pub trait RateLimitHeaders {
+    fn write_headers(&self, headers: &mut HeaderMap);
+}
+
+impl RateLimitHeaders for Admission {
     /// Informational headers for a pass: the tightest rule's remaining count.
-    pub fn write_headers(&self, headers: &mut HeaderMap) {
+    fn write_headers(&self, headers: &mut HeaderMap) {
         insert(
             headers,
             "x-ratelimit-policy",
@@ -84,8 +90,8 @@ impl Admission {
     }
 }
 
-impl Refusal {
-    pub fn write_headers(&self, headers: &mut HeaderMap) {
+impl RateLimitHeaders for Refusal {
+    fn write_headers(&self, headers: &mut HeaderMap) {
         let longest = self.retry_after_ms();
         insert(headers, "retry-after", longest.div_ceil(1000).into());
         insert(headers, "retry-after-ms", longest.into());

@@ -19,7 +19,7 @@ use tracing::field::Empty;
 use tracing::{Level, Span};
 use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
 
-use super::client_ip::TrustedProxies;
+use super::forwarded::TrustedProxies;
 
 pub struct RequestSpan;
 
@@ -73,7 +73,7 @@ mod tests {
     use tracing_subscriber::Layer;
 
     use super::*;
-    use crate::http::client_ip::TrustedProxies;
+    use crate::http::forwarded::TrustedProxies;
 
     /// Keeps the `http.client_ip` of every span opened on this thread.
     struct ClientIps(Arc<Mutex<Vec<String>>>);

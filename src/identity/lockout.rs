@@ -14,7 +14,7 @@ use redis::Script;
 use crate::domain::ClientIp;
 use crate::limiter::Clock;
 use crate::metrics::RedisPurpose;
-use crate::store::redis::RedisCallError;
+use crate::store::redis_store::RedisCallError;
 use crate::store::RedisStore;
 
 pub struct SignInLockout {

@@ -4,9 +4,9 @@
 //! tokens within the sign-in lockout. The HTTP side (the `Shopper` extractor, the admin
 //! middleware) is in `crate::http::auth`.
 
-mod admin;
+mod admin_tokens;
 pub mod lockout;
 mod token;
 
-pub use admin::{Admin, AdminGuard, AdminTokens, SignInError};
+pub use admin_tokens::{Admin, AdminGuard, AdminTokens, SignInError};
 pub use token::{IssuedToken, TokenKeys, TokenRules};

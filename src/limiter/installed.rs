@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use prometheus::{Histogram, IntCounter};
+use prometheus::Histogram;
 
 use super::{Algorithm, Policy, PolicySet};
 use crate::metrics::Metrics;
+use crate::tally::{Counted, Counter};
+use crate::vocabulary::Decision;
 
 /// The policies in force, each with its metric handles resolved, and the generation
 /// that the denial cache stamps its entries with.
@@ -22,12 +24,12 @@ pub(super) struct Installed {
 pub(super) struct Enforced {
     pub(super) policy: Arc<Policy>,
     /// Per rule: `limiter_decisions{outcome="pass"}`, `{outcome="reject"}`, and
-    /// `limiter_local_refusals`.
-    pub(super) passes: Vec<IntCounter>,
-    pub(super) rejects: Vec<IntCounter>,
-    pub(super) local_refusals: Vec<IntCounter>,
-    pub(super) fail_open: IntCounter,
-    pub(super) fail_closed: IntCounter,
+    /// `limiter_local_refusals`, each with its tally cell.
+    pub(super) passes: Vec<Counter>,
+    pub(super) rejects: Vec<Counter>,
+    pub(super) local_refusals: Vec<Counter>,
+    pub(super) fail_open: Counter,
+    pub(super) fail_closed: prometheus::IntCounter,
     /// Per algorithm (indexed by `Algorithm as usize`).
     pub(super) latency: [Histogram; Algorithm::ALL.len()],
 }
@@ -38,24 +40,52 @@ impl Installed {
             .iter()
             .map(|policy| {
                 let name = policy.name.as_str();
-                let per_rule = |counters: &prometheus::IntCounterVec, outcome: Option<&str>| {
+                let decisions = |decision: Decision| {
                     policy
                         .rules
                         .iter()
-                        .map(|rule| match outcome {
-                            Some(outcome) => {
-                                counters.with_label_values(&[name, rule.name.as_str(), outcome])
-                            }
-                            None => counters.with_label_values(&[name, rule.name.as_str()]),
+                        .map(|rule| {
+                            let labels = [name, rule.name.as_str(), decision.label()];
+                            let counted = Counted::Decision {
+                                policy: name.to_string(),
+                                rule: rule.name.clone(),
+                                decision,
+                            };
+                            Counter::new(
+                                metrics.limiter_decisions.with_label_values(&labels),
+                                metrics.tally.cell(counted),
+                            )
                         })
                         .collect()
                 };
+                let local_refusals = policy
+                    .rules
+                    .iter()
+                    .map(|rule| {
+                        let counted = Counted::LocalRefusal {
+                            policy: name.to_string(),
+                            rule: rule.name.clone(),
+                        };
+                        Counter::new(
+                            metrics
+                                .limiter_local_refusals
+                                .with_label_values(&[name, rule.name.as_str()]),
+                            metrics.tally.cell(counted),
+                        )
+                    })
+                    .collect();
+                let fail_open = Counter::new(
+                    metrics.limiter_fail_open.with_label_values(&[name]),
+                    metrics.tally.cell(Counted::FailOpen {
+                        policy: name.to_string(),
+                    }),
+                );
                 let enforced = Enforced {
                     policy: Arc::clone(policy),
-                    passes: per_rule(&metrics.limiter_decisions, Some("pass")),
-                    rejects: per_rule(&metrics.limiter_decisions, Some("reject")),
-                    local_refusals: per_rule(&metrics.limiter_local_refusals, None),
-                    fail_open: metrics.limiter_fail_open.with_label_values(&[name]),
+                    passes: decisions(Decision::Pass),
+                    rejects: decisions(Decision::Reject),
+                    local_refusals,
+                    fail_open,
                     fail_closed: metrics.limiter_fail_closed.with_label_values(&[name]),
                     latency: Algorithm::ALL.map(|a| {
                         metrics

@@ -8,7 +8,7 @@
 //! - `per_item`: `<prefix>:{<partition>}:limit:<policy>:<algorithm>:<rule>:<value>`, for
 //!   example `seckill:{item:7}:limit:seckill:sliding_window:user:42`. The engine knows
 //!   no item: the caller supplies a [`Partition`] (the sale hands over its item's own
-//!   hash tag, `item:<id>`, see `sale::redis::keys`), so a policy's keys for one
+//!   hash tag, `item:<id>`, see `sale::stock::item_keys`), so a policy's keys for one
 //!   partition share one slot with whatever else the application keeps under that tag,
 //!   and different partitions spread over the shards. Every rule is then counted per
 //!   partition, a literal one included. A per-partition policy checked without a

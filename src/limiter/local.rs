@@ -3,134 +3,132 @@
 //! refused, or filled to the last slot).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::backend::Decision;
-use super::denial::{Probe, Seen};
+use super::denial::{DenialCache, Probe, Seen};
 use super::installed::Enforced;
-use super::{Algorithm, Limiter, Refusal};
-use crate::metrics::RedisPurpose;
+use super::{Algorithm, Refusal};
 
-impl Limiter {
-    /// When some key's denial expired: a key like that is probed by one request at a
-    /// time; the others wait for its answer, at most the limiter's timeout, and look
-    /// again. A live denial found then refuses locally (the first such rule answers,
-    /// with the longest of their waits, each no later than Redis's own). Returns the
-    /// probes this request holds, to be settled with Redis's answer.
-    pub(super) async fn consult_denials<'k>(
-        &'k self,
-        enforced: &Enforced,
-        algorithm: Algorithm,
-        keys: &'k [String],
-        generation: u64,
-    ) -> Result<Vec<Probe<'k>>, Refusal> {
-        if !self.denials.is_enabled() {
-            return Ok(Vec::new());
-        }
-        let deadline = tokio::time::Instant::now() + self.redis.timeout(RedisPurpose::Limiter);
-        loop {
-            let now = self.clock.local_us(self.epoch);
-            let mut refusal: Option<Refusal> = None;
-            let mut probing = None;
-            let mut expired = Vec::new();
-            for (rule, key) in keys.iter().enumerate() {
-                match self.denials.seen(key, now, generation) {
-                    Seen::Refused { wait_us } => {
-                        let wait = whole_ms(wait_us);
-                        match refusal.as_mut() {
-                            Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
-                            None => {
-                                refusal = Some(Refusal {
-                                    policy: Arc::clone(&enforced.policy),
-                                    algorithm,
-                                    rule,
-                                    own_wait_ms: wait,
-                                    longest_wait_ms: wait,
-                                    local: true,
-                                })
-                            }
+/// When some key's denial expired: a key like that is probed by one request at a time;
+/// the others wait for its answer, at most `patience` (the limiter's timeout), and look
+/// again. A live denial found then refuses locally (the first such rule answers, with
+/// the longest of their waits, each no later than Redis's own). Returns the probes this
+/// request holds, to be settled with Redis's answer. `now_us` is the limiter's clock.
+pub(super) async fn consult<'k>(
+    denials: &'k DenialCache,
+    now_us: impl Fn() -> i64,
+    patience: Duration,
+    enforced: &Enforced,
+    algorithm: Algorithm,
+    keys: &'k [String],
+    generation: u64,
+) -> Result<Vec<Probe<'k>>, Refusal> {
+    if !denials.is_enabled() {
+        return Ok(Vec::new());
+    }
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let now = now_us();
+        let mut refusal: Option<Refusal> = None;
+        let mut probing = None;
+        let mut expired = Vec::new();
+        for (rule, key) in keys.iter().enumerate() {
+            match denials.seen(key, now, generation) {
+                Seen::Refused { wait_us } => {
+                    let wait = whole_ms(wait_us);
+                    match refusal.as_mut() {
+                        Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
+                        None => {
+                            refusal = Some(Refusal {
+                                policy: Arc::clone(&enforced.policy),
+                                algorithm,
+                                rule,
+                                own_wait_ms: wait,
+                                longest_wait_ms: wait,
+                                local: true,
+                            })
                         }
                     }
-                    Seen::Probing(notify) => {
-                        probing.get_or_insert((key, notify));
-                    }
-                    Seen::Expired => expired.push(key),
-                    Seen::Unknown => {}
                 }
-            }
-            if let Some(refusal) = refusal {
-                return Err(refusal);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(Vec::new()); // waited long enough: just ask Redis
-            }
-            if let Some((key, notify)) = probing {
-                let notified = notify.notified();
-                // Registered before looking again, so an answer in between is not missed.
-                if self.denials.is_probing(key, &notify) {
-                    let _ = tokio::time::timeout_at(deadline, notified).await;
+                Seen::Probing(notify) => {
+                    probing.get_or_insert((key, notify));
                 }
-                continue;
+                Seen::Expired => expired.push(key),
+                Seen::Unknown => {}
             }
-            let probes: Vec<Probe<'k>> = expired
-                .iter()
-                .filter_map(|key| self.denials.claim(key, now, generation))
-                .collect();
-            if probes.len() == expired.len() {
-                return Ok(probes);
-            }
-            // Someone claimed one first: drop ours (handing them on) and look again.
         }
+        if let Some(refusal) = refusal {
+            return Err(refusal);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(Vec::new()); // waited long enough: just ask Redis
+        }
+        if let Some((key, notify)) = probing {
+            let notified = notify.notified();
+            // Registered before looking again, so an answer in between is not missed.
+            if denials.is_probing(key, &notify) {
+                let _ = tokio::time::timeout_at(deadline, notified).await;
+            }
+            continue;
+        }
+        let probes: Vec<Probe<'k>> = expired
+            .iter()
+            .filter_map(|key| denials.claim(key, now, generation))
+            .collect();
+        if probes.len() == expired.len() {
+            return Ok(probes);
+        }
+        // Someone claimed one first: drop ours (handing them on) and look again.
     }
+}
 
-    /// Teaches the denial cache what Redis answered. A refusal is recorded for the
-    /// refusing rule's key, and so is an admission that took a rule's last slot: that
-    /// key is full until its next slot opens. A probe's key is forgotten only when the
-    /// answer shows it has room (the tightest rule still had some left, or the probe's
-    /// rule came before the tightest and so had more); otherwise (another rule refused
-    /// and its own state is unknown) the next request probes.
-    pub(super) fn learn(
-        &self,
-        decision: &Decision,
-        keys: &[String],
-        probes: Vec<Probe<'_>>,
-        started_us: i64,
-        generation: u64,
-    ) {
-        let (full, wait_ms) = match *decision {
-            Decision::Refused {
-                rule,
-                retry_after_ms,
-                ..
-            } => (Some(rule), retry_after_ms),
+/// Teaches the denial cache what Redis answered. A refusal is recorded for the
+/// refusing rule's key, and so is an admission that took a rule's last slot: that
+/// key is full until its next slot opens. A probe's key is forgotten only when the
+/// answer shows it has room (the tightest rule still had some left, or the probe's
+/// rule came before the tightest and so had more); otherwise (another rule refused
+/// and its own state is unknown) the next request probes.
+pub(super) fn learn(
+    denials: &DenialCache,
+    decision: &Decision,
+    keys: &[String],
+    probes: Vec<Probe<'_>>,
+    started_us: i64,
+    generation: u64,
+) {
+    let (full, wait_ms) = match *decision {
+        Decision::Refused {
+            rule,
+            retry_after_ms,
+            ..
+        } => (Some(rule), retry_after_ms),
+        Decision::Admitted {
+            tightest,
+            remaining,
+            next_slot_ms,
+        } => ((remaining <= 0).then_some(tightest), next_slot_ms),
+    };
+    if let Some(rule) = full {
+        denials.insert(
+            &keys[rule],
+            started_us.saturating_add(wait_ms.max(1).saturating_mul(1000)),
+            generation,
+        );
+    }
+    for probe in probes {
+        // The tightest rule is the first with the fewest left: an earlier rule has
+        // more than it, a later one at least as many.
+        let has_room = match *decision {
+            Decision::Refused { .. } => false,
             Decision::Admitted {
                 tightest,
                 remaining,
-                next_slot_ms,
-            } => ((remaining <= 0).then_some(tightest), next_slot_ms),
+                ..
+            } => remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest),
         };
-        if let Some(rule) = full {
-            self.denials.insert(
-                &keys[rule],
-                started_us.saturating_add(wait_ms.max(1).saturating_mul(1000)),
-                generation,
-            );
-        }
-        for probe in probes {
-            // The tightest rule is the first with the fewest left: an earlier rule has
-            // more than it, a later one at least as many.
-            let has_room = match *decision {
-                Decision::Refused { .. } => false,
-                Decision::Admitted {
-                    tightest,
-                    remaining,
-                    ..
-                } => {
-                    remaining > 0 || keys.iter().position(|key| key == probe.key()) < Some(tightest)
-                }
-            };
-            if has_room {
-                probe.forget();
-            }
+        if has_room {
+            probe.forget();
         }
     }
 }

@@ -257,9 +257,17 @@ impl Limiter {
         let probes = if contended {
             // Boxed: waiting on another request's probe is rare, and its future would
             // otherwise enlarge every check's.
-            Box::pin(self.consult_denials(&enforced, algorithm, &keys, generation))
-                .await
-                .map_err(|refusal| refuse_locally(refusal, &enforced))?
+            Box::pin(local::consult(
+                &self.denials,
+                || self.clock.local_us(self.epoch),
+                self.redis.timeout(RedisPurpose::Limiter),
+                &enforced,
+                algorithm,
+                &keys,
+                generation,
+            ))
+            .await
+            .map_err(|refusal| refuse_locally(refusal, &enforced))?
         } else {
             Vec::new()
         };
@@ -305,7 +313,14 @@ impl Limiter {
                 // When the waits started: the send, less how far into its millisecond
                 // the clock that counted them was.
                 let started_us = sent_us - app_late_us - reply.late_us;
-                self.learn(&reply.decision, &keys, probes, started_us, generation);
+                local::learn(
+                    &self.denials,
+                    &reply.decision,
+                    &keys,
+                    probes,
+                    started_us,
+                    generation,
+                );
                 return record(&enforced, algorithm, reply.decision)
                     .map(|admission| (admission, followed));
             }

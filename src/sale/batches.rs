@@ -1,7 +1,8 @@
 //! The committer's side of group commit (see [`super::committer`]): what one batch of
 //! orders costs, and what is cleared in Redis once it is written.
 //!
-//! It holds only what a batch needs (the commit pool, Redis, the timeout), apart from
+//! It holds only what a batch needs (the commit pool, the reservations' Redis side, the
+//! timeout), apart from
 //! the purchase flow that queues the orders.
 
 use std::sync::Arc;
@@ -12,15 +13,15 @@ use sqlx::PgPool;
 use super::committer::{self, Batching, Queue};
 use super::failpoints::crash_point;
 use super::item::ItemId;
-use super::postgres::{self, NewOrder};
-use super::redis::{PendingReservation, SaleRedis};
+use super::records::{self, NewOrder};
+use super::stock::{PendingReservation, Reservations};
 use crate::metrics::Metrics;
 
 pub struct BatchWriter {
     /// Order commits only: reads and admin work use another pool and can never make a
     /// commit wait for a connection.
     pub(super) commit_pool: PgPool,
-    pub(super) redis: Arc<SaleRedis>,
+    pub(super) reservations: Arc<Reservations>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) commit_timeout: Duration,
     /// How long a new order has to be paid.
@@ -52,7 +53,7 @@ impl BatchWriter {
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let outcomes = postgres::commit_orders(
+        let outcomes = records::commit_orders(
             &self.commit_pool,
             &orders,
             self.commit_timeout,
@@ -72,12 +73,12 @@ impl BatchWriter {
             .collect();
         settled.sort_by_key(|(item, _)| *item);
         if !settled.is_empty() {
-            let redis = Arc::clone(&self.redis);
+            let reservations = Arc::clone(&self.reservations);
             tokio::spawn(async move {
                 for group in settled.chunk_by(|a, b| a.0 == b.0) {
                     let item = group[0].0;
-                    let reservations: Vec<_> = group.iter().map(|(_, r)| *r).collect();
-                    if let Err(e) = redis.settle(item, &reservations).await {
+                    let pending: Vec<_> = group.iter().map(|(_, r)| *r).collect();
+                    if let Err(e) = reservations.settle(item, &pending).await {
                         tracing::warn!(item.id = %item, error = %format!("{e:#}"), "could not clear pending reservations");
                     }
                 }

@@ -72,7 +72,7 @@ impl Catalog {
 
     pub async fn reload(&self, pool: &PgPool) -> anyhow::Result<()> {
         let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
-        let items = super::postgres::all_items(pool).await?;
+        let items = super::records::all_items(pool).await?;
         self.install(ticket, items);
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! orders of one item were serial (~1 100/s). Here a single task takes whatever is
 //! queued, up to `max_batch`, as soon as the previous batch has returned: at low load a
 //! batch is one order and costs one transaction, as before; under a stampede the cost
-//! per order falls with the batch size (see [`super::postgres::commit_orders`]).
+//! per order falls with the batch size (see [`super::records::commit_orders`]).
 //!
 //! The committer answers every order it takes, within its batch's bounds. An order it
 //! never took (the process stops) gets an in-doubt answer, never a failure: a failure
@@ -16,7 +16,7 @@ use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::postgres::{CommitError, NewOrder, Order};
+use super::records::{CommitError, NewOrder, Order};
 
 /// What became of one order.
 pub type Outcome = Result<Order, CommitError>;
@@ -168,7 +168,7 @@ mod tests {
             user_id: order.user,
             item_id: order.item,
             created_at: Utc::now(),
-            state: crate::sale::postgres::OrderState::PendingPayment,
+            state: crate::vocabulary::OrderState::PendingPayment,
             pay_by: None,
         })
     }

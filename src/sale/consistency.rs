@@ -6,39 +6,42 @@
 //! items on sale. A series is dropped when its item's
 //! sale ends, so the label set grows with the items on sale, not with every item ever.
 
-use std::sync::Arc;
-
 use chrono::Utc;
 use prometheus::IntGaugeVec;
-use sqlx::PgPool;
 
 use super::catalog::Catalog;
 use super::item::ItemId;
-use super::postgres::{self, OrderState};
-use super::redis::SaleRedis;
-use crate::metrics::Metrics;
+use super::parts::SaleParts;
+use super::records;
+use crate::vocabulary::OrderState;
 
 pub struct ConsistencyExport {
-    pub(super) pool: PgPool,
-    pub(super) redis: Arc<SaleRedis>,
-    pub(super) catalog: Arc<Catalog>,
-    pub(super) metrics: Arc<Metrics>,
+    parts: SaleParts,
 }
 
 impl ConsistencyExport {
+    pub fn new(parts: &SaleParts) -> Self {
+        Self {
+            parts: parts.clone(),
+        }
+    }
+
     /// One export of every item on sale.
     pub async fn run(&self) -> anyhow::Result<()> {
-        let items = self.catalog.unended(Utc::now());
+        let SaleParts {
+            pool,
+            redis,
+            catalog,
+            metrics,
+            ..
+        } = &self.parts;
+        let items = catalog.unended(Utc::now());
         let ids: Vec<_> = items.iter().map(|i| i.id).collect();
-        retain_item_series(
-            &self.catalog,
-            &self.metrics.consistency_postgres_orders,
-            &ids,
-        );
-        retain_item_series(&self.catalog, &self.metrics.consistency_redis_success, &ids);
+        retain_item_series(catalog, &metrics.consistency_postgres_orders, &ids);
+        retain_item_series(catalog, &metrics.consistency_redis_success, &ids);
         let mut by_state = std::collections::HashMap::new();
         for id in ids {
-            let states = postgres::order_state_counts(&self.pool, id).await?;
+            let states = records::order_state_counts(pool, id).await?;
             for (state, count) in &states {
                 *by_state.entry(*state).or_insert(0) += count;
             }
@@ -48,20 +51,20 @@ impl ConsistencyExport {
                 .filter(|(state, _)| state.is_live())
                 .map(|(_, count)| count)
                 .sum();
-            let success = self.redis.success_count(id).await?;
+            let success = redis.success_count(id).await?;
             let label = id.to_string();
-            self.metrics
+            metrics
                 .consistency_postgres_orders
                 .with_label_values(&[&label])
                 .set(orders);
-            self.metrics
+            metrics
                 .consistency_redis_success
                 .with_label_values(&[&label])
                 .set(success);
         }
         for state in OrderState::ALL {
-            let count = by_state.get(&state).copied().unwrap_or(0);
-            self.metrics
+            let count = by_state.get(state).copied().unwrap_or(0);
+            metrics
                 .orders_by_state
                 .with_label_values(&[state.as_str()])
                 .set(count);

@@ -6,7 +6,9 @@
 //! answers (`Reservation`, `CommitError`) are mapped into it where the purchase flow
 //! reads them. Clients and dashboards depend on these words: they never change.
 
-use prometheus::{IntCounter, IntCounterVec};
+use crate::metrics::Metrics;
+use crate::tally::{Counted, Counter};
+pub use crate::vocabulary::Outcome;
 use uuid::Uuid;
 
 /// Why a purchase did not produce an order (the limiter's refusals aside: they are the
@@ -103,80 +105,27 @@ pub enum Replayable {
     No,
 }
 
-/// How a purchase ended: the label of `seckill_sale_outcomes_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    SoldOut,
-    AlreadyPurchased,
-    NotStarted,
-    Ended,
-    Paused,
-    NotFound,
-    RateLimited,
-    LimiterUnavailable,
-    OrderFailed,
-    OrderPending,
-    /// An `Idempotency-Key` retry answered without running the purchase again.
-    IdempotentReplay,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 12] = [
-        Self::Created,
-        Self::SoldOut,
-        Self::AlreadyPurchased,
-        Self::NotStarted,
-        Self::Ended,
-        Self::Paused,
-        Self::NotFound,
-        Self::RateLimited,
-        Self::LimiterUnavailable,
-        Self::OrderFailed,
-        Self::OrderPending,
-        Self::IdempotentReplay,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Created => "created",
-            Self::SoldOut => "sold_out",
-            Self::AlreadyPurchased => "already_purchased",
-            Self::NotStarted => "not_started",
-            Self::Ended => "ended",
-            Self::Paused => "paused",
-            Self::NotFound => "not_found",
-            Self::RateLimited => "rate_limited",
-            Self::LimiterUnavailable => "limiter_unavailable",
-            Self::OrderFailed => "order_failed",
-            Self::OrderPending => "order_pending",
-            Self::IdempotentReplay => "idempotent_replay",
-        }
-    }
-}
-
-/// `seckill_sale_outcomes_total` resolved per outcome once, so that counting one costs
-/// no label lookup; resolving them also makes every series exist at 0 from the start.
-pub struct OutcomeCounters([IntCounter; Outcome::ALL.len()]);
+/// `seckill_sale_outcomes_total` and the dashboard's tally resolved per outcome once,
+/// so that counting one costs no label lookup; resolving them also makes every series
+/// exist at 0 from the start.
+pub struct OutcomeCounters(Vec<Counter>);
 
 impl OutcomeCounters {
-    pub fn new(outcomes: &IntCounterVec) -> Self {
-        Self(Outcome::ALL.map(|outcome| outcomes.with_label_values(&[outcome.label()])))
+    pub fn new(metrics: &Metrics) -> Self {
+        Self(
+            Outcome::ALL
+                .iter()
+                .map(|outcome| {
+                    Counter::new(
+                        metrics.sale_outcomes.with_label_values(&[outcome.label()]),
+                        metrics.tally.cell(Counted::Purchase(*outcome)),
+                    )
+                })
+                .collect(),
+        )
     }
 
     pub fn count(&self, outcome: Outcome) {
         self.0[outcome as usize].inc();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outcomes_are_listed_in_their_own_order() {
-        for (index, outcome) in Outcome::ALL.into_iter().enumerate() {
-            assert_eq!(outcome as usize, index, "{outcome:?}");
-        }
     }
 }

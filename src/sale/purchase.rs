@@ -1,5 +1,7 @@
-//! The purchase flow, steps 1 to 6 of the [module docs](super): the only code on the
-//! request path of `POST /seckill` below the HTTP layer.
+//! The purchase flow, the steps of the [module docs](super): the only code on the
+//! request path of `POST /seckill` below the HTTP layer. [`Purchases`] holds what a
+//! purchase needs: the shared parts, the limiter, the reservation scripts, the commit
+//! pool and this instance's committer.
 //!
 //! The reservation, the success pipeline and the commit each run in a `debug` span with
 //! the item and the step's outcome, so a slow or failing step can be told apart without
@@ -12,14 +14,22 @@ use chrono::Utc;
 use tracing::{field, Instrument, Span};
 use uuid::Uuid;
 
+use sqlx::PgPool;
+
+use super::batches::BatchWriter;
+use super::committer::Committer;
+use super::error::OutcomeCounters;
 use super::failpoints::crash_point;
 use super::item::{Item, ItemId, SalePhase};
-use super::postgres::{self, CommitError, NewOrder, Order};
-use super::redis::{limiter_partition, PendingReservation, Reservation, Undo};
-use super::{Outcome, Replayable, Sale, SaleError};
+use super::parts::SaleParts;
+use super::records::{self, CommitError, NewOrder, Order};
+use super::stock::{
+    limiter_partition, PendingReservation, Reservation, ReservationOptions, Reservations, Undo,
+};
+use super::{Outcome, Replayable, SaleError};
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
-use crate::limiter::{Admission, Caller, Rejection, Scope};
+use crate::limiter::{Admission, Caller, Limiter, Rejection, Scope};
 
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
@@ -59,7 +69,69 @@ impl PurchaseFailure {
     }
 }
 
-impl Sale {
+/// What a purchase needs besides the shared parts (settings `order_commit_timeout_ms`,
+/// `payment_deadline_secs`, `reservation_deadline_ms`, `reservation_replica_wait_ms`).
+pub struct PurchaseOptions {
+    /// Order commits only: reads and admin work use the parts' pool and can never make
+    /// a commit wait for a connection.
+    pub commit_pool: PgPool,
+    /// Hands orders to the one committer of this instance (group commit).
+    pub committer: Committer,
+    pub limiter: Arc<Limiter>,
+    pub reservations: ReservationOptions,
+    /// Longest a purchase waits for the committer to start its order, and longest a
+    /// batch may take before its outcome counts as unknown.
+    pub commit_timeout: std::time::Duration,
+    /// How long a new order has to be paid.
+    pub pay_within: std::time::Duration,
+}
+
+pub struct Purchases {
+    parts: SaleParts,
+    commit_pool: PgPool,
+    committer: Committer,
+    limiter: Arc<Limiter>,
+    reservations: Arc<Reservations>,
+    outcomes: OutcomeCounters,
+    commit_timeout: std::time::Duration,
+    pay_within: std::time::Duration,
+}
+
+impl Purchases {
+    pub fn new(parts: &SaleParts, options: PurchaseOptions) -> Self {
+        Self {
+            reservations: Arc::new(Reservations::new(parts.redis.clone(), options.reservations)),
+            outcomes: OutcomeCounters::new(&parts.metrics),
+            parts: parts.clone(),
+            commit_pool: options.commit_pool,
+            committer: options.committer,
+            limiter: options.limiter,
+            commit_timeout: options.commit_timeout,
+            pay_within: options.pay_within,
+        }
+    }
+
+    pub fn commit_pool(&self) -> &PgPool {
+        &self.commit_pool
+    }
+
+    /// Orders waiting for the committer (read at scrape time).
+    pub fn commit_queue_len(&self) -> usize {
+        self.committer.queued()
+    }
+
+    /// The writer of the committer's batches (see [`super::committer`]), for the
+    /// committer's loop.
+    pub fn batch_writer(&self) -> BatchWriter {
+        BatchWriter {
+            commit_pool: self.commit_pool.clone(),
+            reservations: Arc::clone(&self.reservations),
+            metrics: Arc::clone(&self.parts.metrics),
+            commit_timeout: self.commit_timeout,
+            pay_within: self.pay_within,
+        }
+    }
+
     /// Step 1: the answers that need no Redis call and no quota. A refusal here is
     /// counted as the purchase's outcome.
     pub fn precheck(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
@@ -71,7 +143,11 @@ impl Sale {
     }
 
     fn check_open(&self, item_id: ItemId) -> Result<Arc<Item>, SaleError> {
-        let item = self.catalog.get(item_id).ok_or(SaleError::ItemNotFound)?;
+        let item = self
+            .parts
+            .catalog
+            .get(item_id)
+            .ok_or(SaleError::ItemNotFound)?;
         match item.phase(Utc::now()) {
             SalePhase::NotStarted => return Err(SaleError::NotStarted),
             SalePhase::Ended => return Err(SaleError::Ended),
@@ -80,7 +156,7 @@ impl Sale {
         if item.paused {
             return Err(SaleError::Paused);
         }
-        if self.sold_out.is_sold_out(item.id) {
+        if self.parts.sold_out.is_sold_out(item.id) {
             return Err(SaleError::SoldOut);
         }
         Ok(item)
@@ -107,7 +183,7 @@ impl Sale {
             .limiter
             .policy(SECKILL_POLICY)
             .filter(|policy| policy.scope == Scope::PerItem)
-            .map(|_| self.redis.reserve_after_limit(item, user, order_id));
+            .map(|_| self.reservations.reserve_after_limit(item, user, order_id));
         let result = async {
             let (admission, reserved) = self
                 .limiter
@@ -173,7 +249,10 @@ impl Sale {
         let pipeline_span =
             tracing::debug_span!("pipeline", item.id = %item.id, outcome = field::Empty);
         let pipeline = async {
-            let recorded = self.redis.record_success(item.id, user, order_id).await;
+            let recorded = self
+                .reservations
+                .record_success(item.id, user, order_id)
+                .await;
             if let Err(e) = recorded {
                 self.repair(item, reservation, Undo::Release).await;
                 return Err(SaleError::OrderFailed(e));
@@ -215,8 +294,8 @@ impl Sale {
         let mut rebuilt = false;
         let reserved = loop {
             let reserved = match in_limiter_call.take() {
-                Some(reply) => self.redis.reserved_after_limit(item, &reply).await,
-                None => self.redis.reserve(item, user, order).await,
+                Some(reply) => self.reservations.reserved_after_limit(item, &reply).await,
+                None => self.reservations.reserve(item, user, order).await,
             }
             .map_err(SaleError::OrderFailed)?;
             if reserved != Reservation::Missing || rebuilt {
@@ -224,7 +303,7 @@ impl Sale {
             }
             tracing::warn!(item.id = %item.id, "stock missing in redis, rebuilding from postgres");
             // Boxed, as the rebuild's Postgres reads are large futures and rare.
-            Box::pin(self.restore(item))
+            Box::pin(self.parts.rebuild(item))
                 .await
                 .map_err(SaleError::OrderFailed)?;
             rebuilt = true;
@@ -245,7 +324,7 @@ impl Sale {
             reserved,
             Reservation::Reserved { remaining: 0 } | Reservation::SoldOut
         ) {
-            Box::pin(self.sold_out.announce(item.id, true)).await;
+            Box::pin(self.parts.sold_out.announce(item.id, true)).await;
         }
         answer
     }
@@ -266,7 +345,7 @@ impl Sale {
             user,
             item: item.id,
         };
-        let timer = self.metrics.order_commit.start_timer();
+        let timer = self.parts.metrics.order_commit.start_timer();
         let start_by = tokio::time::Instant::now() + self.commit_timeout;
         let outcome = self.committer.commit(order, start_by).await;
         timer.observe_duration();
@@ -277,7 +356,7 @@ impl Sale {
                 Err(SaleError::SoldOut)
             }
             Err(CommitError::AlreadyPurchased) => {
-                let existing_order = postgres::order_of(&self.pool, user, item.id)
+                let existing_order = records::order_of(&self.parts.pool, user, item.id)
                     .await
                     .ok()
                     .flatten()
@@ -288,7 +367,7 @@ impl Sale {
             }
             Err(CommitError::Failed(e)) => {
                 if is_pool_timeout(&e) {
-                    self.metrics.commit_pool_timeouts.inc();
+                    self.parts.metrics.commit_pool_timeouts.inc();
                 }
                 self.repair(item, reservation, Undo::Release).await;
                 Err(SaleError::OrderFailed(e))
@@ -303,7 +382,11 @@ impl Sale {
                     "order commit in doubt: left pending for the reconciler"
                 );
                 if let Some(txid) = txid {
-                    if let Err(e) = self.redis.note_in_doubt(item.id, reservation, txid).await {
+                    if let Err(e) = self
+                        .reservations
+                        .note_in_doubt(item.id, reservation, txid)
+                        .await
+                    {
                         tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");
                     }
                 }
@@ -314,8 +397,13 @@ impl Sale {
 
     /// Undoes a reservation and tells every instance when stock came back.
     async fn repair(&self, item: &Item, reservation: PendingReservation, how: Undo) {
-        match self.redis.undo(item.id, reservation, how).await {
-            Ok(true) => self.sold_out.announce(item.id, how == Undo::SoldOut).await,
+        match self.reservations.undo(item.id, reservation, how).await {
+            Ok(true) => {
+                self.parts
+                    .sold_out
+                    .announce(item.id, how == Undo::SoldOut)
+                    .await
+            }
             Ok(false) => {} // already settled elsewhere
             Err(e) => tracing::error!(
                 item.id = %item.id, user.id = %reservation.user, error = %format!("{e:#}"),

@@ -29,17 +29,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use chrono::Utc;
-use sqlx::PgPool;
 
-use super::catalog::Catalog;
 use super::item::{Item, SalePhase};
-use super::life_cycle::Sweeper;
-use super::postgres::{self, TxStatus};
-use super::redis::{SaleRedis, Undo};
-use super::sold_out::SoldOut;
-use crate::metrics::{Metrics, RedisPurpose};
+use super::parts::SaleParts;
+use super::records::{self, TxStatus};
+use super::stock::{Repairs, ReservationOptions, Reservations, Undo};
+use super::sweeper::Sweeper;
+use crate::vocabulary::Repair;
 
 /// How long a released unit may wait for the sweeper before the reconciler gives it
 /// back itself: far longer than a sweep takes, so the two rarely meet (and when they
@@ -50,67 +47,53 @@ const STALE_RETURN: chrono::Duration = chrono::Duration::minutes(1);
 const STALE_BATCH: i64 = 500;
 
 pub struct Reconciler {
-    pub(super) pool: PgPool,
-    pub(super) redis: Arc<SaleRedis>,
-    pub(super) catalog: Arc<Catalog>,
-    pub(super) sold_out: Arc<SoldOut>,
-    pub(super) metrics: Arc<Metrics>,
-    /// Whether a released order's buyer may buy again (then Redis forgets them).
-    pub(super) rebuy: bool,
+    parts: SaleParts,
+    repairs: Repairs,
+    /// Undoes and settles overdue reservations, as the purchase path would have.
+    reservations: Reservations,
     /// The one way units go back to Redis.
-    pub(super) sweeper: Sweeper,
+    sweeper: Sweeper,
 }
 
 impl Reconciler {
-    /// Runs at start-up and then every `interval`, forever; `instance` names this
-    /// process in the lock.
+    /// `reservations` must be the purchase path's own options: the reconciler undoes
+    /// what the purchase path reserved.
+    pub fn new(parts: &SaleParts, reservations: ReservationOptions) -> Self {
+        Self {
+            repairs: Repairs::new(parts.redis.clone(), parts.lifetime),
+            reservations: Reservations::new(parts.redis.clone(), reservations),
+            sweeper: Sweeper::new(parts),
+            parts: parts.clone(),
+        }
+    }
+
+    /// Runs at start-up and then every `interval`, forever, on one instance at a time
+    /// (`leader::run_led`); `instance` names this process in the lock.
     pub async fn run(self, interval: Duration, instance: String) {
         let reconciler = Arc::new(self);
-        crate::background::every("reconciler", interval, || {
+        let redis = reconciler.parts.redis.store().clone();
+        super::leader::run_led("reconciler", interval, redis, instance, || {
             let reconciler = Arc::clone(&reconciler);
-            let instance = instance.clone();
             async move {
-                let leading = reconciler
-                    .lead_reconciliation(interval, &instance)
-                    .await
-                    .context("reconciler lock unavailable")?;
-                if leading {
-                    reconciler.reconcile().await.context("reconciliation")?;
-                    reconciler.metrics.reconciler_rounds.inc();
-                }
+                reconciler.reconcile().await?;
+                reconciler.parts.metrics.reconciler_rounds.inc();
                 Ok(())
             }
         })
         .await
     }
 
-    /// Takes the reconciler lock for one interval; false when another instance holds it.
-    async fn lead_reconciliation(
-        &self,
-        interval: Duration,
-        instance: &str,
-    ) -> anyhow::Result<bool> {
-        let store = self.redis.store();
-        let mut lock = ::redis::cmd("SET");
-        lock.arg(format!("{}:reconciler:lock", store.prefix()))
-            .arg(instance)
-            .arg("NX")
-            .arg("PX")
-            .arg(interval.as_millis().max(1) as u64);
-        let taken: Option<String> = store.call(RedisPurpose::Other, &lock).await?;
-        Ok(taken.is_some())
-    }
-
     /// One round over every item whose keys still live.
     pub async fn reconcile(&self) -> anyhow::Result<()> {
-        self.catalog.reload(&self.pool).await?;
+        let parts = &self.parts;
+        parts.catalog.reload(&parts.pool).await?;
         let now = Utc::now();
-        for item in self.catalog.all() {
-            if self.redis.keys_expire_at(&item) <= now {
+        for item in parts.catalog.all() {
+            if parts.lifetime.expire_at(&item) <= now {
                 continue;
             }
             self.settle_overdue(&item).await?;
-            self.redis.stamp_expiry(&item).await?;
+            self.repairs.stamp_expiry(&item).await?;
             self.return_stale(&item).await?;
             self.check_drift(&item).await?;
         }
@@ -120,8 +103,8 @@ impl Reconciler {
     /// Gives back the units of `item` released more than [`STALE_RETURN`] ago that
     /// Redis still has not had back (the sweeper is the one that should have).
     async fn return_stale(&self, item: &Item) -> anyhow::Result<()> {
-        let stale = postgres::unreturned(
-            &self.pool,
+        let stale = records::unreturned(
+            &self.parts.pool,
             item.id,
             STALE_BATCH,
             Some(Utc::now() - STALE_RETURN),
@@ -131,24 +114,25 @@ impl Reconciler {
             return Ok(());
         }
         self.sweeper.give_back(&stale).await?;
-        self.metrics
+        self.parts
+            .metrics
             .reconciler_repairs
-            .with_label_values(&["returned"])
+            .with_label_values(&[Repair::Returned.label()])
             .inc_by(stale.len() as u64);
         tracing::warn!(item.id = %item.id, orders = stale.len(), "released units the sweeper had not given back: returned");
         Ok(())
     }
 
     async fn settle_overdue(&self, item: &Item) -> anyhow::Result<()> {
-        let overdue = self.redis.overdue(item.id).await?;
-        let in_doubt = self.redis.in_doubt(item.id, &overdue).await?;
+        let overdue = self.repairs.overdue(item.id).await?;
+        let in_doubt = self.repairs.in_doubt(item.id, &overdue).await?;
         for (reservation, txid) in overdue.into_iter().zip(in_doubt) {
-            if postgres::order_by_id(&self.pool, reservation.order)
+            if records::order_by_id(&self.parts.pool, reservation.order)
                 .await?
                 .is_some()
             {
-                self.redis.settle(item.id, &[reservation]).await?;
-                self.count_repair("settled");
+                self.reservations.settle(item.id, &[reservation]).await?;
+                self.count_repair(Repair::Settled);
                 tracing::info!(item.id = %item.id, user.id = %reservation.user, "pending reservation had its order: settled");
             } else {
                 // No order visible. A COMMIT that went unanswered is asked about: it may
@@ -156,21 +140,25 @@ impl Reconciler {
                 // still be running. Without a record the transaction is over: Postgres's
                 // own timeouts end it before the reservation deadline.
                 let status = match txid {
-                    Some(txid) => postgres::transaction_status(&self.pool, txid).await?,
+                    Some(txid) => records::transaction_status(&self.parts.pool, txid).await?,
                     None => TxStatus::Aborted,
                 };
                 if status != TxStatus::Aborted {
                     tracing::info!(item.id = %item.id, order.id = %reservation.order, ?status, "in-doubt commit not over yet: asking again next round");
                     continue;
                 }
-                if self.redis.undo(item.id, reservation, Undo::Release).await? {
-                    self.count_repair("released");
+                if self
+                    .reservations
+                    .undo(item.id, reservation, Undo::Release)
+                    .await?
+                {
+                    self.count_repair(Repair::Released);
                     tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
-                    self.sold_out.announce(item.id, false).await;
+                    self.parts.sold_out.announce(item.id, false).await;
                 }
             }
             if txid.is_some() {
-                self.redis.forget_in_doubt(item.id, reservation).await?;
+                self.repairs.forget_in_doubt(item.id, reservation).await?;
             }
         }
         Ok(())
@@ -180,42 +168,54 @@ impl Reconciler {
     /// pending, on its buyers and success counter too (with reservations in flight those
     /// two depend on how far each purchase got; the next quiet round repairs them).
     async fn check_drift(&self, item: &Item) -> anyhow::Result<()> {
-        let snapshot = self.redis.stock_snapshot(item.id).await?;
+        let snapshot = self.repairs.stock_snapshot(item.id).await?;
         let Some(stock) = snapshot.stock else {
             if item.phase(Utc::now()) == SalePhase::Ended {
                 // Nothing can be sold any more: the keys stay gone, Postgres has the rest.
                 return Ok(());
             }
-            super::restore(&self.pool, &self.redis, item, self.rebuy).await?;
-            self.count_repair("rebuilt");
+            self.parts.rebuild(item).await?;
+            self.count_repair(Repair::Rebuilt);
             tracing::warn!(item.id = %item.id, "stock counter was missing: rebuilt from postgres");
             return Ok(());
         };
         let pending_orders: Vec<_> = snapshot.pending.iter().map(|r| r.order).collect();
-        let (orders, committed_pending) =
-            postgres::order_counts(&self.pool, item.id, &pending_orders, &snapshot.returning)
-                .await?;
+        let (orders, committed_pending) = records::order_counts(
+            &self.parts.pool,
+            item.id,
+            &pending_orders,
+            &snapshot.returning,
+        )
+        .await?;
         let uncommitted = snapshot.pending.len() as i64 - committed_pending;
         let expected = i64::from(item.total_stock) - orders - uncommitted;
         // With nothing pending, every buyer holds an order and the counter counts them.
         // Counts, not members: comparing a big set member by member would cost Redis and
         // Postgres a full read every round.
         // Without rebuys a released order's buyer stays marked: count them too.
-        let buyers = if self.rebuy {
+        let buyers = if self.parts.rebuy {
             orders
         } else {
-            postgres::buyer_count(&self.pool, item.id).await?
+            records::buyer_count(&self.parts.pool, item.id).await?
         };
         let sold_drifted = snapshot.pending.is_empty()
             && (snapshot.buyers != buyers || snapshot.success != orders);
         let sold = if sold_drifted {
-            Some(postgres::buyers(&self.pool, item.id, self.rebuy, &snapshot.returning).await?)
+            Some(
+                records::buyers(
+                    &self.parts.pool,
+                    item.id,
+                    self.parts.rebuy,
+                    &snapshot.returning,
+                )
+                .await?,
+            )
         } else {
             None
         };
         if (stock != expected || sold_drifted)
             && self
-                .redis
+                .repairs
                 .repair_if_unmoved(
                     item.id,
                     &snapshot,
@@ -224,21 +224,22 @@ impl Reconciler {
                 )
                 .await?
         {
-            self.count_repair("drift");
+            self.count_repair(Repair::Drift);
             tracing::warn!(
                 item.id = %item.id, redis = stock, expected, orders, uncommitted,
                 redis_buyers = snapshot.buyers, redis_success = snapshot.success,
                 "drift repaired"
             );
-            self.sold_out.announce(item.id, expected <= 0).await;
+            self.parts.sold_out.announce(item.id, expected <= 0).await;
         }
         Ok(())
     }
 
-    fn count_repair(&self, kind: &str) {
-        self.metrics
+    fn count_repair(&self, kind: Repair) {
+        self.parts
+            .metrics
             .reconciler_repairs
-            .with_label_values(&[kind])
+            .with_label_values(&[kind.label()])
             .inc();
     }
 }

@@ -25,8 +25,8 @@ use tracing_actix_web::TracingLogger;
 
 use super::services::Services;
 use crate::configuration::Settings;
-use crate::http::client_ip::TrustedProxies;
 use crate::http::connections::{AddressSlots, ConnectionLimits, Guarded};
+use crate::http::forwarded::TrustedProxies;
 use crate::http::request_span::RequestSpan;
 use crate::http::routes::health::ReadinessTimeout;
 use crate::http::routes::openapi::OpenApiJson;
@@ -59,17 +59,23 @@ pub(super) fn start(
         metrics,
         limiter,
         rules,
-        sale,
+        items,
+        purchases,
+        orders,
         idempotency,
         admin_guard,
         stats,
+        sale: _,
+        reservations: _,
     } = services;
     let pool = web::Data::new(pool);
     let redis = web::Data::new(redis);
     let keys = web::Data::new(keys);
     let metrics_data = web::Data::from(Arc::clone(&metrics));
     let limiter = web::Data::from(limiter);
-    let sale = web::Data::from(sale);
+    let items = web::Data::from(items);
+    let purchases = web::Data::from(purchases);
+    let orders = web::Data::from(orders);
     let idempotency = web::Data::new(idempotency);
     let admin_guard = web::Data::new(admin_guard);
     let rules = web::Data::from(rules);
@@ -94,8 +100,12 @@ pub(super) fn start(
     let request_spans = tracing::level_filters::LevelFilter::current() >= tracing::Level::DEBUG;
     let service = {
         let metrics = metrics_data.clone();
-        let (pool, redis, readiness, sale) =
-            (pool.clone(), redis.clone(), readiness.clone(), sale.clone());
+        let (pool, redis, readiness, purchases) = (
+            pool.clone(),
+            redis.clone(),
+            readiness.clone(),
+            purchases.clone(),
+        );
         move || {
             App::new()
                 .wrap(actix_web::middleware::from_fn(
@@ -117,7 +127,9 @@ pub(super) fn start(
                 .app_data(metrics.clone())
                 .app_data(limiter.clone())
                 .app_data(proxies.clone())
-                .app_data(sale.clone())
+                .app_data(items.clone())
+                .app_data(purchases.clone())
+                .app_data(orders.clone())
                 .app_data(idempotency.clone())
                 .app_data(admin_guard.clone())
                 .app_data(rules.clone())
@@ -141,7 +153,7 @@ pub(super) fn start(
             .app_data(redis.clone())
             .app_data(readiness.clone())
             .app_data(metrics_data.clone())
-            .app_data(sale.clone())
+            .app_data(purchases.clone())
             .configure(routes::configure_probes)
             .default_service(web::to(crate::http::fallback::not_found))
     };

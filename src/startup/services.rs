@@ -1,6 +1,7 @@
 //! What the handlers and the background tasks share, built once from the settings:
-//! the stores, the limiter with the rules from Postgres, the sale (warmed up), the
-//! idempotency store, the admin guard and the live stats.
+//! the stores, the limiter with the rules from Postgres, the sale's parts and its
+//! items, purchases and orders (warmed up), the idempotency store, the admin guard and
+//! the live stats.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,21 +9,22 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 
-use crate::admin::rules::RuleStore;
-use crate::admin::stats::LiveStats;
 use crate::configuration::Settings;
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
 use crate::identity::{AdminGuard, AdminTokens, TokenKeys, TokenRules};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
+use crate::rules::RuleStore;
+use crate::sale::catalog::Catalog;
 use crate::sale::committer::{Committer, Queue};
 use crate::sale::item::NewItem;
-use crate::sale::life_cycle::OrderLife;
-use crate::sale::redis::SaleRedis;
-use crate::sale::Sale;
-use crate::store::postgres::{self, PostgresOptions};
-use crate::store::redis::RedisOptions;
+use crate::sale::sold_out::SoldOut;
+use crate::sale::stock::{KeyLifetime, ReservationOptions, StockRedis};
+use crate::sale::{Items, Orders, PurchaseOptions, Purchases, SaleParts};
+use crate::stats::LiveStats;
+use crate::store::postgres_pool::{self, PostgresOptions};
+use crate::store::redis_store::RedisOptions;
 use crate::store::RedisStore;
 
 pub(super) struct Services {
@@ -32,7 +34,12 @@ pub(super) struct Services {
     pub metrics: Arc<Metrics>,
     pub limiter: Arc<Limiter>,
     pub rules: Arc<RuleStore>,
-    pub sale: Arc<Sale>,
+    /// The parts every piece of the sale shares (the background tasks build theirs).
+    pub sale: SaleParts,
+    pub items: Arc<Items>,
+    pub purchases: Arc<Purchases>,
+    pub orders: Arc<Orders>,
+    pub reservations: ReservationOptions,
     pub idempotency: Idempotency,
     pub admin_guard: AdminGuard,
     pub stats: Arc<LiveStats>,
@@ -44,18 +51,18 @@ impl Services {
     pub async fn build(settings: &Settings) -> anyhow::Result<(Self, Queue)> {
         let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
         let postgres_options = postgres_options(settings);
-        let pool = postgres::pool(
+        let pool = postgres_pool::pool(
             &postgres_options,
             settings.database_max_connections,
             settings.database_acquire_timeout(),
         )?;
         // Waiting for a commit connection is part of the commit's own time budget.
-        let commit_pool = postgres::pool(
+        let commit_pool = postgres_pool::pool(
             &postgres_options,
             settings.database_commit_connections,
             commit_timeout,
         )?;
-        postgres::migrate(&pool).await?;
+        postgres_pool::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
         let redis = RedisStore::connect(&redis_options(settings), Arc::clone(&metrics)).await?;
         let limiter = Arc::new(
@@ -71,30 +78,37 @@ impl Services {
         rules.apply(&limiter).await?;
         // Room for two batches: more waiting than that would outlast the commit timeout.
         let (committer, commit_queue) = Committer::new(2 * settings.commit_batch_max);
-        let sale = Arc::new(Sale::new(
-            pool.clone(),
-            commit_pool,
-            committer,
-            SaleRedis::new(
-                redis.clone(),
-                Duration::from_millis(settings.reservation_deadline_ms),
-                Duration::from_secs(settings.payment_deadline_secs),
-            )
-            .with_replica_wait(Duration::from_millis(settings.reservation_replica_wait_ms)),
-            Arc::clone(&limiter),
-            Arc::clone(&metrics),
-            (
+        let pay_within = Duration::from_secs(settings.payment_deadline_secs);
+        let sale = SaleParts {
+            pool: pool.clone(),
+            redis: StockRedis::new(redis.clone()),
+            lifetime: KeyLifetime::new(pay_within),
+            catalog: Arc::new(Catalog::default()),
+            sold_out: Arc::new(SoldOut::new(redis.clone(), Arc::clone(&metrics))),
+            metrics: Arc::clone(&metrics),
+            rebuy: settings.rebuy_after_release,
+        };
+        let reservations = ReservationOptions {
+            pending: Duration::from_millis(settings.reservation_deadline_ms),
+            replica_wait: Duration::from_millis(settings.reservation_replica_wait_ms),
+        };
+        let items = Arc::new(Items::new(&sale));
+        let purchases = Arc::new(Purchases::new(
+            &sale,
+            PurchaseOptions {
+                commit_pool,
+                committer,
+                limiter: Arc::clone(&limiter),
+                reservations,
                 commit_timeout,
-                OrderLife {
-                    pay_within: Duration::from_secs(settings.payment_deadline_secs),
-                    rebuy: settings.rebuy_after_release,
-                },
-            ),
+                pay_within,
+            },
         ));
+        let orders = Arc::new(Orders::new(&sale));
         if settings.seed_demo_item {
-            seed_demo_item(&pool, &sale).await?;
+            seed_demo_item(&pool, &items).await?;
         }
-        sale.warm_up().await.context("loading items and stock")?;
+        items.warm_up().await.context("loading items and stock")?;
         let services = Self {
             keys: TokenKeys::new(&settings.jwt_secret, token_rules(settings)),
             idempotency: Idempotency::new(
@@ -128,6 +142,10 @@ impl Services {
             limiter,
             rules,
             sale,
+            items,
+            purchases,
+            orders,
+            reservations,
         };
         Ok((services, commit_queue))
     }
@@ -154,8 +172,8 @@ fn postgres_options(settings: &Settings) -> PostgresOptions {
 }
 
 /// Something to sell on a fresh local install: 100 units, on sale now for a day.
-async fn seed_demo_item(pool: &sqlx::PgPool, sale: &Sale) -> anyhow::Result<()> {
-    if crate::sale::postgres::item_count(pool).await? > 0 {
+async fn seed_demo_item(pool: &sqlx::PgPool, items: &Items) -> anyhow::Result<()> {
+    if crate::sale::records::item_count(pool).await? > 0 {
         return Ok(());
     }
     let now = chrono::Utc::now();
@@ -167,7 +185,7 @@ async fn seed_demo_item(pool: &sqlx::PgPool, sale: &Sale) -> anyhow::Result<()> 
         now + chrono::Duration::days(1),
     )
     .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
-    sale.create_item(demo).await?;
+    items.create(demo).await?;
     Ok(())
 }
 

@@ -8,11 +8,12 @@ use anyhow::Context;
 use futures_util::future::{BoxFuture, FutureExt};
 
 use super::services::Services;
-use crate::admin::rules;
 use crate::background;
 use crate::configuration::Settings;
+use crate::rules;
 use crate::sale::committer::{Batching, Queue};
-use crate::sale::Sale;
+use crate::sale::consistency::ConsistencyExport;
+use crate::sale::{Items, Reconciler, Sweeper};
 
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
 /// catalog and sold-out refresh, the sold-out channel, the reconciler, the consistency
@@ -23,7 +24,7 @@ pub(super) fn background(
     commit_queue: Queue,
 ) -> BoxFuture<'static, ()> {
     let sale = &services.sale;
-    let committer = Arc::clone(sale).run_committer(
+    let committer = services.purchases.batch_writer().run(
         commit_queue,
         Batching {
             max: settings.commit_batch_max,
@@ -35,17 +36,17 @@ pub(super) fn background(
         nodes if nodes.is_empty() => vec![settings.redis_url.clone()],
         nodes => nodes,
     };
-    let listener = sale.sold_out().listen(pubsub_urls);
-    let reconciler = sale.reconciler().run(
+    let listener = Arc::clone(&sale.sold_out).listen(pubsub_urls);
+    let reconciler = Reconciler::new(sale, services.reservations).run(
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),
     );
-    let sweeper = sale.sweeper().run(
+    let sweeper = Sweeper::new(sale).run(
         Duration::from_millis(settings.expiry_sweep_interval_ms.max(1)),
         uuid::Uuid::new_v4().to_string(),
     );
     let consistency = {
-        let export = Arc::new(sale.consistency_export());
+        let export = Arc::new(ConsistencyExport::new(sale));
         let period = Duration::from_secs(settings.consistency_interval_secs.max(1));
         background::every("consistency export", period, move || {
             let export = Arc::clone(&export);
@@ -54,7 +55,7 @@ pub(super) fn background(
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![
         committer.boxed(),
-        refresh(Arc::clone(sale)).boxed(),
+        refresh(Arc::clone(&services.items)).boxed(),
         listener.boxed(),
         reconciler.boxed(),
         sweeper.boxed(),
@@ -73,15 +74,15 @@ pub(super) fn background(
 /// Other instances create items and sell stock too: every second, reload the catalog
 /// (their items become purchasable here) and re-read the stock counters (the safety net
 /// under the sold-out channel).
-async fn refresh(sale: Arc<Sale>) {
+async fn refresh(items: Arc<Items>) {
     background::every(
         "catalog and sold-out refresh",
         Duration::from_secs(1),
         || {
-            let sale = Arc::clone(&sale);
+            let items = Arc::clone(&items);
             async move {
-                sale.reload_catalog().await.context("catalog reload")?;
-                sale.refresh_sold_out().await.context("sold-out check")
+                items.reload_catalog().await.context("catalog reload")?;
+                items.refresh_sold_out().await.context("sold-out check")
             }
         },
     )

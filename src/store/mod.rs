@@ -1,7 +1,7 @@
 //! Connections to the two stores. Domain modules receive these handles; nothing here
 //! knows about HTTP.
 
-pub mod postgres;
-pub mod redis;
+pub mod postgres_pool;
+pub mod redis_store;
 
-pub use self::redis::RedisStore;
+pub use redis_store::RedisStore;

@@ -337,7 +337,10 @@ async fn after_redis_loses_everything_the_item_is_rebuilt_from_postgres(db: PgPo
 async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
     use seckill::domain::UserId;
     use seckill::sale::item::{Item, ItemId};
-    use seckill::sale::redis::{PendingReservation, SaleRedis, Undo};
+    use seckill::sale::stock::{
+        KeyLifetime, PendingReservation, Rebuilds, Repairs, ReservationOptions, Reservations,
+        StockRedis, Undo,
+    };
 
     let settings = crate::helpers::redis_test_settings();
     let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
@@ -346,7 +349,14 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
             .await
             .unwrap();
     let minute = std::time::Duration::from_secs(60);
-    let sale = SaleRedis::new(store, minute, minute);
+    let redis = StockRedis::new(store);
+    let lifetime = KeyLifetime::new(minute);
+    let options = ReservationOptions {
+        pending: minute,
+        replica_wait: std::time::Duration::ZERO,
+    };
+    let reservations = Reservations::new(redis.clone(), options);
+    let repairs = Repairs::new(redis.clone(), lifetime);
     let now = chrono::Utc::now();
     let item = Item {
         id: ItemId::try_from(1).unwrap(),
@@ -358,14 +368,15 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         ends_at: now + chrono::Duration::hours(1),
         paused: false,
     };
-    let ledger = seckill::sale::postgres::ItemLedger {
+    let ledger = seckill::sale::records::ItemLedger {
         remaining: 10,
         owed: Vec::new(),
         buyers: Vec::new(),
     };
-    assert!(sale.restore(&item, &ledger).await.unwrap());
+    let rebuilds = Rebuilds::new(redis.clone(), lifetime);
+    assert!(rebuilds.rebuild(&item, &ledger).await.unwrap());
 
-    let snapshot = sale.stock_snapshot(item.id).await.unwrap();
+    let snapshot = repairs.stock_snapshot(item.id).await.unwrap();
     assert_eq!(snapshot.stock, Some(10));
     // A: user 1 reserves; B: user 2 reserves and its commit fails, the unit comes back.
     let one = PendingReservation {
@@ -376,26 +387,41 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         user: UserId::try_from(2).unwrap(),
         order: uuid::Uuid::new_v4(),
     };
-    sale.reserve(&item, one.user, one.order).await.unwrap();
-    sale.reserve(&item, two.user, two.order).await.unwrap();
-    assert!(sale.undo(item.id, two, Undo::Release).await.unwrap());
-    sale.undo(item.id, one, Undo::Release).await.unwrap();
-    assert_eq!(sale.stock_snapshot(item.id).await.unwrap().stock, Some(10));
+    reservations
+        .reserve(&item, one.user, one.order)
+        .await
+        .unwrap();
+    reservations
+        .reserve(&item, two.user, two.order)
+        .await
+        .unwrap();
+    assert!(reservations
+        .undo(item.id, two, Undo::Release)
+        .await
+        .unwrap());
+    reservations
+        .undo(item.id, one, Undo::Release)
+        .await
+        .unwrap();
+    assert_eq!(
+        repairs.stock_snapshot(item.id).await.unwrap().stock,
+        Some(10)
+    );
 
     assert!(
-        !sale
+        !repairs
             .repair_if_unmoved(item.id, &snapshot, 7, None)
             .await
             .unwrap(),
         "the counter moved since the snapshot: the repair waits for the next round"
     );
-    assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(10)]);
-    let fresh = sale.stock_snapshot(item.id).await.unwrap();
-    assert!(sale
+    assert_eq!(redis.remaining(&[item.id]).await.unwrap(), [Some(10)]);
+    let fresh = repairs.stock_snapshot(item.id).await.unwrap();
+    assert!(repairs
         .repair_if_unmoved(item.id, &fresh, 7, None)
         .await
         .unwrap());
-    assert_eq!(sale.remaining(&[item.id]).await.unwrap(), [Some(7)]);
+    assert_eq!(redis.remaining(&[item.id]).await.unwrap(), [Some(7)]);
 }
 
 /// In this test's own database, orders of the `landing` users wait `seconds` at COMMIT

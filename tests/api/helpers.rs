@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use seckill::configuration::Settings;
 use seckill::sale::item::ItemId;
-use seckill::sale::redis::ItemKeys;
+use seckill::sale::stock::ItemKeys;
 use seckill::startup::{AppHandle, Application};
-use seckill::store::redis::RedisConnection;
+use seckill::store::redis_store::RedisConnection;
 use seckill::store::RedisStore;
 use secrecy::SecretString;
 use sqlx::PgPool;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use seckill::domain::{ClientIp, UserId};
+use seckill::http::rate_limit::RateLimitHeaders;
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{
     Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection, Scope,

@@ -10,7 +10,7 @@ use seckill::configuration::Settings;
 use seckill::limiter::policy::PolicyConfig;
 use seckill::limiter::Scope;
 use seckill::startup::Application;
-use seckill::store::redis::RedisConnection;
+use seckill::store::redis_store::RedisConnection;
 use serde_json::json;
 use sqlx::PgPool;
 

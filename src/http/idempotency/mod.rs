@@ -22,7 +22,7 @@
 //! the headers of one attempt (the limiter's quota) are not kept, as they would misstate
 //! the quota of a later one. A user holds at most `idempotency_max_in_flight` claims.
 
-mod store;
+mod claims;
 
 use std::future::{ready, Future, Ready};
 
@@ -33,7 +33,7 @@ use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use serde::Serialize;
 use uuid::Uuid;
 
-pub use self::store::{Claim, Idempotency, IdempotencyLimits};
+pub use self::claims::{Claim, Idempotency, IdempotencyLimits};
 use super::ApiError;
 use crate::domain::IdempotencyKey;
 use crate::domain::UserId;

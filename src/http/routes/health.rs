@@ -12,7 +12,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::http::ApiError;
-use crate::store::{postgres, RedisStore};
+use crate::store::{postgres_pool, RedisStore};
 
 /// A probe's answer.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -33,7 +33,7 @@ pub struct ReadinessTimeout(pub Duration);
 
 #[utoipa::path(get, path = "/health/ready", tag = "operations", responses(
     (status = 200, description = "Redis and Postgres both answered", body = Probe),
-    (status = 503, description = "`NOT_READY`: `down` lists the stores that did not answer", body = crate::http::error::ErrorBody),
+    (status = 503, description = "`NOT_READY`: `down` lists the stores that did not answer", body = crate::http::api_error::ErrorBody),
 ))]
 pub async fn ready(
     pool: web::Data<PgPool>,
@@ -42,7 +42,7 @@ pub async fn ready(
 ) -> Result<HttpResponse, ApiError> {
     let (redis_probe, pg_probe) = tokio::join!(
         redis_ping(&redis, timeout.0),
-        postgres::ping(&pool, timeout.0)
+        postgres_pool::ping(&pool, timeout.0)
     );
     let mut down = Vec::new();
     if let Err(e) = redis_probe {

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::sale::item::Item;
-use crate::sale::Sale;
+use crate::sale::Items;
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -40,11 +40,12 @@ impl<'a> ItemBody<'a> {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Items<'a> {
+#[schema(as = Items)]
+pub struct ItemList<'a> {
     items: Vec<ItemBody<'a>>,
 }
 
-impl<'a> Items<'a> {
+impl<'a> ItemList<'a> {
     /// The listing as items with their live stock.
     pub fn new(listing: &'a [(Arc<Item>, i64)]) -> Self {
         let items = listing
@@ -58,8 +59,8 @@ impl<'a> Items<'a> {
 /// `GET /api/items`: every item whose sale has not ended (sold-out ones included),
 /// with live remaining stock.
 #[utoipa::path(get, path = "/api/items", tag = "shopper",
-    responses((status = 200, description = "Items whose sale has not ended", body = Items)))]
-pub async fn list(sale: web::Data<Sale>) -> HttpResponse {
-    let listing = sale.listing().await;
-    HttpResponse::Ok().json(Items::new(&listing))
+    responses((status = 200, description = "Items whose sale has not ended", body = ItemList)))]
+pub async fn list(items: web::Data<Items>) -> HttpResponse {
+    let listing = items.listing().await;
+    HttpResponse::Ok().json(ItemList::new(&listing))
 }

@@ -5,7 +5,7 @@ use sqlx::PgPool;
 
 use crate::http::ApiError;
 use crate::metrics::Metrics;
-use crate::sale::Sale;
+use crate::sale::Purchases;
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses(
     (status = 200, description = "Prometheus text exposition (version 0.0.4)", body = String, content_type = "text/plain"),
@@ -13,10 +13,13 @@ use crate::sale::Sale;
 pub async fn metrics(
     metrics: web::Data<Metrics>,
     pool: web::Data<PgPool>,
-    sale: web::Data<Sale>,
+    purchases: web::Data<Purchases>,
 ) -> Result<HttpResponse, ApiError> {
     // The pools' and the commit queue's state is read when Prometheus asks, not sampled in the background.
-    for (name, pool) in [("main", pool.get_ref()), ("commit", sale.commit_pool())] {
+    for (name, pool) in [
+        ("main", pool.get_ref()),
+        ("commit", purchases.commit_pool()),
+    ] {
         let idle = pool.num_idle() as i64;
         metrics.db_pool.with_label_values(&[name, "idle"]).set(idle);
         metrics
@@ -24,7 +27,9 @@ pub async fn metrics(
             .with_label_values(&[name, "in_use"])
             .set(i64::from(pool.size()) - idle);
     }
-    metrics.commit_queue.set(sale.commit_queue_len() as i64);
+    metrics
+        .commit_queue
+        .set(purchases.commit_queue_len() as i64);
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(metrics.render()?))

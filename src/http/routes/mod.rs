@@ -50,7 +50,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
         .service(served.resource("/api/openapi.json", [get(openapi::document)]))
         .service(served.resource("/api/me", [get(session::me)]))
         .service(served.resource("/api/items", [get(items::list)]))
-        .service(served.resource("/api/orders/mine", [get(seckill::my_orders)]))
+        .service(served.resource("/api/orders/mine", [get(orders::my_orders)]))
         .service(served.resource("/seckill", [post(seckill::purchase)]))
         .service(served.resource("/api/orders/{id}/pay", [post(orders::pay)]))
         .service(served.resource("/api/orders/{id}/cancel", [post(orders::cancel)]))

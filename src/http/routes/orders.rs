@@ -1,14 +1,64 @@
-//! `POST /api/orders/{id}/pay` and `…/cancel`: a shopper's own order, out of
-//! `pending_payment`. The payment is a stand-in for a payment provider's confirmation.
+//! A shopper's orders: `GET /api/orders/mine`, and `POST /api/orders/{id}/pay` and
+//! `…/cancel`, which move the caller's own order out of `pending_payment` (the payment
+//! is a stand-in for a payment provider's confirmation). The order's body is here too,
+//! for every route that answers one (the purchase, the operators' search).
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use uuid::Uuid;
 
-use super::seckill::OrderBody;
+use crate::configuration::policies::ORDERS_READ_POLICY;
 use crate::http::auth::Shopper;
+use crate::http::forwarded::client_ip;
 use crate::http::idempotency::Idempotent;
+use crate::http::rate_limit::RateLimitHeaders;
 use crate::http::ApiError;
-use crate::sale::Sale;
+use crate::limiter::{Caller, Limiter};
+use crate::sale::records::Order;
+use crate::sale::Orders;
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Order)]
+pub struct OrderBody {
+    order_id: Uuid,
+    item_id: i64,
+    user_id: i64,
+    created_at: DateTime<Utc>,
+    /// `pending_payment`, `paid`, `cancelled` or `expired`.
+    #[schema(value_type = String, example = "pending_payment")]
+    state: &'static str,
+    /// When a `pending_payment` order expires unless paid.
+    pay_by: Option<DateTime<Utc>>,
+}
+
+impl From<&Order> for OrderBody {
+    fn from(order: &Order) -> Self {
+        Self {
+            order_id: order.id,
+            item_id: order.item_id.get(),
+            user_id: order.user_id.get(),
+            created_at: order.created_at,
+            state: order.state.as_str(),
+            pay_by: order.pay_by,
+        }
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Orders)]
+pub struct OrderList {
+    orders: Vec<OrderBody>,
+}
+
+impl OrderList {
+    pub fn new(orders: &[Order]) -> Self {
+        Self {
+            orders: orders.iter().map(OrderBody::from).collect(),
+        }
+    }
+}
 
 #[utoipa::path(post, path = "/api/orders/{id}/pay", tag = "shopper", security(("shopper_jwt" = [])),
     params(
@@ -20,15 +70,15 @@ use crate::sale::Sale;
         (status = 200, description = "The order, paid", body = OrderBody),
         (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` is malformed"),
         (status = 404, description = "`ORDER_NOT_FOUND`: the caller has no such order"),
-        (status = 409, description = "`ORDER_STATE`: the order is not pending payment (`state` says what it is; a pending order past its deadline is `expired`)", body = crate::http::error::ErrorBody),
+        (status = 409, description = "`ORDER_STATE`: the order is not pending payment (`state` says what it is; a pending order past its deadline is `expired`)", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn pay(
     shopper: Shopper,
     id: web::Path<Uuid>,
     idempotent: Idempotent,
-    sale: web::Data<Sale>,
+    orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = sale
+    let order = orders
         .pay(shopper.0, id.into_inner(), idempotent.has_key())
         .await?;
     Ok(HttpResponse::Ok().json(OrderBody::from(&order)))
@@ -39,13 +89,37 @@ pub async fn pay(
     responses(
         (status = 200, description = "The order, cancelled: its unit is back on sale", body = OrderBody),
         (status = 404, description = "`ORDER_NOT_FOUND`: the caller has no such order"),
-        (status = 409, description = "`ORDER_STATE`: the order is not pending payment (`state` says what it is)", body = crate::http::error::ErrorBody),
+        (status = 409, description = "`ORDER_STATE`: the order is not pending payment (`state` says what it is)", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn cancel(
     shopper: Shopper,
     id: web::Path<Uuid>,
-    sale: web::Data<Sale>,
+    orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = sale.cancel(shopper.0, id.into_inner()).await?;
+    let order = orders.cancel(shopper.0, id.into_inner()).await?;
     Ok(HttpResponse::Ok().json(OrderBody::from(&order)))
+}
+
+/// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres, behind
+/// the `orders_read` limiter policy (with its headers).
+#[utoipa::path(get, path = "/api/orders/mine", tag = "shopper", security(("shopper_jwt" = [])),
+    responses((status = 200, description = "The caller's orders, newest first", body = OrderList)))]
+pub async fn my_orders(
+    shopper: Shopper,
+    req: HttpRequest,
+    orders: web::Data<Orders>,
+    limiter: web::Data<Limiter>,
+) -> Result<HttpResponse, ApiError> {
+    let caller = Caller {
+        user: Some(shopper.0),
+        ip: client_ip(&req)?,
+        client_id: None,
+        route: "/api/orders/mine".into(),
+        partition: None,
+    };
+    let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
+    let mine = orders.of_user(shopper.0).await?;
+    let mut response = HttpResponse::Ok().json(OrderList::new(&mine));
+    admission.write_headers(response.headers_mut());
+    Ok(response)
 }

@@ -1,22 +1,21 @@
-//! `POST /seckill` and `GET /api/orders/mine`.
+//! `POST /seckill`: the purchase.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use uuid::Uuid;
 use validator::Validate;
 
-use crate::configuration::policies::ORDERS_READ_POLICY;
+use super::orders::OrderBody;
 use crate::domain::UserId;
 use crate::http::auth::Shopper;
-use crate::http::client_ip::client_ip;
+use crate::http::forwarded::client_ip;
 use crate::http::idempotency::{Attempt, Idempotent, Recover, Reply};
+use crate::http::rate_limit::RateLimitHeaders;
 use crate::http::ApiError;
 use crate::http::JsonBody;
-use crate::limiter::{Caller, Limiter};
+use crate::limiter::Caller;
 use crate::sale::item::ItemId;
-use crate::sale::postgres::Order;
-use crate::sale::{Purchase, PurchaseFailure, Replayable, Sale, SaleError};
+use crate::sale::{Orders, Purchase, PurchaseFailure, Purchases, Replayable, SaleError};
 
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -24,34 +23,6 @@ pub struct PurchaseRequest {
     #[schema(minimum = 1, example = 1)]
     #[validate(range(min = 1, message = "itemId must be a positive integer"))]
     item_id: i64,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = Order)]
-pub struct OrderBody {
-    order_id: Uuid,
-    item_id: i64,
-    user_id: i64,
-    created_at: DateTime<Utc>,
-    /// `pending_payment`, `paid`, `cancelled` or `expired`.
-    #[schema(value_type = String, example = "pending_payment")]
-    state: &'static str,
-    /// When a `pending_payment` order expires unless paid.
-    pay_by: Option<DateTime<Utc>>,
-}
-
-impl From<&Order> for OrderBody {
-    fn from(order: &Order) -> Self {
-        Self {
-            order_id: order.id,
-            item_id: order.item_id.get(),
-            user_id: order.user_id.get(),
-            created_at: order.created_at,
-            state: order.state.as_str(),
-            pay_by: order.pay_by,
-        }
-    }
 }
 
 /// The purchase. Extractors run in argument order: the token is checked (401) before
@@ -66,20 +37,21 @@ impl From<&Order> for OrderBody {
         description = "Makes a retry safe: a retry with the same key gets the first attempt's answer")),
     responses(
         (status = 200, description = "The order", body = OrderBody),
-        (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::error::ErrorBody),
+        (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::api_error::ErrorBody),
         (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
-        (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::error::ErrorBody),
-        (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::error::ErrorBody),
-        (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::error::ErrorBody),
-        (status = 429, description = "`TOO_MANY_PENDING`: too many of this user's keyed purchases are in flight", body = crate::http::error::ErrorBody),
-        (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry", body = crate::http::error::ErrorBody),
+        (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::api_error::ErrorBody),
+        (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
+        (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
+        (status = 429, description = "`TOO_MANY_PENDING`: too many of this user's keyed purchases are in flight", body = crate::http::api_error::ErrorBody),
+        (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn purchase(
     shopper: Shopper,
     body: JsonBody<PurchaseRequest>,
     idempotent: Idempotent,
     req: HttpRequest,
-    sale: web::Data<Sale>,
+    purchases: web::Data<Purchases>,
+    orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
     let user = shopper.0;
     let item_id = ItemId::try_from(body.0.item_id)
@@ -89,10 +61,10 @@ pub async fn purchase(
         ip: client_ip(&req)?,
         client_id: None,
         route: "/seckill".into(),
-        // The sale names its item itself (`Sale::purchase`).
+        // The sale names its item itself (`Purchases::purchase`).
         partition: None,
     };
-    let item = sale.precheck(item_id)?;
+    let item = purchases.precheck(item_id)?;
     // Sortable by time: the order inserts append to the primary-key index.
     let order_id = Uuid::now_v7();
     let attempt = Attempt {
@@ -100,8 +72,12 @@ pub async fn purchase(
         item: item.id,
         id: order_id,
     };
-    let retried = Retried { sale: &sale, user };
-    let work = || async { reply(sale.purchase(&item, user, order_id, &caller).await) };
+    let retried = Retried {
+        purchases: &purchases,
+        orders: &orders,
+        user,
+    };
+    let work = || async { reply(purchases.purchase(&item, user, order_id, &caller).await) };
     idempotent.run(attempt, &retried, work).await
 }
 
@@ -131,61 +107,25 @@ fn reply(purchase: Result<Purchase, PurchaseFailure>) -> Reply {
     reply
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct Orders {
-    orders: Vec<OrderBody>,
-}
-
-impl Orders {
-    pub fn new(orders: &[Order]) -> Self {
-        Self {
-            orders: orders.iter().map(OrderBody::from).collect(),
-        }
-    }
-}
-
 /// A purchase retried with its `Idempotency-Key`.
 struct Retried<'a> {
-    sale: &'a Sale,
+    purchases: &'a Purchases,
+    orders: &'a Orders,
     user: UserId,
 }
 
 impl Recover for Retried<'_> {
     fn replayed(&self) {
-        self.sale.record_replay();
+        self.purchases.record_replay();
     }
 
     /// Its request may have died after the commit: the order answers for it.
     async fn recover(&self, order: Uuid) -> Result<Option<Reply>, ApiError> {
         let order = self
-            .sale
-            .committed_order(order, self.user)
+            .orders
+            .committed(order, self.user)
             .await
             .map_err(SaleError::OrderFailed)?;
         Ok(order.map(|order| Reply::ok(&OrderBody::from(&order), Replayable::Yes)))
     }
-}
-
-/// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres, behind
-/// the `orders_read` limiter policy (with its headers).
-#[utoipa::path(get, path = "/api/orders/mine", tag = "shopper", security(("shopper_jwt" = [])),
-    responses((status = 200, description = "The caller's orders, newest first", body = Orders)))]
-pub async fn my_orders(
-    shopper: Shopper,
-    req: HttpRequest,
-    sale: web::Data<Sale>,
-    limiter: web::Data<Limiter>,
-) -> Result<HttpResponse, ApiError> {
-    let caller = Caller {
-        user: Some(shopper.0),
-        ip: client_ip(&req)?,
-        client_id: None,
-        route: "/api/orders/mine".into(),
-        partition: None,
-    };
-    let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
-    let orders = sale.orders_of(shopper.0).await?;
-    let mut response = HttpResponse::Ok().json(Orders::new(&orders));
-    admission.write_headers(response.headers_mut());
-    Ok(response)
 }

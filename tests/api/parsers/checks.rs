@@ -27,10 +27,9 @@ use secrecy::SecretString;
 use serde::de::DeserializeOwned;
 use validator::Validate;
 
-use seckill::admin::edit::PolicyEdit;
 use seckill::domain::{ClientId, ClientIp, UserId};
 use seckill::http::auth::Shopper;
-use seckill::http::client_ip::{client_id, client_ip, TrustedProxies, CLIENT_ID_HEADER};
+use seckill::http::forwarded::{client_id, client_ip, TrustedProxies, CLIENT_ID_HEADER};
 use seckill::http::idempotency::idempotency_key;
 use seckill::http::routes::admin::CreateItemRequest;
 use seckill::http::routes::seckill::PurchaseRequest;
@@ -40,6 +39,7 @@ use seckill::identity::{TokenKeys, TokenRules};
 use seckill::limiter::keys::redis_key;
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{Algorithm, Caller, FailMode, Partition, Policy, Rejection, Scope};
+use seckill::rules::edit::PolicyEdit;
 
 /// `(status, code)` of every row of README's error table: the answers a client is
 /// promised. Read from the README itself, so a code missing there fails here.

@@ -13,17 +13,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
-use super::items::{ItemBody, Items};
-use super::seckill::Orders;
-use crate::admin::series::Series;
-use crate::admin::stats::{LiveStats, MAX_SERIES_SECS};
+use super::items::{ItemBody, ItemList};
+use super::orders::OrderList;
 use crate::domain::UserId;
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::sale::item::{ItemId, NewItem};
-use crate::sale::postgres::{OrderFilter, OrderState};
-use crate::sale::{Sale, SaleError};
+use crate::sale::records::OrderFilter;
+use crate::sale::{Items, Orders, SaleError};
+use crate::stats::series::Series;
+use crate::stats::{LiveStats, MAX_SERIES_SECS};
+use crate::vocabulary::OrderState;
 
 /// The operator a token belongs to.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -58,7 +59,7 @@ pub struct CreateItemRequest {
 pub async fn create_item(
     admin: Admin,
     body: JsonBody<CreateItemRequest>,
-    sale: web::Data<Sale>,
+    items: web::Data<Items>,
 ) -> Result<HttpResponse, ApiError> {
     let request = body.0;
     let new = NewItem::parse(
@@ -69,7 +70,7 @@ pub async fn create_item(
         request.ends_at,
     )
     .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
-    let item = sale.create_item(new).await?;
+    let item = items.create(new).await?;
     tracing::info!(admin = %admin.name, item.id = %item.id, "admin created an item");
     Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
 }
@@ -84,9 +85,9 @@ pub async fn create_item(
 pub async fn pause(
     admin: Admin,
     id: web::Path<i64>,
-    sale: web::Data<Sale>,
+    items: web::Data<Items>,
 ) -> Result<HttpResponse, ApiError> {
-    set_paused(admin, id.into_inner(), true, &sale).await
+    set_paused(admin, id.into_inner(), true, &items).await
 }
 
 #[utoipa::path(post, path = "/admin/api/items/{id}/resume", tag = "admin",
@@ -98,24 +99,24 @@ pub async fn pause(
 pub async fn resume(
     admin: Admin,
     id: web::Path<i64>,
-    sale: web::Data<Sale>,
+    items: web::Data<Items>,
 ) -> Result<HttpResponse, ApiError> {
-    set_paused(admin, id.into_inner(), false, &sale).await
+    set_paused(admin, id.into_inner(), false, &items).await
 }
 
 async fn set_paused(
     admin: Admin,
     id: i64,
     paused: bool,
-    sale: &Sale,
+    items: &Items,
 ) -> Result<HttpResponse, ApiError> {
     let id = ItemId::try_from(id).map_err(|_| SaleError::ItemNotFound)?;
-    let item = sale
+    let item = items
         .set_paused(id, paused)
         .await?
         .ok_or(SaleError::ItemNotFound)?;
     tracing::info!(admin = %admin.name, item.id = %item.id, paused, "admin changed a sale");
-    let remaining = sale
+    let remaining = items
         .live_stock(item.id)
         .await
         .unwrap_or(i64::from(item.remaining_stock));
@@ -145,7 +146,7 @@ const MAX_PAGE: i64 = 100_000;
 pub async fn orders(
     _admin: Admin,
     query: web::Query<OrdersQuery>,
-    sale: web::Data<Sale>,
+    orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
     let page = q.page.unwrap_or(1);
@@ -189,9 +190,9 @@ pub async fn orders(
         page,
         per_page,
     };
-    let (orders, total) = sale.search_orders(&filter).await?;
+    let (found, total) = orders.search(&filter).await?;
     Ok(HttpResponse::Ok().json(OrderPage {
-        orders: Orders::new(&orders),
+        orders: OrderList::new(&found),
         page,
         per_page,
         total,
@@ -214,7 +215,7 @@ fn storable(field: &str, instant: DateTime<Utc>) -> Result<DateTime<Utc>, ApiErr
 #[serde(rename_all = "camelCase")]
 pub struct OrderPage {
     #[serde(flatten)]
-    orders: Orders,
+    orders: OrderList,
     page: i64,
     per_page: i64,
     /// Orders matching the filter, over all pages.
@@ -236,14 +237,15 @@ pub async fn stats(
     _admin: Admin,
     query: web::Query<StatsQuery>,
     live: web::Data<LiveStats>,
-    sale: web::Data<Sale>,
+    items: web::Data<Items>,
+    orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
     let window = query
         .window
         .unwrap_or(60)
-        .clamp(1, crate::admin::stats::MAX_WINDOW_SECS);
+        .clamp(1, crate::stats::MAX_WINDOW_SECS);
     let sums = live.sums(window).await?;
-    let listing = sale.listing().await;
+    let listing = items.listing().await;
     let ids: Vec<_> = listing.iter().map(|(item, _)| item.id).collect();
     Ok(HttpResponse::Ok().json(Stats {
         window_seconds: window,
@@ -251,8 +253,8 @@ pub async fn stats(
         rejections: sums.rejections,
         orders: sums.orders,
         fail_open: sums.fail_open,
-        items: Items::new(&listing),
-        orders_by_state: sale.order_states(&ids).await?,
+        items: ItemList::new(&listing),
+        orders_by_state: orders.states_by_item(&ids).await?,
     }))
 }
 
@@ -288,7 +290,7 @@ pub struct Stats<'a> {
     /// Requests let through because the limiter could not ask Redis, every policy.
     fail_open: i64,
     #[serde(flatten)]
-    items: Items<'a>,
+    items: ItemList<'a>,
     /// Per item listed: its orders in Postgres by state (`pending_payment`, `paid`,
     /// `cancelled`, `expired`).
     #[schema(value_type = std::collections::BTreeMap<String, std::collections::BTreeMap<String, i64>>)]

@@ -6,12 +6,12 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::admin::edit::PolicyEdit;
-use crate::admin::rules::{AuditEntry, RuleStore, StoredPolicy};
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig, Scope};
+use crate::rules::edit::PolicyEdit;
+use crate::rules::{AuditEntry, RuleStore, StoredPolicy};
 
 /// A policy as the dashboard shows and edits it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -91,7 +91,7 @@ pub async fn policies(
     responses(
         (status = 200, description = "The policy", body = PolicyView,
             headers(("ETag" = String, description = "The version, e.g. `\"3\"`, for `If-Match`"))),
-        (status = 400, description = "`VALIDATION_FAILED`: `name` is no policy name (1-32 characters of a-z 0-9 _ -)", body = crate::http::error::ErrorBody),
+        (status = 400, description = "`VALIDATION_FAILED`: `name` is no policy name (1-32 characters of a-z 0-9 _ -)", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`NOT_FOUND`: no such policy"),
     ))]
 pub async fn policy(
@@ -134,13 +134,13 @@ fn versioned(name: &str, stored: &StoredPolicy) -> HttpResponse {
         ("name" = String, Path, description = "The policy"),
         ("If-Match" = Option<String>, Header, description = "The version the edit was made from, e.g. `\"3\"`, or `*`"),
     ),
-    request_body = crate::admin::edit::PolicyEdit,
+    request_body = crate::rules::edit::PolicyEdit,
     responses(
         (status = 200, description = "The policy as changed, in force everywhere within about half a second", body = PolicyView,
             headers(("ETag" = String, description = "The new version"))),
         (status = 400, description = "`VALIDATION_FAILED`: `field` names the part of the edit at fault"),
         (status = 404, description = "`NOT_FOUND`: no such policy"),
-        (status = 409, description = "`VERSION_CONFLICT`: changed by someone else; `currentVersion` says to what", body = crate::http::error::ErrorBody),
+        (status = 409, description = "`VERSION_CONFLICT`: changed by someone else; `currentVersion` says to what", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn update_policy(
     admin: Admin,

@@ -3,11 +3,10 @@
 //! the state (and, for a payment, on the deadline not having passed), so of two
 //! transitions racing for one order exactly one matches a row. A cancellation or an
 //! expiry gives the unit back to `items.remaining_stock` in the same transaction; Redis
-//! gets it back afterwards ([`crate::sale::redis`]'s give-back), and [`mark_returned`]
+//! gets it back afterwards ([`crate::sale::stock`]'s give-back), and [`mark_returned`]
 //! records that it did.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -15,51 +14,7 @@ use uuid::Uuid;
 use super::{Order, OrderRow};
 use crate::domain::UserId;
 use crate::sale::item::ItemId;
-
-/// Where an order is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OrderState {
-    PendingPayment,
-    Paid,
-    Cancelled,
-    Expired,
-}
-
-impl OrderState {
-    pub const ALL: [OrderState; 4] = [
-        OrderState::PendingPayment,
-        OrderState::Paid,
-        OrderState::Cancelled,
-        OrderState::Expired,
-    ];
-
-    /// The spelling in Postgres, the API and the metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::PendingPayment => "pending_payment",
-            Self::Paid => "paid",
-            Self::Cancelled => "cancelled",
-            Self::Expired => "expired",
-        }
-    }
-
-    /// A live order holds its unit for good or until its deadline.
-    pub fn is_live(self) -> bool {
-        matches!(self, Self::PendingPayment | Self::Paid)
-    }
-}
-
-impl FromStr for OrderState {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| anyhow::anyhow!("unknown order state {s:?}"))
-    }
-}
+use crate::vocabulary::OrderState;
 
 /// The transitions a shopper asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,14 +4,50 @@
 //! the item's purchases under the same tag ([`limiter_partition`]), so its keys share
 //! that slot too: one script could decide the limit and reserve the stock.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
 use crate::domain::UserId;
 use crate::limiter::Partition;
-use crate::sale::item::ItemId;
+use crate::sale::item::{Item, ItemId};
 
 /// How long an item's keys outlive the last order deadline its sale can have: time for
 /// the sweeper and the reconciler to finish what a crash or an outage left, after which
-/// Postgres alone keeps the record (see `SaleRedis::keys_expire_at`).
+/// Postgres alone keeps the record (see [`KeyLifetime`]).
 pub const KEY_GRACE: chrono::Duration = chrono::Duration::hours(1);
+
+/// When an item's keys expire: its sale's end plus the payment deadline plus
+/// [`KEY_GRACE`]. Every order's deadline has passed by then, and the sweeper has had an
+/// hour to give back what they released; a give-back that comes later finds the keys
+/// gone and is recorded in Postgres alone.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyLifetime {
+    keys_outlive_sale: chrono::Duration,
+}
+
+impl KeyLifetime {
+    /// `pay_within` is the payment deadline: released units can come back until the
+    /// last order placed before the end has passed it.
+    pub fn new(pay_within: Duration) -> Self {
+        let keys_outlive_sale = chrono::Duration::from_std(pay_within)
+            .unwrap_or(chrono::Duration::MAX)
+            .checked_add(&KEY_GRACE)
+            .unwrap_or(chrono::Duration::MAX);
+        Self { keys_outlive_sale }
+    }
+
+    pub fn expire_at(&self, item: &Item) -> DateTime<Utc> {
+        item.ends_at
+            .checked_add_signed(self.keys_outlive_sale)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+
+    /// [`Self::expire_at`] in ms since the epoch, as the scripts take it.
+    pub fn expire_at_ms(&self, item: &Item) -> i64 {
+        self.expire_at(item).timestamp_millis()
+    }
+}
 
 /// The hash tag of an item's keys, without its braces.
 fn item_tag(item: ItemId) -> String {

@@ -1,13 +1,14 @@
 //! What the reconciler reads and writes in Redis: overdue reservations, in-doubt
-//! commits, a consistent snapshot of an item's counters, and the compare-and-set repair.
-//! The purchase path uses none of it.
+//! commits, a consistent snapshot of an item's counters, the compare-and-set repair, and
+//! the stamp of the keys' expiry. The purchase path uses none of it.
 
+use redis::Script;
 use uuid::Uuid;
 
-use super::{PendingReservation, SaleRedis};
+use super::{KeyLifetime, PendingReservation, StockRedis};
 use crate::metrics::RedisPurpose;
-use crate::sale::item::ItemId;
-use crate::sale::postgres::TxId;
+use crate::sale::item::{Item, ItemId};
+use crate::sale::records::TxId;
 
 /// An item's Redis state as the reconciler reads it: the counter, the reservations
 /// behind it, who bought, the success counter, and the counter's version, which every
@@ -28,34 +29,35 @@ pub struct StockSnapshot {
     pub returning: Vec<Uuid>,
 }
 
-/// How long an in-doubt record is kept at most: the reconciler removes it once it has
-/// resolved the reservation, well before this.
-const IN_DOUBT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+pub struct Repairs {
+    redis: StockRedis,
+    repair: Script,
+    lifetime: KeyLifetime,
+}
 
-impl SaleRedis {
-    /// The item's success counter (0 when missing).
-    pub async fn success_count(&self, item: ItemId) -> anyhow::Result<i64> {
-        let get = ::redis::cmd("GET")
-            .arg(self.keys(item).success())
-            .to_owned();
-        let count: Option<i64> = self
-            .call(RedisPurpose::Other, "read success counter", &get)
-            .await?;
-        Ok(count.unwrap_or(0))
+impl Repairs {
+    pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
+        Self {
+            redis,
+            repair: Script::new(include_str!("../../../lua/repair_item.lua")),
+            lifetime,
+        }
     }
 
     /// Reservations of `item` pending past their deadline (on the Redis clock).
     pub async fn overdue(&self, item: ItemId) -> anyhow::Result<Vec<PendingReservation>> {
         let (secs, micros): (u64, u64) = self
+            .redis
             .call(RedisPurpose::Other, "time", &redis::cmd("TIME"))
             .await?;
         let now_ms = secs * 1000 + micros / 1000;
         let members: Vec<String> = self
+            .redis
             .call(
                 RedisPurpose::Other,
                 "overdue reservations",
                 &*redis::cmd("ZRANGEBYSCORE")
-                    .arg(self.keys(item).pending())
+                    .arg(self.redis.keys(item).pending())
                     .arg("-inf")
                     .arg(now_ms),
             )
@@ -64,24 +66,6 @@ impl SaleRedis {
             .iter()
             .filter_map(|m| PendingReservation::parse(m))
             .collect())
-    }
-
-    /// Records that `reservation`'s COMMIT went unanswered in transaction `txid`.
-    pub async fn note_in_doubt(
-        &self,
-        item: ItemId,
-        reservation: PendingReservation,
-        txid: TxId,
-    ) -> anyhow::Result<()> {
-        let key = self.keys(item).in_doubt();
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .hset(&key, reservation.order.to_string(), txid.0)
-            .ignore()
-            .pexpire(&key, IN_DOUBT_TTL_MS as i64)
-            .ignore();
-        self.call(RedisPurpose::Other, "note an in-doubt commit", &pipe)
-            .await
     }
 
     /// The transaction ids recorded for `reservations` (see [`Self::note_in_doubt`]).
@@ -95,11 +79,12 @@ impl SaleRedis {
         }
         let orders: Vec<String> = reservations.iter().map(|r| r.order.to_string()).collect();
         let txids: Vec<Option<i64>> = self
+            .redis
             .call(
                 RedisPurpose::Other,
                 "read in-doubt commits",
                 &*redis::cmd("HMGET")
-                    .arg(self.keys(item).in_doubt())
+                    .arg(self.redis.keys(item).in_doubt())
                     .arg(&orders),
             )
             .await?;
@@ -113,10 +98,11 @@ impl SaleRedis {
         reservation: PendingReservation,
     ) -> anyhow::Result<()> {
         let hdel = redis::cmd("HDEL")
-            .arg(self.keys(item).in_doubt())
+            .arg(self.redis.keys(item).in_doubt())
             .arg(reservation.order.to_string())
             .to_owned();
-        self.call::<i64>(RedisPurpose::Other, "forget an in-doubt commit", &hdel)
+        self.redis
+            .call::<i64>(RedisPurpose::Other, "forget an in-doubt commit", &hdel)
             .await
             .map(drop)
     }
@@ -124,7 +110,7 @@ impl SaleRedis {
     /// Stock counter, pending reservations, the number of buyers, success counter, the
     /// stock's version and the orders being given back, read atomically.
     pub async fn stock_snapshot(&self, item: ItemId) -> anyhow::Result<StockSnapshot> {
-        let keys = self.keys(item);
+        let keys = self.redis.keys(item);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .get(keys.stock())
@@ -142,6 +128,7 @@ impl SaleRedis {
             Vec<String>,
         );
         let (stock, members, buyers, success, version, returning): Replies = self
+            .redis
             .call(RedisPurpose::Other, "stock snapshot", &pipe)
             .await?;
         Ok(StockSnapshot {
@@ -167,7 +154,7 @@ impl SaleRedis {
         stock: i64,
         sold: Option<(&[i64], i64)>,
     ) -> anyhow::Result<bool> {
-        let keys = self.keys(item);
+        let keys = self.redis.keys(item);
         let mut invocation = self.repair.prepare_invoke();
         invocation
             .key(keys.stock())
@@ -181,8 +168,23 @@ impl SaleRedis {
             None => invocation.arg(""),
         };
         let written: i64 = self
+            .redis
             .call(RedisPurpose::Other, "repair item", &invocation)
             .await?;
         Ok(written == 1)
+    }
+
+    /// Sets the expiry of every key of `item` (see [`KeyLifetime`]); keys
+    /// created since the last stamp (an orders hash, a buyers set) get theirs here.
+    pub async fn stamp_expiry(&self, item: &Item) -> anyhow::Result<()> {
+        let at = self.lifetime.expire_at_ms(item);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for key in self.redis.keys(item.id).item_wide() {
+            pipe.pexpire_at(key, at).ignore();
+        }
+        self.redis
+            .call(RedisPurpose::Other, "stamp key expiry", &pipe)
+            .await
     }
 }

@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use redis::Script;
 use uuid::Uuid;
 
-use super::SaleRedis;
+use super::{KeyLifetime, StockRedis};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::{Item, ItemId};
-use crate::sale::postgres::GiveBack;
+use crate::sale::records::GiveBack;
 
 static GIVE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/give_back.lua")));
@@ -28,7 +28,17 @@ pub enum GivenBack {
     KeysGone,
 }
 
-impl SaleRedis {
+/// Gives released units back (and remembers which, see the script's returning set).
+pub struct Returns {
+    redis: StockRedis,
+    lifetime: KeyLifetime,
+}
+
+impl Returns {
+    pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
+        Self { redis, lifetime }
+    }
+
     /// Gives `order`'s unit of `item` back. With `rebuy`, the shopper's buyer mark goes
     /// too.
     pub async fn give_back(
@@ -37,7 +47,7 @@ impl SaleRedis {
         item: &Item,
         rebuy: bool,
     ) -> anyhow::Result<GivenBack> {
-        let keys = self.keys(order.item);
+        let keys = self.redis.keys(order.item);
         let mut invocation = GIVE_BACK.prepare_invoke();
         invocation
             .key(keys.stock())
@@ -51,8 +61,9 @@ impl SaleRedis {
             .arg(order.user.get())
             .arg(order.order.to_string())
             .arg(if rebuy { "rebuy" } else { "keep_buyer" })
-            .arg(self.expire_at_ms(item));
+            .arg(self.lifetime.expire_at_ms(item));
         let answer: i64 = self
+            .redis
             .call(RedisPurpose::Other, "give a unit back", &invocation)
             .await?;
         Ok(match answer {
@@ -70,10 +81,11 @@ impl SaleRedis {
         }
         let ids: Vec<String> = orders.iter().map(Uuid::to_string).collect();
         let srem = redis::cmd("SREM")
-            .arg(self.keys(item).returning())
+            .arg(self.redis.keys(item).returning())
             .arg(ids)
             .to_owned();
-        self.call::<i64>(RedisPurpose::Other, "forget returning orders", &srem)
+        self.redis
+            .call::<i64>(RedisPurpose::Other, "forget returning orders", &srem)
             .await
             .map(drop)
     }

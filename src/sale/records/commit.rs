@@ -316,7 +316,7 @@ impl NewOrder {
             user_id: self.user,
             item_id: self.item,
             created_at,
-            state: super::OrderState::PendingPayment,
+            state: crate::vocabulary::OrderState::PendingPayment,
             pay_by: Some(pay_by),
         }
     }

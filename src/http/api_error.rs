@@ -14,11 +14,12 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use super::rate_limit::RateLimitHeaders;
 use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
-use crate::sale::life_cycle::OrderError;
-use crate::sale::postgres::OrderState;
+use crate::sale::OrderError;
 use crate::sale::SaleError;
+use crate::vocabulary::OrderState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -282,9 +283,9 @@ impl From<SignInError> for ApiError {
     }
 }
 
-impl From<crate::admin::edit::RuleChangeError> for ApiError {
-    fn from(error: crate::admin::edit::RuleChangeError) -> Self {
-        use crate::admin::edit::RuleChangeError as E;
+impl From<crate::rules::edit::RuleChangeError> for ApiError {
+    fn from(error: crate::rules::edit::RuleChangeError) -> Self {
+        use crate::rules::edit::RuleChangeError as E;
         match error {
             E::UnknownPolicy(_) => Self::NotFound,
             E::VersionConflict { current, .. } => Self::VersionConflict { current },

@@ -1,16 +1,7 @@
-//! The sale's Redis side: stock counters, buyer sets, the success pipeline.
-//!
-//! This file has what the purchase path and the listings call. The key scheme is in
-//! `redis/keys.rs` (`<prefix>:{item:<id>}:stock`, `…:buyers`, `…:success`,
-//! `…:bought:<user>`, `…:orders`: one Redis Cluster slot per item), the reconciler's
-//! reads and repairs in `redis/repair.rs`, the give-back of released units in
-//! `redis/give_back.rs`, the keys' rebuild and expiry in `redis/lifetime.rs`.
-//!
-//! An item's keys live as long as its units can still move: until its sale's end plus
-//! the payment deadline plus [`KEY_GRACE`] ([`SaleRedis::keys_expire_at`]). The rebuild
-//! and the give-back set that expiry on the keys they create, the reconciler stamps it
-//! on every key of the items it looks after (so a key a purchase created gets it within
-//! a round), and Postgres stays the record of everything after.
+//! The purchase path's Redis side: reserve a unit (`lua/reserve_stock.lua`, alone or in
+//! the limiter's own call), record the success (one MULTI/EXEC pipeline), undo a
+//! reservation whose order was not committed (`lua/undo_reservation.lua`), settle the
+//! committed ones, and note a commit whose answer was lost.
 
 use std::time::Duration;
 
@@ -18,24 +9,21 @@ use anyhow::Context;
 use redis::Script;
 use uuid::Uuid;
 
-use super::item::{Item, ItemId};
+use super::StockRedis;
 use crate::domain::UserId;
 use crate::limiter::{FollowUp, Then};
 use crate::metrics::RedisPurpose;
-use crate::store::redis::Request;
-use crate::store::RedisStore;
-
-mod give_back;
-mod keys;
-mod lifetime;
-mod repair;
-
-pub use give_back::GivenBack;
-pub use keys::{limiter_partition, ItemKeys, KEY_GRACE};
-pub use repair::StockSnapshot;
+use crate::sale::item::{Item, ItemId};
+use crate::sale::records::TxId;
 
 /// How long the per-user success marker lives.
 const MARKER_TTL_SECS: u64 = 300;
+
+/// How long an in-doubt record is kept at most: the reconciler removes it once it has
+/// resolved the reservation, well before this.
+const IN_DOUBT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+const RESERVE_STOCK: &str = include_str!("../../../lua/reserve_stock.lua");
 
 /// A reservation waiting for its order commit, as recorded in the pending set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,11 +33,11 @@ pub struct PendingReservation {
 }
 
 impl PendingReservation {
-    fn member(&self) -> String {
+    pub(super) fn member(&self) -> String {
         format!("{}:{}", self.user, self.order)
     }
 
-    fn parse(member: &str) -> Option<Self> {
+    pub(super) fn parse(member: &str) -> Option<Self> {
         let (user, order) = member.split_once(':')?;
         Some(Self {
             user: user.parse().ok()?,
@@ -80,72 +68,43 @@ pub enum Undo {
     SoldOut,
 }
 
-const RESERVE_STOCK: &str = include_str!("../../lua/reserve_stock.lua");
+/// How reservations behave (settings `reservation_deadline_ms`,
+/// `reservation_replica_wait_ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReservationOptions {
+    /// How long a reservation may stay pending before the reconciler looks at it.
+    pub pending: Duration,
+    /// After each reservation, wait up to this long for one replica to acknowledge it
+    /// (`WAIT 1 <ms>`), so a failover right after it is less likely to lose it. Best
+    /// effort: a replica that does not answer in time delays the purchase by this and
+    /// changes nothing else (the reservation stands on the master; Postgres and the
+    /// reconciler still guard against what a failover loses). Zero: no wait.
+    pub replica_wait: Duration,
+}
 
-pub struct SaleRedis {
-    redis: RedisStore,
+pub struct Reservations {
+    redis: StockRedis,
     reserve: Script,
     /// The same reservation, composed after a `per_item` limiter decision: one call.
     reserve_after_limit: FollowUp,
     undo: Script,
-    repair: Script,
     /// How long a reservation may stay pending before the reconciler looks at it.
     pending_ms: u64,
-    /// `WAIT 1 <ms>` after each reservation, or not (see [`Self::with_replica_wait`]).
+    /// `WAIT 1 <ms>` after each reservation, or not.
     replica_wait_ms: Option<u64>,
-    /// How long after its sale's end an item's keys live (see [`Self::keys_expire_at`]).
-    keys_outlive_sale: chrono::Duration,
 }
 
-impl SaleRedis {
-    /// `pay_within` is the payment deadline: released units can come back until the
-    /// last order placed before the end has passed it.
-    pub fn new(redis: RedisStore, pending: Duration, pay_within: Duration) -> Self {
-        let keys_outlive_sale = chrono::Duration::from_std(pay_within)
-            .unwrap_or(chrono::Duration::MAX)
-            .checked_add(&KEY_GRACE)
-            .unwrap_or(chrono::Duration::MAX);
+impl Reservations {
+    pub fn new(redis: StockRedis, options: ReservationOptions) -> Self {
+        let wait = options.replica_wait;
         Self {
             redis,
             reserve: Script::new(RESERVE_STOCK),
             reserve_after_limit: FollowUp::new(RESERVE_STOCK),
-            undo: Script::new(include_str!("../../lua/undo_reservation.lua")),
-            repair: Script::new(include_str!("../../lua/repair_item.lua")),
-            pending_ms: pending.as_millis() as u64,
-            replica_wait_ms: None,
-            keys_outlive_sale,
+            undo: Script::new(include_str!("../../../lua/undo_reservation.lua")),
+            pending_ms: options.pending.as_millis() as u64,
+            replica_wait_ms: (!wait.is_zero()).then_some(wait.as_millis() as u64),
         }
-    }
-
-    /// After each reservation, waits up to `wait` for one replica to acknowledge it
-    /// (`WAIT 1 <ms>`), so a failover right after it is less likely to lose it. Best
-    /// effort: a replica that does not answer in time delays the purchase by `wait`
-    /// and changes nothing else (the reservation stands on the master; Postgres and the
-    /// reconciler still guard against what a failover loses). Zero: no wait.
-    pub fn with_replica_wait(mut self, wait: Duration) -> Self {
-        self.replica_wait_ms = (!wait.is_zero()).then_some(wait.as_millis() as u64);
-        self
-    }
-
-    pub fn store(&self) -> &RedisStore {
-        &self.redis
-    }
-
-    pub fn keys(&self, item: ItemId) -> ItemKeys {
-        ItemKeys::new(self.redis.prefix(), item)
-    }
-
-    /// One call through the store's wrapper, with what it was for in the error.
-    async fn call<'r, T: ::redis::FromRedisValue>(
-        &self,
-        purpose: RedisPurpose,
-        what: &'static str,
-        request: impl Into<Request<'r>>,
-    ) -> anyhow::Result<T> {
-        self.redis
-            .call(purpose, request)
-            .await
-            .with_context(|| format!("redis: {what}"))
     }
 
     pub async fn reserve(
@@ -163,6 +122,7 @@ impl SaleRedis {
             invocation.arg(arg);
         }
         let reply: (i64, i64) = self
+            .redis
             .call(RedisPurpose::Reservation, "reserve stock", &invocation)
             .await?;
         self.reserved(item, reply).await
@@ -196,7 +156,7 @@ impl SaleRedis {
         user: UserId,
         order: Uuid,
     ) -> (Vec<String>, Vec<String>) {
-        let keys = self.keys(item.id);
+        let keys = self.redis.keys(item.id);
         (
             vec![keys.stock(), keys.buyers(), keys.pending(), keys.version()],
             vec![
@@ -223,6 +183,7 @@ impl SaleRedis {
                 // Best effort: the reservation is made whatever the answer, and failing
                 // the purchase now would only hold its unit until the reconciler.
                 let acked: anyhow::Result<i64> = self
+                    .redis
                     .call(
                         RedisPurpose::Reservation,
                         "wait for a replica",
@@ -252,7 +213,7 @@ impl SaleRedis {
         user: UserId,
         order: Uuid,
     ) -> anyhow::Result<()> {
-        let keys = self.keys(item);
+        let keys = self.redis.keys(item);
         let order = order.to_string();
         let mut pipe = redis::pipe();
         pipe.atomic()
@@ -262,7 +223,8 @@ impl SaleRedis {
             .ignore()
             .hset(keys.orders(), user.get(), &order)
             .ignore();
-        self.call(RedisPurpose::Pipeline, "success pipeline", &pipe)
+        self.redis
+            .call(RedisPurpose::Pipeline, "success pipeline", &pipe)
             .await
     }
 
@@ -274,7 +236,7 @@ impl SaleRedis {
         reservation: PendingReservation,
         how: Undo,
     ) -> anyhow::Result<bool> {
-        let keys = self.keys(item);
+        let keys = self.redis.keys(item);
         let (mode, existing) = match how {
             Undo::Release => ("release", None),
             Undo::KeepBuyer { existing_order } => ("keep_buyer", existing_order),
@@ -294,6 +256,7 @@ impl SaleRedis {
             .arg(mode)
             .arg(existing.map(|o| o.to_string()).unwrap_or_default());
         let undone: i64 = self
+            .redis
             .call(RedisPurpose::Other, "undo reservation", &invocation)
             .await?;
         Ok(undone == 1)
@@ -310,25 +273,31 @@ impl SaleRedis {
             .map(PendingReservation::member)
             .collect();
         let zrem = redis::cmd("ZREM")
-            .arg(self.keys(item).pending())
+            .arg(self.redis.keys(item).pending())
             .arg(members)
             .to_owned();
-        self.call::<i64>(RedisPurpose::Reservation, "settle reservation", &zrem)
+        self.redis
+            .call::<i64>(RedisPurpose::Reservation, "settle reservation", &zrem)
             .await
             .map(drop)
     }
 
-    /// Live stock of several items in one round trip; `None` where the counter is missing.
-    pub async fn remaining(&self, items: &[ItemId]) -> anyhow::Result<Vec<Option<i64>>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<String> = items.iter().map(|id| self.keys(*id).stock()).collect();
-        self.call(
-            RedisPurpose::Other,
-            "read stock",
-            &*redis::cmd("MGET").arg(&keys),
-        )
-        .await
+    /// Records that `reservation`'s COMMIT went unanswered in transaction `txid`.
+    pub async fn note_in_doubt(
+        &self,
+        item: ItemId,
+        reservation: PendingReservation,
+        txid: TxId,
+    ) -> anyhow::Result<()> {
+        let key = self.redis.keys(item).in_doubt();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .hset(&key, reservation.order.to_string(), txid.0)
+            .ignore()
+            .pexpire(&key, IN_DOUBT_TTL_MS as i64)
+            .ignore();
+        self.redis
+            .call(RedisPurpose::Other, "note an in-doubt commit", &pipe)
+            .await
     }
 }

@@ -24,6 +24,7 @@ use crate::configuration::policies::{
 use crate::domain::ClientIp;
 use crate::limiter::{BurstLog, FailMode, Limiter};
 use crate::metrics::Metrics;
+use crate::vocabulary::TokenComparison;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
 
@@ -98,8 +99,8 @@ impl AdminGuard {
             tokens,
             limiter,
             lockout,
-            accepted: comparisons("accepted"),
-            refused: comparisons("refused"),
+            accepted: comparisons(TokenComparison::Accepted.label()),
+            refused: comparisons(TokenComparison::Refused.label()),
             fail_open: metrics
                 .limiter_fail_open
                 .with_label_values(&[ADMIN_AUTH_POLICY]),

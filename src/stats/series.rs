@@ -1,18 +1,32 @@
 //! The live counters second by second, for the dashboard's charts: the buckets that
-//! [`super::stats`] flushes, read one point per second instead of summed.
+//! [`super`] flushes, read one point per second instead of summed.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::stats::{LOCAL, ORDERS, OUTCOME, REJECT, STOCK};
+use super::{LOCAL, ORDERS, OUTCOME, REJECT, STOCK};
+use crate::vocabulary::Outcome;
 
-/// Sale outcomes (their metric words) that are the service's failures, not answers
-/// about the sale: the order could not be placed, or the limiter could not be asked.
-const ERRORS: [&str; 2] = ["order_failed", "limiter_unavailable"];
-const SOLD_OUT: &str = "sold_out";
-/// Counted per dimension instead, from the limiter's own rejections.
-const RATE_LIMITED: &str = "rate_limited";
+/// Where a purchase outcome goes in the chart: its own line, the errors (the service's
+/// failures, not answers about the sale: the order could not be placed, or the limiter
+/// could not be asked), nowhere (a limiter refusal, charted per dimension from the
+/// limiter's own rejections), or "other".
+fn line_of(outcome: &str) -> Line {
+    match Outcome::ALL.iter().find(|o| o.label() == outcome) {
+        Some(Outcome::SoldOut) => Line::SoldOut,
+        Some(Outcome::OrderFailed | Outcome::LimiterUnavailable) => Line::Errors,
+        Some(Outcome::RateLimited) => Line::None,
+        _ => Line::Other,
+    }
+}
+
+enum Line {
+    SoldOut,
+    Errors,
+    None,
+    Other,
+}
 
 /// One point per second from `from` on, summed over every instance. Every array has
 /// `windowSeconds` points; point `i` is second `from + i`.
@@ -22,8 +36,8 @@ pub struct Series {
     /// The unix second of the first point.
     pub from: i64,
     pub window_seconds: u64,
-    pub purchases: Purchases,
-    pub refusals: Refusals,
+    pub purchases: PurchaseSeries,
+    pub refusals: RefusalSeries,
     /// Per item (by id), its live stock as sampled each second; `null` where no
     /// instance sampled it (not on sale then, or Redis was away).
     #[schema(value_type = BTreeMap<String, Vec<Option<i64>>>)]
@@ -33,7 +47,8 @@ pub struct Series {
 /// Purchases per second by outcome.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Purchases {
+#[schema(as = Purchases)]
+pub struct PurchaseSeries {
     /// Orders created (answered 200).
     pub created: Vec<i64>,
     pub sold_out: Vec<i64>,
@@ -49,7 +64,8 @@ pub struct Purchases {
 /// The sale limiter's refusals per second by who answered them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Refusals {
+#[schema(as = Refusals)]
+pub struct RefusalSeries {
     /// By the instance's denial cache, without a Redis call.
     pub local: Vec<i64>,
     /// By the limiter's script in Redis.
@@ -70,14 +86,14 @@ impl Series {
         let mut series = Self {
             from,
             window_seconds: n as u64,
-            purchases: Purchases {
+            purchases: PurchaseSeries {
                 created: zeros(),
                 sold_out: zeros(),
                 rejected: dimensions.iter().map(|d| (d.clone(), zeros())).collect(),
                 errors: zeros(),
                 other: zeros(),
             },
-            refusals: Refusals {
+            refusals: RefusalSeries {
                 local: zeros(),
                 redis: zeros(),
             },
@@ -90,11 +106,11 @@ impl Series {
                 if field == ORDERS {
                     purchases.created[i] += value;
                 } else if let Some(outcome) = field.strip_prefix(OUTCOME) {
-                    match outcome {
-                        SOLD_OUT => purchases.sold_out[i] += value,
-                        RATE_LIMITED => {}
-                        _ if ERRORS.contains(&outcome) => purchases.errors[i] += value,
-                        _ => purchases.other[i] += value,
+                    match line_of(outcome) {
+                        Line::SoldOut => purchases.sold_out[i] += value,
+                        Line::Errors => purchases.errors[i] += value,
+                        Line::None => {}
+                        Line::Other => purchases.other[i] += value,
                     }
                 } else if let Some(dimension) = field.strip_prefix(REJECT) {
                     purchases
@@ -158,7 +174,7 @@ mod tests {
             Series {
                 from: 1_000,
                 window_seconds: 3,
-                purchases: Purchases {
+                purchases: PurchaseSeries {
                     created: vec![3, 0, 1],
                     sold_out: vec![0, 0, 4],
                     rejected: [
@@ -170,7 +186,7 @@ mod tests {
                     errors: vec![0, 0, 3],
                     other: vec![0, 0, 5],
                 },
-                refusals: Refusals {
+                refusals: RefusalSeries {
                     local: vec![0, 0, 3],
                     redis: vec![0, 0, 3],
                 },

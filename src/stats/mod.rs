@@ -6,7 +6,7 @@
 //! sums the buckets of the last N seconds in one round trip and reads them as [`Sums`],
 //! or reads them second by second as a [`Series`] for its charts.
 //!
-//! A bucket's fields, written and read here (and in [`super::series`]) only:
+//! A bucket's fields, written and read here (and in [`series`]) only:
 //! `pass:<dimension>`, `reject:<dimension>` and `local:<dimension>` (the `seckill`
 //! policy's rules; `local` = refused by the denial cache without asking Redis),
 //! `orders` (purchases that created one), `outcome:<word>` (the purchase's other
@@ -14,16 +14,20 @@
 //! `stock:<item id>`, the item's live stock as sampled that second, set (several
 //! instances setting it in the same second write the same or a fresher value).
 
+pub mod series;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::series::Series;
 use crate::background::Ticks;
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::limiter::Limiter;
-use crate::metrics::{counters_by_label, gauges_by_label, Metrics, RedisPurpose};
+use crate::metrics::{gauges_by_label, Metrics, RedisPurpose};
 use crate::store::RedisStore;
+use crate::tally::Counted;
+use crate::vocabulary::{Decision, Outcome};
+use series::Series;
 
 /// How long a bucket is kept: the longest window the dashboard may ask for.
 pub const MAX_WINDOW_SECS: u64 = 3_600;
@@ -39,9 +43,6 @@ pub(super) const ORDERS: &str = "orders";
 pub(super) const OUTCOME: &str = "outcome:";
 const FAIL_OPEN: &str = "fail_open";
 pub(super) const STOCK: &str = "stock:";
-
-/// The sale outcome counted as `orders` (older instances write and read it so).
-const CREATED: &str = "created";
 
 /// What happened over a window, summed over every instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,40 +105,34 @@ impl LiveStats {
             .unwrap_or_default()
     }
 
-    /// This instance's running totals, by bucket field.
+    /// This instance's running totals, by bucket field: the tally's (`crate::tally`),
+    /// the `seckill` policy's decisions by dimension, every policy's fail-opens, the
+    /// purchases by outcome.
     fn totals(&self) -> BTreeMap<String, i64> {
         let mut totals = BTreeMap::new();
-        let metrics = &self.metrics;
-        for dimension in self.dimensions() {
-            // Local refusals first: one is counted as a rejection before it is counted as
-            // local, so read in this order a snapshot never has more local than rejected.
-            let local = metrics
-                .limiter_local_refusals
-                .with_label_values(&[SECKILL_POLICY, &dimension])
-                .get();
-            totals.insert(format!("{LOCAL}{dimension}"), local as i64);
-            for (field, outcome) in [(PASS, "pass"), (REJECT, "reject")] {
-                let count = metrics
-                    .limiter_decisions
-                    .with_label_values(&[SECKILL_POLICY, &dimension, outcome])
-                    .get();
-                totals.insert(format!("{field}{dimension}"), count as i64);
-            }
-        }
-        for (outcome, count) in counters_by_label(&metrics.sale_outcomes) {
-            let field = match outcome.as_str() {
-                CREATED => ORDERS.to_string(),
-                _ => format!("{OUTCOME}{outcome}"),
+        // The tally reads local refusals before decisions (see `Counted`): one is counted
+        // as a rejection before it is counted as local, so a snapshot never has more
+        // local than rejected.
+        for (counted, total) in self.metrics.tally.totals() {
+            let field = match counted {
+                Counted::LocalRefusal { policy, rule } if policy == SECKILL_POLICY => {
+                    format!("{LOCAL}{rule}")
+                }
+                Counted::Decision {
+                    policy,
+                    rule,
+                    decision,
+                } if policy == SECKILL_POLICY => match decision {
+                    Decision::Pass => format!("{PASS}{rule}"),
+                    Decision::Reject => format!("{REJECT}{rule}"),
+                },
+                Counted::FailOpen { .. } => FAIL_OPEN.to_string(),
+                Counted::Purchase(Outcome::Created) => ORDERS.to_string(),
+                Counted::Purchase(outcome) => format!("{OUTCOME}{}", outcome.label()),
+                Counted::LocalRefusal { .. } | Counted::Decision { .. } => continue,
             };
-            totals.insert(field, count);
+            *totals.entry(field).or_insert(0) += total as i64;
         }
-        let fail_open = self
-            .limiter
-            .policy_names()
-            .iter()
-            .map(|p| self.metrics.limiter_fail_open.with_label_values(&[p]).get())
-            .sum::<u64>();
-        totals.insert(FAIL_OPEN.into(), fail_open as i64);
         totals
     }
 

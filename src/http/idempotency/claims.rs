@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::domain::{IdempotencyKey, UserId};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::ItemId;
-use crate::store::redis::Request;
+use crate::store::redis_store::Request;
 use crate::store::RedisStore;
 
 /// What the claim found.

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::item::{Item, ItemId, NewItem};
 use crate::domain::UserId;
+use crate::vocabulary::OrderState;
 
 mod commit;
 mod life_cycle;
@@ -15,7 +16,7 @@ mod life_cycle;
 pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
 pub use life_cycle::{
     expire_due, mark_returned, order_state_counts, owing_items, states_by_item, transition,
-    unreturned, GiveBack, Moved, OrderState, Transition,
+    unreturned, GiveBack, Moved, Transition,
 };
 
 struct ItemRow {

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest};
 
-use super::error::ApiError;
+use super::api_error::ApiError;
 use crate::domain::{ClientId, ClientIp};
 
 /// Proxies whose `X-Forwarded-For` we believe (default: loopback only).

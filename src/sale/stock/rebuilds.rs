@@ -1,0 +1,51 @@
+//! Lost keys back from Postgres (`lua/restore_item.lua`): an item's stock counter and
+//! buyers, when Redis lost its data, the keys expired or the prefix changed.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::{KeyLifetime, StockRedis};
+use crate::metrics::RedisPurpose;
+use crate::sale::item::Item;
+use crate::sale::records::ItemLedger;
+
+static RESTORE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/restore_item.lua")));
+
+/// Writes rebuilt keys (the caller reads the ledger from Postgres).
+pub struct Rebuilds {
+    redis: StockRedis,
+    lifetime: KeyLifetime,
+}
+
+impl Rebuilds {
+    pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
+        Self { redis, lifetime }
+    }
+
+    /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
+    /// counter is missing (see `lua/restore_item.lua`); a live counter is never
+    /// overwritten. Returns whether the counter was (re)created.
+    pub async fn rebuild(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
+        let keys = self.redis.keys(item.id);
+        let mut invocation = RESTORE.prepare_invoke();
+        invocation
+            .key(keys.stock())
+            .key(keys.buyers())
+            .key(keys.returned())
+            .key(keys.version())
+            .arg(ledger.remaining)
+            .arg(self.lifetime.expire_at_ms(item))
+            .arg(ledger.owed.len());
+        for owed in &ledger.owed {
+            invocation.arg(owed.order.to_string()).arg(owed.user.get());
+        }
+        invocation.arg(&ledger.buyers);
+        let created: i64 = self
+            .redis
+            .call(RedisPurpose::Other, "restore item", &invocation)
+            .await?;
+        Ok(created == 1)
+    }
+}

@@ -1,0 +1,104 @@
+//! What this instance counted for the dashboard: the limiter's decisions and refusals
+//! by policy and rule, purchases by outcome. The stats flush (`crate::stats`) reads the
+//! running totals once a second and adds their growth to the shared per-second buckets
+//! in Redis; nothing here knows Redis or Prometheus.
+//!
+//! The counters that record an event resolve their cell once (when a policy is
+//! installed, when the sale starts), so counting costs one atomic add, beside the
+//! Prometheus counter the same event increments for scrapes ([`Counter`] does both).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::vocabulary::{Decision, Outcome};
+
+/// What a cell counts. [`Tally::totals`] reads the cells in this order, local refusals
+/// before decisions: a local refusal is counted as a rejection first, so a snapshot
+/// never holds more of them than rejections.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Counted {
+    /// A refusal answered by the denial cache, without a Redis call (also counted as a
+    /// [`Decision::Reject`]).
+    LocalRefusal { policy: String, rule: String },
+    /// A limiter rule's decision.
+    Decision {
+        policy: String,
+        rule: String,
+        decision: Decision,
+    },
+    /// A request let through because the limiter could not ask Redis.
+    FailOpen { policy: String },
+    /// A purchase that ended so.
+    Purchase(Outcome),
+}
+
+/// One running total.
+#[derive(Debug, Clone, Default)]
+pub struct Cell(Arc<AtomicU64>);
+
+impl Cell {
+    pub fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A Prometheus series and the tally cell of the same event, counted together: the
+/// scrape and the dashboard can never disagree on what was counted.
+#[derive(Clone)]
+pub struct Counter {
+    metric: prometheus::IntCounter,
+    cell: Cell,
+}
+
+impl Counter {
+    pub fn new(metric: prometheus::IntCounter, cell: Cell) -> Self {
+        Self { metric, cell }
+    }
+
+    pub fn inc(&self) {
+        self.metric.inc();
+        self.cell.add();
+    }
+}
+
+/// Every cell of this instance, by what it counts.
+#[derive(Debug, Default)]
+pub struct Tally {
+    cells: Mutex<BTreeMap<Counted, Cell>>,
+}
+
+impl Tally {
+    /// The cell counting `what` (the same one for every caller).
+    pub fn cell(&self, what: Counted) -> Cell {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.entry(what).or_default().clone()
+    }
+
+    /// Every running total, by what it counts.
+    pub fn totals(&self) -> Vec<(Counted, u64)> {
+        let cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells
+            .iter()
+            .map(|(what, cell)| (what.clone(), cell.0.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_of_the_same_thing_add_up_in_one_total() {
+        let tally = Tally::default();
+        let created = Counted::Purchase(Outcome::Created);
+        let (one, two) = (tally.cell(created.clone()), tally.cell(created.clone()));
+        one.add();
+        two.add();
+        tally.cell(Counted::FailOpen { policy: "p".into() }).add();
+        let totals = tally.totals();
+        assert!(totals.contains(&(created, 2)));
+        assert!(totals.contains(&(Counted::FailOpen { policy: "p".into() }, 1)));
+    }
+}

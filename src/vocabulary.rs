@@ -1,0 +1,209 @@
+//! The words every layer shares, spelled once: how a purchase ended, how the limiter
+//! decided, where an order is in its life, what the reconciler repaired, why the
+//! connection guard ended a connection. Metric labels, the API, the stats buckets and
+//! the pages all use these spellings; clients and dashboards depend on them, so they
+//! never change.
+//!
+//! At the bottom of the layers, so the domain, the metrics and the stats can all name
+//! them without depending on one another.
+
+use std::str::FromStr;
+
+/// A closed set of words, each with its one spelling.
+pub trait Word: Copy + 'static {
+    /// Every word of the set, in a fixed order.
+    const ALL: &'static [Self];
+
+    fn label(self) -> &'static str;
+
+    /// Every spelling, in the order of [`Self::ALL`] (to seed metric series at 0).
+    fn labels() -> impl Iterator<Item = &'static str> {
+        Self::ALL.iter().map(|word| word.label())
+    }
+}
+
+/// Spells each variant of a fieldless enum once and lists them in `ALL`.
+macro_rules! words {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every word of the set, in a fixed order.
+            pub const ALL: &'static [Self] = &[$(Self::$variant,)+];
+
+            /// The word's one spelling.
+            pub fn label(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $label,)+
+                }
+            }
+        }
+
+        impl Word for $name {
+            const ALL: &'static [Self] = $name::ALL;
+
+            fn label(self) -> &'static str {
+                $name::label(self)
+            }
+        }
+    };
+}
+
+words! {
+    /// How a purchase ended: the label of `seckill_sale_outcomes_total`, and what the
+    /// dashboard counts purchases by.
+    Outcome {
+        Created => "created",
+        SoldOut => "sold_out",
+        AlreadyPurchased => "already_purchased",
+        NotStarted => "not_started",
+        Ended => "ended",
+        Paused => "paused",
+        NotFound => "not_found",
+        RateLimited => "rate_limited",
+        LimiterUnavailable => "limiter_unavailable",
+        OrderFailed => "order_failed",
+        OrderPending => "order_pending",
+        /// An `Idempotency-Key` retry answered without running the purchase again.
+        IdempotentReplay => "idempotent_replay",
+    }
+}
+
+words! {
+    /// A limiter rule's decision: the `outcome` label of `seckill_limiter_decisions_total`.
+    Decision {
+        Pass => "pass",
+        Reject => "reject",
+    }
+}
+
+words! {
+    /// Where an order is in its life: the spelling in Postgres, the API, the metrics and
+    /// the pages.
+    OrderState {
+        PendingPayment => "pending_payment",
+        Paid => "paid",
+        Cancelled => "cancelled",
+        Expired => "expired",
+    }
+}
+
+impl OrderState {
+    /// The spelling (see [`Word::label`]).
+    pub fn as_str(self) -> &'static str {
+        self.label()
+    }
+
+    /// A live order holds its unit for good or until its deadline.
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::PendingPayment | Self::Paid)
+    }
+
+    /// The states an order moves to (every one but the first).
+    pub fn moves() -> impl Iterator<Item = Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .filter(|s| *s != Self::PendingPayment)
+    }
+}
+
+impl FromStr for OrderState {
+    type Err = UnknownWord;
+
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|state| state.label() == s)
+            .ok_or_else(|| UnknownWord(s.to_string()))
+    }
+}
+
+impl serde::Serialize for OrderState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
+/// A spelling that names no word of its set.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown word {0:?}")]
+pub struct UnknownWord(pub String);
+
+words! {
+    /// What the reconciler repaired: the `kind` label of
+    /// `seckill_reconciler_repairs_total` (see ARCHITECTURE.md's glossary).
+    Repair {
+        /// A pending reservation whose order exists: its record cleared.
+        Settled => "settled",
+        /// A pending reservation whose order does not: undone.
+        Released => "released",
+        /// Redis disagreed with Postgres: set back to it (compare-and-set).
+        Drift => "drift",
+        /// A missing stock counter: rebuilt from Postgres.
+        Rebuilt => "rebuilt",
+        /// Released units the sweeper had not given back: given back.
+        Returned => "returned",
+    }
+}
+
+words! {
+    /// Why the connection guard ended a connection: the `reason` label of
+    /// `seckill_connections_cut_total`.
+    ConnectionCut {
+        /// Refused as it arrived: its address held its share of connections.
+        PerAddress => "per_address",
+        /// A request head took longer than its deadline.
+        HeadTimeout => "head_timeout",
+    }
+}
+
+words! {
+    /// An admin token compared with the configured ones: the `outcome` label of
+    /// `seckill_admin_token_comparisons_total`.
+    TokenComparison {
+        Accepted => "accepted",
+        Refused => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn distinct<W: Word>() -> bool {
+        let labels: Vec<_> = W::labels().collect();
+        let mut sorted = labels.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        sorted.len() == labels.len()
+    }
+
+    #[test]
+    fn every_set_spells_each_word_once_and_lists_it_in_order() {
+        assert!(distinct::<Outcome>() && distinct::<Decision>() && distinct::<OrderState>());
+        assert!(distinct::<Repair>() && distinct::<ConnectionCut>());
+        for (index, outcome) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*outcome as usize, index);
+        }
+    }
+
+    #[test]
+    fn an_order_state_reads_back_from_its_spelling() {
+        for state in OrderState::ALL {
+            assert_eq!(state.label().parse::<OrderState>(), Ok(*state));
+        }
+        assert!("refunded".parse::<OrderState>().is_err());
+        assert_eq!(
+            OrderState::moves()
+                .map(OrderState::label)
+                .collect::<Vec<_>>(),
+            ["paid", "cancelled", "expired"]
+        );
+    }
+}
