@@ -1,19 +1,26 @@
 //! Prometheus metrics: one registry per process, built once at start-up and shared.
 //!
-//! Label values are bounded: route patterns, methods and status classes, policy and rule
-//! names from configuration, fixed outcome words, and the ids of items on sale (removed
-//! when the sale ends). Never a user id, an IP or an order id. Counters whose label
-//! values are known up front start at 0, so a fresh instance already shows every series.
+//! Every family is one row of the table in [`families!`]: its field, its type (the kind
+//! of metric), name, help, labels, buckets, and the label values whose series exist at 0
+//! from the start (so a fresh instance already shows them). Label values are bounded:
+//! route patterns, methods and status classes, policy and rule names from
+//! configuration, the words of [`crate::vocabulary`], and the ids of items on sale
+//! (removed when the sale ends). Never a user id, an IP or an order id.
+//!
+//! The dashboard does not read these back: its numbers come from the [`Tally`] beside
+//! them, which the same events count.
+
+use std::marker::PhantomData;
+use std::ops::Deref;
 
 use prometheus::core::Collector;
-
-use crate::tally::Tally;
-use crate::vocabulary::{ConnectionCut, OrderState, Repair, TokenComparison, Word};
-use prometheus::proto::Metric;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::tally::Tally;
+use crate::vocabulary::{ConnectionCut, OrderState, Repair, TokenComparison, Word};
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,268 +54,217 @@ impl RedisPurpose {
 
 /// Latency buckets for request-scale work, 0.5 ms to 5 s: a loopback request answers in
 /// about a millisecond; seconds mean queueing or a store in trouble.
-const REQUEST_BUCKETS: [f64; 13] = [
+const REQUEST_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-pub struct Metrics {
-    registry: Registry,
+/// 0.1 ms to 250 ms (the default limiter timeout): a loopback EVALSHA takes ~0.1-1 ms;
+/// anything near the top is a struggling Redis.
+const LIMITER_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// The table: one row per family, `field: Type = family(name, help, labels)`, with
+/// `.buckets(…)` for a histogram and `.seeded(…)` for the series that exist from the
+/// start. The macro declares [`Families`] and registers every row.
+macro_rules! families {
+    ($( $(#[$doc:meta])* $field:ident: $ty:ty = $family:expr; )*) => {
+        /// Every metric family, one field per row of the table.
+        pub struct Families {
+            $( $(#[$doc])* pub $field: $ty, )*
+        }
+
+        impl Families {
+            fn register(registry: &Registry) -> anyhow::Result<Self> {
+                Ok(Self {
+                    $( $field: {
+                        let family: Family<$ty> = $family;
+                        family.register(registry)?
+                    }, )*
+                })
+            }
+        }
+    };
+}
+
+families! {
     /// HTTP requests by route pattern (`unmatched` for unknown paths), method and
     /// status class.
-    pub http_requests: IntCounterVec,
-    pub http_duration: HistogramVec,
+    http_requests: IntCounterVec = family(
+        "http_requests_total",
+        "HTTP requests by route, method and status class",
+        &["route", "method", "status"],
+    );
+    http_duration: HistogramVec =
+        family("http_request_duration_seconds", "HTTP request latency", &["route", "method"])
+            .buckets(REQUEST_BUCKETS);
     /// Decisions by policy, dimension (rule) and outcome (`pass` / `reject`). A pass
     /// counts once for every rule of the policy, a reject once for the refusing rule.
-    pub limiter_decisions: IntCounterVec,
+    limiter_decisions: IntCounterVec = family(
+        "limiter_decisions_total",
+        "Limiter decisions by policy, dimension and outcome",
+        &["policy", "dimension", "outcome"],
+    );
     /// Requests let through because the limiter could not ask Redis.
-    pub limiter_fail_open: IntCounterVec,
+    limiter_fail_open: IntCounterVec = family(
+        "limiter_fail_open_total",
+        "Requests admitted without a decision because Redis failed",
+        &["policy"],
+    );
     /// Requests refused (503) because the limiter could not ask Redis.
-    pub limiter_fail_closed: IntCounterVec,
+    limiter_fail_closed: IntCounterVec = family(
+        "limiter_fail_closed_total",
+        "Requests refused because Redis failed",
+        &["policy"],
+    );
     /// Refusals answered from the limiter's denial cache, without a Redis call. They are
     /// counted in `limiter_decisions` too, like any refusal.
-    pub limiter_local_refusals: IntCounterVec,
+    limiter_local_refusals: IntCounterVec = family(
+        "limiter_local_refusals_total",
+        "Refusals answered from the local denial cache without asking Redis",
+        &["policy", "dimension"],
+    );
     /// Round trip of one limiter script call.
-    pub limiter_latency: HistogramVec,
+    limiter_latency: HistogramVec =
+        family("limiter_duration_seconds", "Limiter script round trip", &["policy", "algorithm"])
+            .buckets(LIMITER_BUCKETS);
     /// Redis calls that failed or timed out, by purpose.
-    pub redis_errors: IntCounterVec,
+    redis_errors: IntCounterVec =
+        family("redis_errors_total", "Redis calls that failed or timed out", &["purpose"]);
     /// Redis calls made on behalf of requests, by purpose. Shows which answers cost no
     /// Redis at all (validation, item state, the sold-out fast path).
-    pub redis_calls: IntCounterVec,
+    redis_calls: IntCounterVec =
+        family("redis_calls_total", "Redis calls by purpose", &["purpose"]);
     /// Purchases by outcome (`vocabulary::Outcome`); the sale resolves their series.
-    pub sale_outcomes: IntCounterVec,
+    sale_outcomes: IntCounterVec =
+        family("sale_outcomes_total", "Purchases by outcome", &["outcome"]);
+    /// A purchase's wait for its order commit, successful or not: the committer's queue
+    /// plus the batch that wrote it.
+    order_commit: Histogram =
+        family("order_commit_duration_seconds", "Postgres order commit", &[])
+            .buckets(REQUEST_BUCKETS);
+    /// Orders per committer batch (group commit): 1 at low load, growing with it.
+    commit_batch_size: Histogram =
+        family("commit_batch_size", "Orders per committer batch", &[]).buckets(BATCH_BUCKETS);
+    /// Orders waiting for the committer, read at scrape time.
+    commit_queue: IntGauge =
+        family("commit_queue_orders", "Orders waiting for the committer", &[]);
+    /// Live Redis stock per item on sale; a series disappears when its sale ends.
+    stock_remaining: IntGaugeVec =
+        family("stock_remaining", "Live stock of each item on sale (Redis)", &["item"]);
+    /// Items this instance knows to be sold out (answered from memory).
+    sold_out_items: IntGauge =
+        family("sold_out_items", "Items this instance knows to be sold out", &[]);
+    /// Postgres pool connections by pool (`main`, `commit`) and state (`in_use`,
+    /// `idle`), read at scrape time.
+    db_pool: IntGaugeVec = family(
+        "db_pool_connections",
+        "Postgres pool connections by pool and state",
+        &["pool", "state"],
+    )
+    .seeded([["main", "in_use"], ["main", "idle"], ["commit", "in_use"], ["commit", "idle"]]);
+    /// Order commits that found no connection in the commit pool within the acquire
+    /// timeout. Reads have a pool of their own, so this stays 0 unless commits alone
+    /// outrun `database_commit_connections`.
+    commit_pool_timeouts: IntCounter = family(
+        "order_commit_pool_timeouts_total",
+        "Order commits that waited past the acquire timeout for a connection",
+        &[],
+    );
+    /// Per item on sale, every 15 s: orders in Postgres and the Redis success counter.
+    /// They must agree; an alert fires when they do not for two minutes.
+    consistency_postgres_orders: IntGaugeVec =
+        family("consistency_postgres_orders", "Orders in Postgres per item on sale", &["item"]);
+    consistency_redis_success: IntGaugeVec = family(
+        "consistency_redis_success",
+        "Redis success counter per item on sale",
+        &["item"],
+    );
+    /// What the reconciler repaired (`vocabulary::Repair`).
+    reconciler_repairs: IntCounterVec =
+        family("reconciler_repairs_total", "Repairs made by the reconciler, by kind", &["kind"])
+            .seeded(Repair::labels().map(|kind| [kind]));
+    /// Connections the connection guard ended, by reason (`vocabulary::ConnectionCut`).
+    connections_cut: IntCounterVec = family(
+        "connections_cut_total",
+        "Connections the connection guard ended, by reason",
+        &["reason"],
+    )
+    .seeded(ConnectionCut::labels().map(|reason| [reason]));
+    /// Orders moved out of `pending_payment`, by the state they moved to.
+    order_transitions: IntCounterVec = family(
+        "order_transitions_total",
+        "Orders moved out of pending_payment, by the state they moved to",
+        &["to"],
+    )
+    .seeded(OrderState::moves().map(|to| [to.label()]));
+    /// Units released orders gave back, each counted once, when Postgres marks it
+    /// returned: to Redis, or to Postgres alone when its ended item's keys were gone.
+    units_returned: IntCounter = family(
+        "units_returned_total",
+        "Units released orders gave back, counted when Postgres marks them returned",
+        &[],
+    );
+    /// Orders in Postgres by state, summed over the items on sale (with the consistency
+    /// export).
+    orders_by_state: IntGaugeVec =
+        family("orders_by_state", "Orders in Postgres by state", &["state"]);
+    /// Rounds this instance led and finished: after a fault, a round that started
+    /// later proves Redis was repaired from Postgres (the soak waits for one).
+    reconciler_rounds: IntCounter = family(
+        "reconciler_rounds_total",
+        "Reconciliation rounds this instance led and finished",
+        &[],
+    );
+    /// Admin tokens compared with the configured ones, by outcome: every comparison is
+    /// a guess an attacker got to make, so the lockout is measured by how few of these
+    /// a burst gets.
+    admin_token_comparisons: IntCounterVec = family(
+        "admin_token_comparisons_total",
+        "Admin tokens compared with the configured ones, by outcome",
+        &["outcome"],
+    )
+    .seeded(TokenComparison::labels().map(|outcome| [outcome]));
+}
+
+/// The registry, every family ([`Families`], reached through `Deref`: `metrics.x` is
+/// the family `x`), the per-purpose Redis counters resolved once, and the tally.
+pub struct Metrics {
+    registry: Registry,
+    families: Families,
     /// `redis_calls` and `redis_errors` resolved per purpose (indexed by
     /// `RedisPurpose as usize`): the request path increments without a label lookup.
     redis_call_counters: [IntCounter; RedisPurpose::ALL.len()],
     redis_error_counters: [IntCounter; RedisPurpose::ALL.len()],
-    /// A purchase's wait for its order commit, successful or not: the committer's queue
-    /// plus the batch that wrote it.
-    pub order_commit: Histogram,
-    /// Orders per committer batch (group commit): 1 at low load, growing with it.
-    pub commit_batch_size: Histogram,
-    /// Orders waiting for the committer, read at scrape time.
-    pub commit_queue: IntGauge,
-    /// Live Redis stock per item on sale; a series disappears when its sale ends.
-    pub stock_remaining: IntGaugeVec,
-    /// Items this instance knows to be sold out (answered from memory).
-    pub sold_out_items: IntGauge,
-    /// Postgres pool connections by pool (`main`, `commit`) and state (`in_use`,
-    /// `idle`), read at scrape time.
-    pub db_pool: IntGaugeVec,
-    /// Order commits that found no connection in the commit pool within the acquire
-    /// timeout. Reads have a pool of their own, so this stays 0 unless commits alone
-    /// outrun `database_commit_connections`.
-    pub commit_pool_timeouts: IntCounter,
-    /// Per item on sale, every 15 s: orders in Postgres and the Redis success counter.
-    /// They must agree; an alert fires when they do not for two minutes.
-    pub consistency_postgres_orders: IntGaugeVec,
-    pub consistency_redis_success: IntGaugeVec,
-    /// What the reconciler repaired: `settled`, `released`, `drift`, `rebuilt`.
-    pub reconciler_repairs: IntCounterVec,
-    /// Orders moved out of `pending_payment`, by the state they moved to (`paid`,
-    /// `cancelled`, `expired`), and units released orders gave back (each counted once,
-    /// when Postgres marks it returned: to Redis, or to Postgres alone when its ended
-    /// item's keys were gone).
-    pub order_transitions: IntCounterVec,
-    pub units_returned: IntCounter,
-    /// Connections the connection guard ended, by reason: `per_address` (refused as they
-    /// arrived: the address held its share) and `head_timeout` (a head took too long).
-    pub connections_cut: IntCounterVec,
-    /// Orders in Postgres by state, summed over the items on sale (with the consistency
-    /// export).
-    pub orders_by_state: IntGaugeVec,
-    /// Rounds this instance led and finished: after a fault, a round that started
-    /// later proves Redis was repaired from Postgres (the soak waits for one).
-    pub reconciler_rounds: IntCounter,
-    /// Admin tokens compared with the configured ones, by outcome (`accepted`,
-    /// `refused`): every comparison is a guess an attacker got to make, so the lockout
-    /// is measured by how few of these a burst gets.
-    pub admin_token_comparisons: IntCounterVec,
-    /// The same events as some of the series above, for the dashboard's stats flush
-    /// (`crate::stats`), which never reads the series back.
+    /// The same events as some of the families, for the dashboard's stats flush
+    /// (`crate::stats`), which never reads the families back.
     pub tally: Tally,
+}
+
+impl Deref for Metrics {
+    type Target = Families;
+
+    fn deref(&self) -> &Families {
+        &self.families
+    }
 }
 
 impl Metrics {
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            registered(
-                &registry,
-                IntCounterVec::new(Opts::new(name, help), labels)?,
-            )
+        let families = Families::register(&registry)?;
+        let resolve = |family: &IntCounterVec| {
+            RedisPurpose::ALL.map(|purpose| family.with_label_values(&[purpose.as_str()]))
         };
-        let int_counter =
-            |name: &str, help: &str| registered(&registry, IntCounter::new(name, help)?);
-        let int_gauge = |name: &str, help: &str| registered(&registry, IntGauge::new(name, help)?);
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            registered(&registry, IntGaugeVec::new(Opts::new(name, help), labels)?)
-        };
-        let histogram = |name: &str,
-                         help: &str,
-                         buckets: &[f64],
-                         labels: &[&str]|
-         -> anyhow::Result<HistogramVec> {
-            registered(
-                &registry,
-                HistogramVec::new(
-                    HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                    labels,
-                )?,
-            )
-        };
-
-        let redis_calls = counter("redis_calls_total", "Redis calls by purpose", &["purpose"])?;
-        let redis_errors = counter(
-            "redis_errors_total",
-            "Redis calls that failed or timed out",
-            &["purpose"],
-        )?;
-        let sale_outcomes = counter("sale_outcomes_total", "Purchases by outcome", &["outcome"])?;
-        let metrics = Self {
-            redis_call_counters: RedisPurpose::ALL
-                .map(|purpose| redis_calls.with_label_values(&[purpose.as_str()])),
-            redis_error_counters: RedisPurpose::ALL
-                .map(|purpose| redis_errors.with_label_values(&[purpose.as_str()])),
-            redis_calls,
-            redis_errors,
-            sale_outcomes,
-            http_requests: counter(
-                "http_requests_total",
-                "HTTP requests by route, method and status class",
-                &["route", "method", "status"],
-            )?,
-            http_duration: histogram(
-                "http_request_duration_seconds",
-                "HTTP request latency",
-                &REQUEST_BUCKETS,
-                &["route", "method"],
-            )?,
-            limiter_decisions: counter(
-                "limiter_decisions_total",
-                "Limiter decisions by policy, dimension and outcome",
-                &["policy", "dimension", "outcome"],
-            )?,
-            limiter_fail_open: counter(
-                "limiter_fail_open_total",
-                "Requests admitted without a decision because Redis failed",
-                &["policy"],
-            )?,
-            limiter_fail_closed: counter(
-                "limiter_fail_closed_total",
-                "Requests refused because Redis failed",
-                &["policy"],
-            )?,
-            limiter_local_refusals: counter(
-                "limiter_local_refusals_total",
-                "Refusals answered from the local denial cache without asking Redis",
-                &["policy", "dimension"],
-            )?,
-            // 0.1 ms to 250 ms (the default limiter timeout): a loopback EVALSHA takes
-            // ~0.1-1 ms; anything near the top is a struggling Redis.
-            limiter_latency: histogram(
-                "limiter_duration_seconds",
-                "Limiter script round trip",
-                &[
-                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                ],
-                &["policy", "algorithm"],
-            )?,
-            order_commit: registered(
-                &registry,
-                Histogram::with_opts(
-                    HistogramOpts::new("order_commit_duration_seconds", "Postgres order commit")
-                        .buckets(REQUEST_BUCKETS.to_vec()),
-                )?,
-            )?,
-            commit_batch_size: registered(
-                &registry,
-                Histogram::with_opts(
-                    HistogramOpts::new("commit_batch_size", "Orders per committer batch").buckets(
-                        vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
-                    ),
-                )?,
-            )?,
-            commit_queue: int_gauge("commit_queue_orders", "Orders waiting for the committer")?,
-            stock_remaining: gauge(
-                "stock_remaining",
-                "Live stock of each item on sale (Redis)",
-                &["item"],
-            )?,
-            sold_out_items: int_gauge(
-                "sold_out_items",
-                "Items this instance knows to be sold out",
-            )?,
-            db_pool: gauge(
-                "db_pool_connections",
-                "Postgres pool connections by pool and state",
-                &["pool", "state"],
-            )?,
-            commit_pool_timeouts: int_counter(
-                "order_commit_pool_timeouts_total",
-                "Order commits that waited past the acquire timeout for a connection",
-            )?,
-            consistency_postgres_orders: gauge(
-                "consistency_postgres_orders",
-                "Orders in Postgres per item on sale",
-                &["item"],
-            )?,
-            consistency_redis_success: gauge(
-                "consistency_redis_success",
-                "Redis success counter per item on sale",
-                &["item"],
-            )?,
-            reconciler_repairs: counter(
-                "reconciler_repairs_total",
-                "Repairs made by the reconciler, by kind",
-                &["kind"],
-            )?,
-            connections_cut: counter(
-                "connections_cut_total",
-                "Connections the connection guard ended, by reason",
-                &["reason"],
-            )?,
-            order_transitions: counter(
-                "order_transitions_total",
-                "Orders moved out of pending_payment, by the state they moved to",
-                &["to"],
-            )?,
-            units_returned: int_counter(
-                "units_returned_total",
-                "Units released orders gave back, counted when Postgres marks them returned",
-            )?,
-            reconciler_rounds: int_counter(
-                "reconciler_rounds_total",
-                "Reconciliation rounds this instance led and finished",
-            )?,
-            orders_by_state: gauge("orders_by_state", "Orders in Postgres by state", &["state"])?,
-            admin_token_comparisons: counter(
-                "admin_token_comparisons_total",
-                "Admin tokens compared with the configured ones, by outcome",
-                &["outcome"],
-            )?,
+        Ok(Self {
+            redis_call_counters: resolve(&families.redis_calls),
+            redis_error_counters: resolve(&families.redis_errors),
             registry,
+            families,
             tally: Tally::default(),
-        };
-        for to in OrderState::moves() {
-            metrics.order_transitions.with_label_values(&[to.label()]);
-        }
-        for reason in ConnectionCut::labels() {
-            metrics.connections_cut.with_label_values(&[reason]);
-        }
-        for kind in Repair::labels() {
-            metrics.reconciler_repairs.with_label_values(&[kind]);
-        }
-        for pool in ["main", "commit"] {
-            for state in ["in_use", "idle"] {
-                metrics.db_pool.with_label_values(&[pool, state]);
-            }
-        }
-        for outcome in TokenComparison::labels() {
-            metrics
-                .admin_token_comparisons
-                .with_label_values(&[outcome]);
-        }
-        Ok(metrics)
+        })
     }
 
     pub fn redis_call(&self, purpose: RedisPurpose) {
@@ -327,22 +283,105 @@ impl Metrics {
     }
 }
 
-/// `metric`, registered in `registry`.
-fn registered<M: Collector + Clone + 'static>(registry: &Registry, metric: M) -> anyhow::Result<M> {
-    registry.register(Box::new(metric.clone()))?;
-    Ok(metric)
+/// One row of the table: what to build and register.
+struct Family<M> {
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+    buckets: &'static [f64],
+    seeds: Vec<Vec<&'static str>>,
+    kind: PhantomData<M>,
 }
 
-/// Every series of a one-label gauge (e.g. live stock per item), by its label value.
-pub fn gauges_by_label(gauges: &IntGaugeVec) -> Vec<(String, i64)> {
-    by_label(gauges, |m| m.get_gauge().get_value())
+fn family<M>(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Family<M> {
+    Family {
+        name,
+        help,
+        labels,
+        buckets: &[],
+        seeds: Vec::new(),
+        kind: PhantomData,
+    }
 }
 
-fn by_label(collector: &dyn Collector, value: fn(&Metric) -> f64) -> Vec<(String, i64)> {
-    collector
-        .collect()
-        .iter()
-        .flat_map(|family| family.get_metric())
-        .filter_map(|m| Some((m.get_label().first()?.value().to_string(), value(m) as i64)))
-        .collect()
+impl<M: Kind> Family<M> {
+    fn buckets(mut self, buckets: &'static [f64]) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    /// Series (label values, in the labels' order) that exist at 0 from the start.
+    fn seeded<S: AsRef<[&'static str]>>(mut self, seeds: impl IntoIterator<Item = S>) -> Self {
+        self.seeds = seeds.into_iter().map(|s| s.as_ref().to_vec()).collect();
+        self
+    }
+
+    fn register(self, registry: &Registry) -> anyhow::Result<M> {
+        let metric = M::build(&self)?;
+        registry.register(Box::new(metric.clone()))?;
+        for values in &self.seeds {
+            metric.seed(values);
+        }
+        Ok(metric)
+    }
+}
+
+/// A kind of metric a row can build.
+trait Kind: Collector + Clone + Sized + 'static {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self>;
+
+    /// Makes the series of these label values exist (a no-op for an unlabelled one).
+    fn seed(&self, _values: &[&str]) {}
+}
+
+fn opts<M>(family: &Family<M>) -> Opts {
+    Opts::new(family.name, family.help)
+}
+
+fn histogram_opts<M>(family: &Family<M>) -> HistogramOpts {
+    HistogramOpts::new(family.name, family.help).buckets(family.buckets.to_vec())
+}
+
+impl Kind for IntCounterVec {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        IntCounterVec::new(opts(family), family.labels)
+    }
+
+    fn seed(&self, values: &[&str]) {
+        self.with_label_values(values);
+    }
+}
+
+impl Kind for IntGaugeVec {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        IntGaugeVec::new(opts(family), family.labels)
+    }
+
+    fn seed(&self, values: &[&str]) {
+        self.with_label_values(values);
+    }
+}
+
+impl Kind for HistogramVec {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        HistogramVec::new(histogram_opts(family), family.labels)
+    }
+}
+
+impl Kind for IntCounter {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        IntCounter::with_opts(opts(family))
+    }
+}
+
+impl Kind for IntGauge {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        IntGauge::with_opts(opts(family))
+    }
+}
+
+impl Kind for Histogram {
+    fn build(family: &Family<Self>) -> prometheus::Result<Self> {
+        Histogram::with_opts(histogram_opts(family))
+    }
 }

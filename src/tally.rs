@@ -1,5 +1,6 @@
 //! What this instance counted for the dashboard: the limiter's decisions and refusals
-//! by policy and rule, purchases by outcome. The stats flush (`crate::stats`) reads the
+//! by policy and rule, purchases by outcome; and the live stock it last read of each
+//! item on sale. The stats flush (`crate::stats`) reads the
 //! running totals once a second and adds their growth to the shared per-second buckets
 //! in Redis; nothing here knows Redis or Prometheus.
 //!
@@ -62,10 +63,12 @@ impl Counter {
     }
 }
 
-/// Every cell of this instance, by what it counts.
+/// Every cell of this instance, by what it counts, and the stock levels.
 #[derive(Debug, Default)]
 pub struct Tally {
     cells: Mutex<BTreeMap<Counted, Cell>>,
+    /// Item id → its live stock as this instance last read it (every second).
+    stock: Mutex<BTreeMap<i64, i64>>,
 }
 
 impl Tally {
@@ -73,6 +76,18 @@ impl Tally {
     pub fn cell(&self, what: Counted) -> Cell {
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
         cells.entry(what).or_default().clone()
+    }
+
+    /// The stock of every item on sale as just read; items no longer on sale are dropped.
+    pub fn set_stock(&self, levels: impl IntoIterator<Item = (i64, i64)>) {
+        let mut stock = self.stock.lock().unwrap_or_else(|e| e.into_inner());
+        *stock = levels.into_iter().collect();
+    }
+
+    /// The stock levels as last set.
+    pub fn stock(&self) -> Vec<(i64, i64)> {
+        let stock = self.stock.lock().unwrap_or_else(|e| e.into_inner());
+        stock.iter().map(|(item, level)| (*item, *level)).collect()
     }
 
     /// Every running total, by what it counts.

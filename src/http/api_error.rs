@@ -87,38 +87,11 @@ impl ApiError {
             message: message.into(),
         }
     }
-
-    /// The stable, documented machine-readable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::MalformedJson(_) => "MALFORMED_JSON",
-            Self::Validation { .. } => "VALIDATION_FAILED",
-            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
-            Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
-            Self::RequestTimeout => "REQUEST_TIMEOUT",
-            Self::NotFound => "NOT_FOUND",
-            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
-            Self::PreconditionFailed => "PRECONDITION_FAILED",
-            Self::RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
-            Self::Unauthenticated => "UNAUTHENTICATED",
-            Self::RateLimited(_) | Self::SignInLocked { .. } => "RATE_LIMITED",
-            Self::LimiterUnavailable => "LIMITER_UNAVAILABLE",
-            Self::TooManyPending => "TOO_MANY_PENDING",
-            Self::IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
-            Self::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
-            Self::VersionConflict { .. } => "VERSION_CONFLICT",
-            Self::Sale(error) => error.code(),
-            Self::OrderNotFound => "ORDER_NOT_FOUND",
-            Self::OrderState(_) => "ORDER_STATE",
-            Self::NotReady { .. } => "NOT_READY",
-            Self::Internal(_) => "INTERNAL",
-        }
-    }
 }
 
 /// The body of every error answer. `code` is the stable part (the README's table);
 /// the other fields appear only with the codes that have them.
-#[derive(Serialize, utoipa::ToSchema)]
+#[derive(Default, Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
 pub(crate) struct ErrorBody<'a> {
     #[schema(value_type = String, example = "SOLD_OUT")]
@@ -156,28 +129,7 @@ pub(crate) struct ErrorBody<'a> {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self {
-            Self::MalformedJson(_) | Self::Validation { .. } => StatusCode::BAD_REQUEST,
-            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::NotFound | Self::OrderNotFound => StatusCode::NOT_FOUND,
-            Self::OrderState(_) => StatusCode::CONFLICT,
-            Self::IdempotencyInProgress | Self::VersionConflict { .. } => StatusCode::CONFLICT,
-            Self::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Sale(error) => {
-                StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            }
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-            Self::RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
-            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) | Self::SignInLocked { .. } | Self::TooManyPending => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            Self::NotReady { .. } | Self::LimiterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.answer().status
     }
 
     fn error_response(&self) -> HttpResponse {
@@ -192,7 +144,19 @@ impl ResponseError for ApiError {
     }
 }
 
+/// Everything an error's answer says, decided in [`ApiError::answer`]'s one match.
+struct Answer<'a> {
+    status: StatusCode,
+    body: ErrorBody<'a>,
+    headers: HeaderMap,
+}
+
 impl ApiError {
+    /// The stable, documented machine-readable code (the README's table).
+    pub fn code(&self) -> &'static str {
+        self.answer().body.code
+    }
+
     /// The answer's status, its headers besides the content type (always JSON), and its
     /// body: what a response is made of, and what `http::idempotency` keeps of one. The
     /// cause of a failure the client cannot fix is logged here, once.
@@ -206,59 +170,90 @@ impl ApiError {
             }
             _ => {}
         }
-        let body = ErrorBody {
-            code: self.code(),
-            message: match self {
-                Self::RateLimited(refusal) => Cow::Borrowed(refusal.message()),
-                _ => Cow::Owned(self.to_string()),
-            },
-            field: match self {
-                Self::Validation { field, .. } => Some(field),
-                _ => None,
-            },
-            down: match self {
-                Self::NotReady { down } => Some(down),
-                _ => None,
-            },
-            dimension: match self {
-                Self::RateLimited(refusal) => Some(refusal.dimension()),
-                _ => None,
-            },
-            retry_after_ms: match self {
-                Self::RateLimited(refusal) => Some(refusal.retry_after_ms()),
-                Self::SignInLocked { retry_after_ms } => Some(*retry_after_ms),
-                _ => None,
-            },
-            order_id: match self {
-                Self::Sale(SaleError::OrderPending(order_id)) => Some(*order_id),
-                _ => None,
-            },
-            current_version: match self {
-                Self::VersionConflict { current } => Some(*current),
-                _ => None,
-            },
-            state: match self {
-                Self::OrderState(state) => Some(state.as_str()),
-                _ => None,
-            },
-        };
-        let mut headers = HeaderMap::new();
-        match self {
-            Self::Unauthenticated => {
-                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            Self::RateLimited(refusal) => refusal.write_headers(&mut headers),
-            Self::SignInLocked { retry_after_ms } => {
-                if let Ok(value) = retry_after_ms.div_ceil(1000).to_string().parse() {
-                    headers.insert(RETRY_AFTER, value);
-                }
-            }
-            _ => {}
-        }
+        let Answer {
+            status,
+            body,
+            headers,
+        } = self.answer();
         // A body of strings and numbers always serializes; the fallback is for form.
         let body = serde_json::to_string(&body)
             .unwrap_or_else(|_| r#"{"code":"INTERNAL","message":"internal error"}"#.into());
-        (self.status_code(), headers, body)
+        (status, headers, body)
+    }
+
+    /// Status, code, the body's extra fields and the headers of each error, in one
+    /// place. The message is the error's text (`Display`), but for a limiter refusal,
+    /// whose rule's message is borrowed: a stampede's 429s are the commonest answer.
+    fn answer(&self) -> Answer<'_> {
+        use StatusCode as S;
+        let mut body = ErrorBody::default();
+        let mut headers = HeaderMap::new();
+        let (status, code) = match self {
+            Self::MalformedJson(_) => (S::BAD_REQUEST, "MALFORMED_JSON"),
+            Self::Validation { field, .. } => {
+                body.field = Some(field);
+                (S::BAD_REQUEST, "VALIDATION_FAILED")
+            }
+            Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
+            Self::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
+            Self::RequestTimeout => (S::REQUEST_TIMEOUT, "REQUEST_TIMEOUT"),
+            Self::NotFound => (S::NOT_FOUND, "NOT_FOUND"),
+            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
+            Self::PreconditionFailed => (S::PRECONDITION_FAILED, "PRECONDITION_FAILED"),
+            Self::RangeNotSatisfiable => (S::RANGE_NOT_SATISFIABLE, "RANGE_NOT_SATISFIABLE"),
+            Self::Unauthenticated => {
+                headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                (S::UNAUTHORIZED, "UNAUTHENTICATED")
+            }
+            Self::RateLimited(refusal) => {
+                body.message = Cow::Borrowed(refusal.message());
+                body.dimension = Some(refusal.dimension());
+                body.retry_after_ms = Some(refusal.retry_after_ms());
+                refusal.write_headers(&mut headers);
+                (S::TOO_MANY_REQUESTS, "RATE_LIMITED")
+            }
+            Self::SignInLocked { retry_after_ms } => {
+                body.retry_after_ms = Some(*retry_after_ms);
+                if let Ok(value) = retry_after_ms.div_ceil(1000).to_string().parse() {
+                    headers.insert(RETRY_AFTER, value);
+                }
+                (S::TOO_MANY_REQUESTS, "RATE_LIMITED")
+            }
+            Self::LimiterUnavailable => (S::SERVICE_UNAVAILABLE, "LIMITER_UNAVAILABLE"),
+            Self::VersionConflict { current } => {
+                body.current_version = Some(*current);
+                (S::CONFLICT, "VERSION_CONFLICT")
+            }
+            Self::IdempotencyInProgress => (S::CONFLICT, "IDEMPOTENCY_IN_PROGRESS"),
+            Self::IdempotencyMismatch => (S::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_MISMATCH"),
+            Self::TooManyPending => (S::TOO_MANY_REQUESTS, "TOO_MANY_PENDING"),
+            Self::Sale(error) => {
+                if let SaleError::OrderPending(order_id) = error {
+                    body.order_id = Some(*order_id);
+                }
+                let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
+                (status, error.code())
+            }
+            Self::OrderNotFound => (S::NOT_FOUND, "ORDER_NOT_FOUND"),
+            Self::OrderState(state) => {
+                body.state = Some(state.as_str());
+                (S::CONFLICT, "ORDER_STATE")
+            }
+            Self::NotReady { down } => {
+                body.down = Some(down);
+                (S::SERVICE_UNAVAILABLE, "NOT_READY")
+            }
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),
+        };
+        body.code = code;
+        if body.message.is_empty() {
+            body.message = Cow::Owned(self.to_string());
+        }
+        Answer {
+            status,
+            body,
+            headers,
+        }
     }
 }
 

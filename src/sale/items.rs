@@ -104,6 +104,11 @@ impl Items {
         let ids: Vec<_> = items.iter().map(|i| i.id).collect();
         let stocks = parts.redis.remaining(&ids).await?;
         consistency::retain_item_series(&parts.catalog, &parts.metrics.stock_remaining, &ids);
+        let levels = ids
+            .iter()
+            .zip(&stocks)
+            .filter_map(|(id, s)| Some((id.get(), (*s)?)));
+        parts.metrics.tally.set_stock(levels);
         for (id, stock) in ids.iter().zip(stocks) {
             if let Some(stock) = stock {
                 parts.sold_out.note(*id, stock <= 0);

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::background::Ticks;
 use crate::configuration::policies::SECKILL_POLICY;
 use crate::limiter::Limiter;
-use crate::metrics::{gauges_by_label, Metrics, RedisPurpose};
+use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use crate::tally::Counted;
 use crate::vocabulary::{Decision, Outcome};
@@ -157,8 +157,8 @@ impl LiveStats {
             .map(|(field, value)| (field.clone(), value - last.get(field).copied().unwrap_or(0)))
             .filter(|(_, delta)| *delta != 0)
             .collect();
-        // The gauge the sold-out refresh sets every second from Redis: no read of our own.
-        let stock = gauges_by_label(&self.metrics.stock_remaining);
+        // What the sold-out refresh read from Redis this second: no read of our own.
+        let stock = self.metrics.tally.stock();
         if deltas.is_empty() && stock.is_empty() {
             *last = now;
             return;
