@@ -24,9 +24,10 @@ pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
 /// policy out: 10 refused tokens lock an address out for 5 minutes.
 pub const ADMIN_AUTH_FAILURES: u64 = 10;
 pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
-/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail-open, well
-/// above the shop page's polling every 2 s (30 a minute), so reads can never crowd out
-/// the sale's work in Postgres.
+/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail-open, far
+/// above what the shop page asks (after a purchase, when a payment deadline passes, on
+/// a refresh; it polls the items, not the orders), so reads can never crowd out the
+/// sale's work in Postgres.
 pub const ORDERS_READ_POLICY: &str = "orders_read";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";

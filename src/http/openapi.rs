@@ -102,7 +102,7 @@ impl Modify for Shared {
             SecurityScheme::Http(
                 Http::builder()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("An operator's admin token (`SECKILL_ADMIN_TOKENS`)"))
+                    .description(Some("An operator's admin token (`SECKILL_ADMIN_TOKEN`)"))
                     .build(),
             ),
         );

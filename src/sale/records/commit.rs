@@ -70,8 +70,10 @@ const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// to be paid within `pay_within`.
 ///
 /// Per item it is one statement: a multi-row insert (`UNNEST`) that skips the users who
-/// already hold an order (`ON CONFLICT ON CONSTRAINT orders_one_per_user_and_item DO
-/// NOTHING`) and one decrement of the item's stock by the number inserted. The item's
+/// already hold a live order (`ON CONFLICT (user_id, item_id) WHERE state IN
+/// ('pending_payment', 'paid') DO NOTHING`, the partial unique index
+/// `orders_one_live_per_user_and_item`) and one decrement of the item's stock by the
+/// number inserted. The item's
 /// row is locked from that statement to the COMMIT: two round trips per batch, whatever
 /// its size. `CHECK (remaining_stock >= 0)` stays Postgres's own guard against
 /// overselling: when it refuses a batch, the batch is replayed order by order to find
