@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
-use super::{by_cause, latency, Latency, Record};
+use crate::ledger::Record;
+use crate::report::{by_cause, latency, Latency};
 
 #[derive(Debug, Serialize)]
 pub struct Phase {

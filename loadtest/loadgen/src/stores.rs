@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::{Check, Record, Report, Stores};
+use crate::config::Stores;
+use crate::ledger::Record;
+use crate::report::{Check, Report};
 
 pub(super) async fn order_count(stores: &Stores, item: i64) -> anyhow::Result<i64> {
     let pool = sqlx::PgPool::connect(&stores.database_url)

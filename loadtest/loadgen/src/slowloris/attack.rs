@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
-use crate::percentile;
+use crate::report::percentile;
 
 /// The start of every trickled head; after it, `a` forever (one header line that never
 /// ends, so no amount of patience completes the head).

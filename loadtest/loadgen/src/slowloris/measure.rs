@@ -14,7 +14,8 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::{percentile, Failure};
+use crate::client::{ip_of, Failure};
+use crate::report::percentile;
 
 /// What everyone else sends, where, and when.
 pub(crate) struct Traffic {
@@ -93,7 +94,7 @@ pub(crate) fn everyone_else(
                 .bearer_auth(token)
                 .header(
                     "X-Forwarded-For",
-                    crate::ip_of(traffic.first_ip.wrapping_add(n as u32)),
+                    ip_of(traffic.first_ip.wrapping_add(n as u32)),
                 )
                 .json(&serde_json::json!({ "itemId": traffic.item }));
             async move { outcome_of(request.send().await).await }

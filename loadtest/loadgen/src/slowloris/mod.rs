@@ -101,10 +101,11 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .timeout(Duration::from_secs(10))
         .build()?;
     let needed = purchases_needed(&config);
-    let item = crate::create_item(&setup, &target, needed as i64 + 10, &config.admin_token).await?;
-    crate::wait_until_listed(&setup, std::slice::from_ref(&target), item).await?;
+    let item =
+        crate::setup::create_item(&setup, &target, needed as i64 + 10, &config.admin_token).await?;
+    crate::setup::wait_until_listed(&setup, std::slice::from_ref(&target), item).await?;
     let users = config.first_user..config.first_user + needed as i64;
-    let tokens = crate::login(&setup, &target, users).await?;
+    let tokens = crate::setup::login(&setup, &target, users).await?;
     drop(setup);
 
     if let Some(path) = &config.started_file {

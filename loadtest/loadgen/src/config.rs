@@ -1,0 +1,121 @@
+//! What a run is asked to do: the targets, the item, the users and their addresses, the
+//! load, the limits the checks hold the service to, and where its stores are.
+
+use std::time::Duration;
+
+/// One limit the checker expects the service to enforce.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub count: u64,
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub user: Limit,
+    pub ip: Limit,
+    pub api: Limit,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            user: Limit {
+                count: 3,
+                window: Duration::from_secs(60),
+            },
+            ip: Limit {
+                count: 5,
+                window: Duration::from_secs(60),
+            },
+            api: Limit {
+                count: 1000,
+                window: Duration::from_secs(1),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Load {
+    /// Open model: this many requests per second, whatever the answers take.
+    Rate(f64),
+    /// Closed model: this many requests in flight at all times.
+    Concurrency(usize),
+}
+
+#[derive(Debug, Clone)]
+pub enum ItemChoice {
+    Existing(i64),
+    /// Create a fresh item with this stock through the admin API.
+    Create {
+        stock: i64,
+        admin_token: String,
+    },
+}
+
+/// Where to look after the run: Postgres and Redis of the instances under test.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    pub database_url: String,
+    /// One server's URL, or a cluster's node URLs separated by commas.
+    pub redis_url: String,
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Base URLs, e.g. `http://127.0.0.1:8080`; requests go round-robin.
+    pub targets: Vec<String>,
+    pub item: ItemChoice,
+    pub users: u32,
+    /// User ids are `first_user .. first_user + users`.
+    pub first_user: i64,
+    /// Distinct client addresses (sent as `X-Forwarded-For`); user `i` uses address
+    /// `i % ips`.
+    pub ips: u32,
+    pub load: Load,
+    pub duration: Duration,
+    pub max_requests: Option<u64>,
+    pub limits: Limits,
+    pub stores: Option<Stores>,
+    pub progress: bool,
+    /// Instead of purchases, GET this path (a baseline: the constant route, the bare
+    /// limiter). No item, no tokens, no checks.
+    pub probe: Option<String>,
+}
+
+/// Knobs added after [`Config`], kept apart so that existing struct literals of it still
+/// compile. [`run`](crate::run) uses the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Fetch dev-login tokens from this base URL instead of the first target: lets a
+    /// target that issues no tokens (the bench's ceiling server) be driven with tokens
+    /// from an app instance sharing its JWT secret.
+    pub session_target: Option<String>,
+    /// Create this (empty) file when the measured phase begins, after the logins and
+    /// the listing wait, so a caller can sample the servers over exactly that phase.
+    pub started_file: Option<std::path::PathBuf>,
+    /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
+    pub purchase_path: Option<String>,
+    /// Open model only: at most this many requests in flight. A send that falls due
+    /// while the cap is reached is dropped and counted (`Report::dropped`), so an
+    /// overloaded server sees bounded concurrency instead of a pile of new connections.
+    pub max_in_flight: Option<usize>,
+    /// Client addresses are `first_ip .. first_ip + ips` (as indices, see `ip_of`), so
+    /// that consecutive runs against one instance can each use addresses no earlier run
+    /// used (the ip limit's window outlasts a run).
+    pub first_ip: u32,
+    /// Spread the purchases over this many fresh items (each created with the
+    /// configured stock; with an existing item, ignored): user `i` buys item `i % sales`,
+    /// so many sales run at once. 0 and 1 mean one item. The report and the store
+    /// checks are about the first item.
+    pub sales: u32,
+    /// Cut the report along the named windows this file lists once the load is over
+    /// (see `phases`): a fault injector writes it while the load runs.
+    pub phases_file: Option<std::path::PathBuf>,
+    /// Before the store checks, wait (at most this long) for nothing to be pending and
+    /// then for a whole reconciler round: after faults, Redis is judged as the
+    /// reconciler leaves it.
+    pub await_reconciliation: Option<Duration>,
+}

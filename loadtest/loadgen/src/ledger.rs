@@ -1,0 +1,50 @@
+//! The ledger: what happened to each request, with its send and receive instants. The
+//! report and every check after the load are computed from it.
+//!
+//! "Admitted by the limiter" means an answer that is not a 429 and carries
+//! `X-RateLimit-Remaining`; answers given before the limiter (bad input, unknown item,
+//! the sold-out fast path) carry no such header and do not count.
+
+use std::time::Duration;
+
+use crate::client::Failure;
+
+/// What happened to one request.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub(crate) user: i64,
+    pub(crate) ip: u32,
+    pub(crate) sent: Duration,
+    pub(crate) received: Duration,
+    /// 0 when no answer came back (see `failure`).
+    pub(crate) status: u16,
+    pub(crate) code: Option<String>,
+    pub(crate) dimension: Option<String>,
+    pub(crate) admitted: bool,
+    /// Why no answer came back, when none did.
+    pub(crate) failure: Option<Failure>,
+    /// The order a 200 answer names.
+    pub(crate) order_id: Option<String>,
+}
+
+impl Record {
+    /// Whether the limiter may have admitted this request: it answered so, or the
+    /// request reached an instance and its answer was lost (the instance died, the
+    /// connection was reset, the client gave up waiting).
+    pub(crate) fn possibly_admitted(&self) -> bool {
+        self.admitted || matches!(self.failure, Some(Failure::Lost | Failure::Timeout))
+    }
+
+    /// The key of `Report::by_cause`: a 5xx with its code, or why no answer came.
+    pub(crate) fn cause(&self) -> Option<String> {
+        match (self.status, self.failure) {
+            (0, Some(failure)) => Some(format!("error {}", failure.as_str())),
+            (500.., _) => Some(format!(
+                "{} {}",
+                self.status,
+                self.code.as_deref().unwrap_or("-")
+            )),
+            _ => None,
+        }
+    }
+}
