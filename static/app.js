@@ -1,41 +1,31 @@
 // The shopper page: dev sign-in, the live item list, purchases, "My orders".
-import {
-  announce,
-  api,
-  el,
-  formatCountdown,
-  formatDateTime,
-  formatPrice,
-  formatTime,
-  formatWait,
-  newIdempotencyKey,
-  poll,
-  retryAfterMs,
-} from './common.js';
+import { api, newIdempotencyKey, retryAfterMs } from './api.js';
+import { announce, byId, el, keepInOrder, poll } from './dom.js';
+import { formatCountdown, formatDateTime, formatPrice, formatTime, formatWait, sentence } from './format.js';
+import { ErrorCode, Outcome, OrderState, Phase, orderStateLabel, phaseOf } from './words.js';
 
 const SESSION_KEY = 'seckill.session';
 const ITEMS_EVERY_MS = 2000;
 
-const $ = (id) => document.getElementById(id);
 const ui = {
-  account: $('account'),
-  signedInAs: $('signed-in-as'),
-  signOut: $('sign-out'),
-  signInPanel: $('sign-in-panel'),
-  signInForm: $('sign-in-form'),
-  signInButton: $('sign-in-button'),
-  userId: $('user-id'),
-  signInError: $('sign-in-error'),
-  outcome: $('outcome'),
-  items: $('items'),
-  itemsStatus: $('items-status'),
-  itemsError: $('items-error'),
-  itemsEmpty: $('items-empty'),
-  ordersSection: $('orders-section'),
-  orders: $('orders'),
-  ordersEmpty: $('orders-empty'),
-  ordersError: $('orders-error'),
-  ordersRefresh: $('orders-refresh'),
+  account: byId('account'),
+  signedInAs: byId('signed-in-as'),
+  signOut: byId('sign-out'),
+  signInPanel: byId('sign-in-panel'),
+  signInForm: byId('sign-in-form'),
+  signInButton: byId('sign-in-button'),
+  userId: byId('user-id'),
+  signInError: byId('sign-in-error'),
+  outcome: byId('outcome'),
+  items: byId('items'),
+  itemsStatus: byId('items-status'),
+  itemsError: byId('items-error'),
+  itemsEmpty: byId('items-empty'),
+  ordersSection: byId('orders-section'),
+  orders: byId('orders'),
+  ordersEmpty: byId('orders-empty'),
+  ordersError: byId('orders-error'),
+  ordersRefresh: byId('orders-refresh'),
 };
 
 /** {token, userId, expiresAt} or null. */
@@ -110,10 +100,10 @@ ui.signInForm.addEventListener('submit', async (event) => {
   ui.signInButton.disabled = false;
   if (!result.ok) {
     const text =
-      result.error.code === 'NOT_FOUND'
+      result.error.code === ErrorCode.NOT_FOUND
         ? 'Sign-in is not available on this server.'
         : result.error.message;
-    if (result.error.code === 'VALIDATION_FAILED') ui.userId.setAttribute('aria-invalid', 'true');
+    if (result.error.code === ErrorCode.VALIDATION_FAILED) ui.userId.setAttribute('aria-invalid', 'true');
     announce(ui.signInError, text, 'error');
     return;
   }
@@ -132,15 +122,6 @@ ui.signOut.addEventListener('click', () => {
 });
 
 // --- items --------------------------------------------------------------------------
-
-/** What a shopper can do with an item right now (by this browser's clock). */
-function phaseOf(item, now = Date.now()) {
-  if (Date.parse(item.endsAt) <= now) return 'ended';
-  if (Date.parse(item.startsAt) > now) return 'upcoming';
-  if (item.paused) return 'paused';
-  if (item.remainingStock <= 0) return 'sold-out';
-  return 'open';
-}
 
 function createCard(item) {
   const nameId = `item-${item.id}-name`;
@@ -188,7 +169,7 @@ function renderCard(id) {
   if (!item || !card) return;
   const phase = phaseOf(item);
   const now = Date.now();
-  card.li.dataset.phase = phase;
+  card.li.dataset.phase = phase.word;
   card.name.textContent = item.name;
   card.price.textContent = formatPrice(item.priceCents);
   const remaining = Math.max(0, Number(item.remainingStock));
@@ -196,18 +177,12 @@ function renderCard(id) {
   card.meter.max = Math.max(1, Number(item.totalStock));
   card.meter.value = remaining;
 
-  const badge = {
-    open: ['On sale', 'badge-open'],
-    upcoming: [`Starts in ${formatCountdown(Date.parse(item.startsAt) - now)}`, 'badge-upcoming'],
-    paused: ['Paused', 'badge-paused'],
-    'sold-out': ['Sold out', 'badge-sold-out'],
-    ended: ['Ended', 'badge-ended'],
-  }[phase];
-  card.badge.textContent = badge[0];
-  card.badge.className = `badge ${badge[1]}`;
+  card.badge.textContent =
+    phase === Phase.UPCOMING ? `Starts in ${formatCountdown(Date.parse(item.startsAt) - now)}` : phase.label;
+  card.badge.className = `badge badge-${phase.word}`;
 
   card.when.textContent =
-    phase === 'upcoming'
+    phase === Phase.UPCOMING
       ? `Sale opens ${formatDateTime(item.startsAt)}`
       : `Sale ends ${formatDateTime(item.endsAt)}`;
 
@@ -215,12 +190,9 @@ function renderCard(id) {
   let label = 'Buy now';
   if (busy) label = 'Buying…';
   else if (!session) label = 'Sign in to buy';
-  else if (phase === 'upcoming') label = 'Not started';
-  else if (phase === 'paused') label = 'Paused';
-  else if (phase === 'sold-out') label = 'Sold out';
-  else if (phase === 'ended') label = 'Ended';
+  else if (phase.refusal) label = phase.refusal.label;
   card.buy.textContent = label;
-  card.buy.disabled = busy || !session || phase !== 'open';
+  card.buy.disabled = busy || !session || phase !== Phase.OPEN;
   card.buy.setAttribute('aria-busy', busy ? 'true' : 'false');
 }
 
@@ -246,21 +218,14 @@ async function loadItems() {
   const list = Array.isArray(result.data && result.data.items) ? result.data.items : [];
   const seen = new Set();
   // Keyed update: cards keep their elements (focus, in-flight state, outcome) across polls.
-  let previous = null;
   for (const item of list) {
     seen.add(item.id);
     items.set(item.id, item);
     knownNames.set(item.id, item.name);
-    let card = cards.get(item.id);
-    if (!card) {
-      card = createCard(item);
-      cards.set(item.id, card);
-    }
-    const want = previous ? previous.nextSibling : ui.items.firstChild;
-    if (card.li !== want) ui.items.insertBefore(card.li, want);
-    previous = card.li;
+    if (!cards.has(item.id)) cards.set(item.id, createCard(item));
     renderCard(item.id);
   }
+  keepInOrder(ui.items, list.map((item) => cards.get(item.id).li));
   for (const [id, card] of cards) {
     if (!seen.has(id) && !inFlight.has(id)) {
       card.li.remove();
@@ -276,17 +241,11 @@ async function loadItems() {
 setInterval(() => {
   for (const [id, item] of items) {
     const phase = phaseOf(item);
-    if (phase === 'upcoming' || cards.get(id)?.li.dataset.phase !== phase) renderCard(id);
+    if (phase === Phase.UPCOMING || cards.get(id)?.li.dataset.phase !== phase.word) renderCard(id);
   }
 }, 1000);
 
 // --- purchases ----------------------------------------------------------------------
-
-/** "the order failed" → "The order failed." */
-function sentence(text) {
-  const t = String(text).trim();
-  return t.charAt(0).toUpperCase() + t.slice(1).replace(/[.!\s]*$/, '.');
-}
 
 /** The outcome of a purchase in words, and its tone. */
 function describe(result, item) {
@@ -302,7 +261,7 @@ function describe(result, item) {
   }
   const { code, message } = result.error;
   switch (code) {
-    case 'RATE_LIMITED': {
+    case ErrorCode.RATE_LIMITED: {
       const wait = retryAfterMs(result);
       const when =
         wait === null
@@ -310,29 +269,29 @@ function describe(result, item) {
           : `You can try again in ${formatWait(wait)} (at ${formatTime(new Date(Date.now() + wait))}).`;
       return [`${message}. ${when}`, 'warn'];
     }
-    case 'SOLD_OUT':
-      return [`Sold out: ${name} has no stock left.`, 'error'];
-    case 'ALREADY_PURCHASED':
-      return [`Already purchased: you have already bought ${name}. One per customer.`, 'warn'];
-    case 'SALE_NOT_STARTED':
-      return [`Not started: the sale of ${name} has not started yet.`, 'warn'];
-    case 'SALE_PAUSED':
-      return [`Paused: the sale of ${name} is paused. Please try again later.`, 'warn'];
-    case 'SALE_ENDED':
-      return [`Ended: the sale of ${name} has ended.`, 'error'];
-    case 'IDEMPOTENCY_IN_PROGRESS':
+    case Outcome.SOLD_OUT.code:
+      return [`${Outcome.SOLD_OUT.label}: ${name} has no stock left.`, 'error'];
+    case Outcome.ALREADY_PURCHASED.code:
+      return [`${Outcome.ALREADY_PURCHASED.label}: you have already bought ${name}. One per customer.`, 'warn'];
+    case Outcome.NOT_STARTED.code:
+      return [`${Outcome.NOT_STARTED.label}: the sale of ${name} has not started yet.`, 'warn'];
+    case Outcome.PAUSED.code:
+      return [`${Outcome.PAUSED.label}: the sale of ${name} is paused. Please try again later.`, 'warn'];
+    case Outcome.ENDED.code:
+      return [`${Outcome.ENDED.label}: the sale of ${name} has ended.`, 'error'];
+    case ErrorCode.IDEMPOTENCY_IN_PROGRESS:
       return ['Your earlier purchase request is still being processed. Check My orders in a moment.', 'warn'];
-    case 'ITEM_NOT_FOUND':
+    case ErrorCode.ITEM_NOT_FOUND:
       return [`${name} is no longer on sale.`, 'error'];
-    case 'UNAUTHENTICATED':
+    case ErrorCode.UNAUTHENTICATED:
       return ['Your session has expired. Please sign in again.', 'warn'];
-    case 'LIMITER_UNAVAILABLE':
-    case 'ORDER_FAILED':
+    case ErrorCode.LIMITER_UNAVAILABLE:
+    case ErrorCode.ORDER_FAILED:
     {
       const text = sentence(message);
       return [/try again|retry/i.test(text) ? text : `${text} Please try again.`, 'error'];
     }
-    case 'NETWORK':
+    case ErrorCode.NETWORK:
       return [`${message} Your order was not confirmed; pressing Buy now again is safe.`, 'error'];
     default:
       return [message, 'error'];
@@ -399,22 +358,15 @@ async function loadOrders() {
   tickCountdowns();
 }
 
-const STATE_LABELS = {
-  pending_payment: 'Awaiting payment',
-  paid: 'Paid',
-  cancelled: 'Cancelled',
-  expired: 'Expired',
-};
-
 /** One order: its state, and for an unpaid one the time left to pay and its buttons. */
 function orderRow(order) {
-  const pending = order.state === 'pending_payment';
+  const pending = order.state === OrderState.PENDING_PAYMENT.word;
   return el(
     'li',
     { class: 'order', dataset: { orderId: order.orderId, state: order.state } },
     el('span', { class: 'order-item', text: knownNames.get(order.itemId) || `Item #${order.itemId}` }),
     el('span', { class: 'order-id' }, 'Order ', el('code', { text: order.orderId })),
-    el('span', { class: `order-state state-${order.state}`, text: STATE_LABELS[order.state] || order.state }),
+    el('span', { class: `order-state state-${order.state}`, text: orderStateLabel(order.state) }),
     pending && order.payBy
       ? el('span', { class: 'order-countdown small', dataset: { payBy: order.payBy }, role: 'timer' })
       : null,

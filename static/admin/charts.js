@@ -2,15 +2,13 @@
 // CSS classes (the Content-Security-Policy allows no inline style). Each line carries the
 // numbers it plots in `data-values` (comma-separated, one per second from the chart's
 // `data-from`), and each chart has a table of its series for screen readers.
+import { formatNumber } from '../format.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 const HEIGHT = 180;
 const PAD = { top: 10, right: 10, bottom: 22, left: 44 };
 /** Colour classes (admin.css) for series without a fixed one, in order. */
 const PALETTE = 8;
-
-const numberFormat = new Intl.NumberFormat();
-const fmt = (n) => numberFormat.format(n);
 
 function svg(tag, attributes = {}, ...children) {
   const node = document.createElementNS(SVG, tag);
@@ -81,7 +79,7 @@ export function renderLineChart(figure, chart) {
   for (const t of yTicks) {
     grid.append(
       svg('line', { x1: PAD.left, x2: width - PAD.right, y1: y(t), y2: y(t) }),
-      svg('text', { x: PAD.left - 6, y: y(t) + 4, 'text-anchor': 'end' }, fmt(t)),
+      svg('text', { x: PAD.left - 6, y: y(t) + 4, 'text-anchor': 'end' }, formatNumber(t)),
     );
   }
 
@@ -104,7 +102,7 @@ export function renderLineChart(figure, chart) {
     plotted.append(path);
   }
 
-  const summary = lines.map((l) => `${l.label} ${fmt(chart.kind === 'level' ? l.last ?? 0 : l.total)}`).join(', ');
+  const summary = lines.map((l) => `${l.label} ${formatNumber(chart.kind === 'level' ? l.last ?? 0 : l.total)}`).join(', ');
   const picture = svg(
     'svg',
     {
@@ -129,7 +127,7 @@ export function renderLineChart(figure, chart) {
     const item = document.createElement('li');
     const swatch = document.createElement('span');
     swatch.className = `swatch series-${l.tone}`;
-    const figureText = chart.kind === 'level' ? (l.last === null ? '–' : fmt(l.last)) : fmt(l.total);
+    const figureText = chart.kind === 'level' ? (l.last === null ? '–' : formatNumber(l.last)) : formatNumber(l.total);
     item.append(swatch, `${l.label} `, Object.assign(document.createElement('strong'), { textContent: figureText }));
     legend.append(item);
   }
@@ -159,9 +157,9 @@ function table(chart, lines) {
     th.scope = 'row';
     th.textContent = l.label;
     const first = document.createElement('td');
-    first.textContent = level ? (l.last === null ? '–' : fmt(l.last)) : fmt(l.total);
+    first.textContent = level ? (l.last === null ? '–' : formatNumber(l.last)) : formatNumber(l.total);
     const second = document.createElement('td');
-    second.textContent = known.length ? fmt(level ? Math.min(...known) : Math.max(...known)) : '–';
+    second.textContent = known.length ? formatNumber(level ? Math.min(...known) : Math.max(...known)) : '–';
     row.append(th, first, second);
     body.append(row);
   }

@@ -1,0 +1,85 @@
+// The words both pages share, each spelled once: the server's (src/vocabulary.rs: how a
+// purchase ended, where an order is in its life; the API's error codes the pages act
+// on) and the label a person reads for each. The pages compare against these objects and
+// show their labels; no other file spells them.
+
+/** A word: its spelling on the wire (or in CSS), what a person reads, and more facts. */
+const word = (spelling, label, more = {}) => Object.freeze({ word: spelling, label, ...more });
+
+/** The API's error codes the pages act on (`code` of the JSON error envelope). */
+export const ErrorCode = Object.freeze({
+  RATE_LIMITED: 'RATE_LIMITED',
+  UNAUTHENTICATED: 'UNAUTHENTICATED',
+  VALIDATION_FAILED: 'VALIDATION_FAILED',
+  VERSION_CONFLICT: 'VERSION_CONFLICT',
+  NOT_FOUND: 'NOT_FOUND',
+  SOLD_OUT: 'SOLD_OUT',
+  ALREADY_PURCHASED: 'ALREADY_PURCHASED',
+  SALE_NOT_STARTED: 'SALE_NOT_STARTED',
+  SALE_PAUSED: 'SALE_PAUSED',
+  SALE_ENDED: 'SALE_ENDED',
+  ITEM_NOT_FOUND: 'ITEM_NOT_FOUND',
+  IDEMPOTENCY_IN_PROGRESS: 'IDEMPOTENCY_IN_PROGRESS',
+  LIMITER_UNAVAILABLE: 'LIMITER_UNAVAILABLE',
+  ORDER_FAILED: 'ORDER_FAILED',
+  /** Made up by api.js: no answer reached the page. */
+  NETWORK: 'NETWORK',
+});
+
+/**
+ * How a purchase ended (vocabulary::Outcome) where the pages name it: the dashboard's
+ * chart lines and the shopper's outcome lines. `code` is the refusal's API code.
+ */
+export const Outcome = Object.freeze({
+  CREATED: word('created', 'Created'),
+  SOLD_OUT: word('sold_out', 'Sold out', { code: ErrorCode.SOLD_OUT }),
+  ALREADY_PURCHASED: word('already_purchased', 'Already purchased', { code: ErrorCode.ALREADY_PURCHASED }),
+  NOT_STARTED: word('not_started', 'Not started', { code: ErrorCode.SALE_NOT_STARTED }),
+  PAUSED: word('paused', 'Paused', { code: ErrorCode.SALE_PAUSED }),
+  ENDED: word('ended', 'Ended', { code: ErrorCode.SALE_ENDED }),
+});
+
+/** Where an order is in its life (vocabulary::OrderState), in the server's order. */
+export const OrderState = Object.freeze({
+  PENDING_PAYMENT: word('pending_payment', 'Awaiting payment'),
+  PAID: word('paid', 'Paid'),
+  CANCELLED: word('cancelled', 'Cancelled'),
+  EXPIRED: word('expired', 'Expired'),
+});
+
+/** Every order state, in the server's order. */
+export const ORDER_STATES = Object.freeze(Object.values(OrderState));
+
+/** An order state's label; a state this page does not know shows as the server spells it. */
+export function orderStateLabel(spelling) {
+  const state = ORDER_STATES.find((s) => s.word === spelling);
+  return state ? state.label : spelling;
+}
+
+/**
+ * Where an item's sale stands by this browser's clock (a page's word, not the server's:
+ * `word` is the CSS spelling of `data-phase` and of the `badge-…` class). `refusal` is
+ * the outcome a purchase meets in it.
+ */
+export const Phase = Object.freeze({
+  OPEN: word('open', 'On sale'),
+  UPCOMING: word('upcoming', 'Upcoming', { refusal: Outcome.NOT_STARTED }),
+  PAUSED: word('paused', Outcome.PAUSED.label, { refusal: Outcome.PAUSED }),
+  SOLD_OUT: word('sold-out', Outcome.SOLD_OUT.label, { refusal: Outcome.SOLD_OUT }),
+  ENDED: word('ended', Outcome.ENDED.label, { refusal: Outcome.ENDED }),
+});
+
+/** What a shopper can do with an item now: an ended sale is over, one not begun waits. */
+export function phaseOf(item, now = Date.now()) {
+  if (Date.parse(item.endsAt) <= now) return Phase.ENDED;
+  if (Date.parse(item.startsAt) > now) return Phase.UPCOMING;
+  if (item.paused) return Phase.PAUSED;
+  if (Number(item.remainingStock) <= 0) return Phase.SOLD_OUT;
+  return Phase.OPEN;
+}
+
+/** The same seen by an operator: a pause shows before the start (it is theirs to lift). */
+export function operatorPhaseOf(item, now = Date.now()) {
+  const phase = phaseOf(item, now);
+  return item.paused && phase !== Phase.ENDED ? Phase.PAUSED : phase;
+}
