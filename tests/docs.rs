@@ -1,0 +1,281 @@
+//! The names the docs cite exist in the code: the files they point at, the settings, the
+//! schema's constraints and indexes, the metric families. A renamed file, a dropped
+//! constraint or a removed setting fails here, not in a reader's hands.
+//!
+//! Read on the text of the documents (README.md, ARCHITECTURE.md, deploy/README.md,
+//! loadtest/README.md, docs/*.md) and of the code, like `tests/architecture.rs`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every document, with its text.
+fn documents() -> Vec<(PathBuf, String)> {
+    let root = root();
+    let mut paths: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "deploy/README.md",
+        "loadtest/README.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    paths.extend(docs);
+    paths.into_iter().map(|p| (p.clone(), read(&p))).collect()
+}
+
+/// The text of every file below `dir` (recursively), skipping build output and
+/// installed packages.
+fn tree_text(dir: &Path) -> String {
+    let mut text = String::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return text;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if ["target", "node_modules", ".git", ".local", "test-artifacts"].contains(&name.as_str()) {
+            continue;
+        }
+        if path.is_dir() {
+            text.push_str(&tree_text(&path));
+        } else if let Ok(file) = std::fs::read_to_string(&path) {
+            text.push_str(&file);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// Backticked spans (`like this`) of a document.
+fn spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// Local link targets (`](path)`, without an anchor) of a document.
+fn links(text: &str) -> Vec<&str> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|target| target.split('#').next().unwrap_or(""))
+        .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+        .collect()
+}
+
+const TOP_DIRS: [&str; 10] = [
+    "src/",
+    "lua/",
+    "scripts/",
+    "migrations/",
+    "static/",
+    "docs/",
+    "tests/",
+    "deploy/",
+    "loadtest/",
+    "fuzz/",
+];
+
+#[test]
+fn every_file_the_docs_point_at_exists() {
+    let root = root();
+    // What the runs write (a fuzz corpus, reports) is git-ignored: cited, never shipped.
+    let ignored: Vec<String> = read(&root.join(".gitignore"))
+        .lines()
+        .filter(|l| l.starts_with('/') && l.ends_with('/'))
+        .map(|l| l.trim_matches('/').to_string())
+        .collect();
+    let mut missing = Vec::new();
+    for (doc, text) in documents() {
+        let cited = spans(&text)
+            .into_iter()
+            .filter(|s| TOP_DIRS.iter().any(|d| s.starts_with(d)))
+            .filter(|s| !s.contains(['<', '{', '*', '…', '$', ' ', '|']))
+            .map(|s| root.join(s.trim_end_matches(['/', ':', ','])));
+        let linked = links(&text)
+            .into_iter()
+            .map(|l| doc.parent().unwrap_or(&root).join(l));
+        for path in cited.chain(linked) {
+            let output = ignored.iter().any(|dir| path.starts_with(root.join(dir)));
+            if !path.exists() && !output {
+                missing.push(format!("{} cites {}", doc.display(), path.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files the docs cite that do not exist: {missing:#?}"
+    );
+}
+
+/// `pub name:` fields of `struct <name>` in `file`.
+fn struct_fields(file: &str, name: &str) -> BTreeSet<String> {
+    let start = file
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("struct {name}"));
+    let body = &file[start..];
+    let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| l.split_once(':').map(|(field, _)| field.to_string()))
+        .collect()
+}
+
+/// `SECKILL_…` names in `text`.
+fn setting_names(text: &str) -> BTreeSet<String> {
+    text.match_indices("SECKILL_")
+        .map(|(at, _)| {
+            text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|name| !name.ends_with('_'))
+        .collect()
+}
+
+#[test]
+fn every_setting_the_docs_name_is_one_or_a_script_knob() {
+    let root = root();
+    let settings = struct_fields(&read(&root.join("src/configuration/mod.rs")), "Settings");
+    let limiter = struct_fields(
+        &read(&root.join("src/limiter/policy.rs")),
+        "LimiterSettings",
+    );
+    // Knobs of the scripts and the compose file are SECKILL_ names too.
+    let knobs = [
+        tree_text(&root.join("scripts")),
+        tree_text(&root.join("loadtest")),
+        tree_text(&root.join("tests")),
+        read(&root.join("docker-compose.yml")),
+        read(&root.join("Makefile")),
+    ]
+    .concat();
+    let mut unknown = Vec::new();
+    for (doc, text) in documents() {
+        for name in setting_names(&text) {
+            let field = name["SECKILL_".len()..].to_ascii_lowercase();
+            let known = match field.split_once("__") {
+                Some(("limiter", rest)) => limiter.contains(rest),
+                Some(_) => false,
+                None => settings.contains(&field),
+            };
+            if !known && !setting_names(&knobs).contains(&name) {
+                unknown.push(format!("{}: {name}", doc.display()));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "settings the docs name that nothing reads: {unknown:#?}"
+    );
+}
+
+/// Constraint and index names the migrations create, and those they drop.
+fn schema_names() -> (BTreeSet<String>, BTreeSet<String>) {
+    let text = tree_text(&root().join("migrations"));
+    let names_after = |keyword: &str| -> BTreeSet<String> {
+        text.match_indices(keyword)
+            .map(|(at, _)| {
+                text[at + keyword.len()..]
+                    .trim_start()
+                    .trim_start_matches("IF EXISTS ")
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .filter(|n| !n.is_empty())
+            .collect()
+    };
+    let mut created = names_after("CONSTRAINT ");
+    created.extend(names_after("INDEX "));
+    let mut dropped = names_after("DROP CONSTRAINT ");
+    dropped.extend(names_after("DROP INDEX "));
+    (created, dropped)
+}
+
+#[test]
+fn every_constraint_or_index_the_docs_name_is_in_the_schema_today() {
+    let (created, dropped) = schema_names();
+    let mut stale = Vec::new();
+    for (doc, text) in documents() {
+        for span in spans(&text) {
+            if dropped.contains(span) {
+                stale.push(format!(
+                    "{}: {span} (dropped by a migration)",
+                    doc.display()
+                ));
+            }
+        }
+    }
+    assert!(!created.is_empty(), "no constraint read from migrations/");
+    assert!(
+        stale.is_empty(),
+        "schema names the docs cite that no longer exist: {stale:#?}"
+    );
+    // The code's own comments cite them too.
+    let code = tree_text(&root().join("src"));
+    let in_code: Vec<_> = dropped
+        .iter()
+        .filter(|name| code.contains(name.as_str()))
+        .collect();
+    assert!(
+        in_code.is_empty(),
+        "src/ names dropped constraints: {in_code:?}"
+    );
+}
+
+#[test]
+fn every_metric_family_the_docs_name_exists() {
+    let root = root();
+    let metrics = read(&root.join("src/metrics.rs"));
+    let families: BTreeSet<String> = metrics
+        .match_indices("family(")
+        .filter_map(|(at, _)| {
+            let rest = metrics[at..].split('"').nth(1)?;
+            Some(format!("seckill_{rest}"))
+        })
+        .collect();
+    assert!(families.contains("seckill_http_requests_total"));
+    let elsewhere = [
+        tree_text(&root.join("scripts")),
+        tree_text(&root.join("loadtest")),
+        read(&root.join("docker-compose.yml")),
+    ]
+    .concat();
+    let mut unknown = Vec::new();
+    for (doc, text) in documents() {
+        for (at, _) in text.match_indices("seckill_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .fold(name.as_str(), |n, suffix| {
+                    n.strip_suffix(suffix).unwrap_or(n)
+                });
+            if name.ends_with('_') || families.contains(family) || elsewhere.contains(&name) {
+                continue;
+            }
+            unknown.push(format!("{}: {name}", doc.display()));
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "metric families the docs name that do not exist: {unknown:#?}"
+    );
+}
