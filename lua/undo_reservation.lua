@@ -17,7 +17,7 @@
 -- ARGV[1]  user id
 -- ARGV[2]  this attempt's order id
 -- ARGV[3]  mode:
---            "release"     stock back, buyer mark removed (no order was made)
+--            "whole"       stock back, buyer mark removed (no order was made)
 --            "keep_buyer"  stock back, buyer mark kept (Postgres already has an
 --                          order of this user: the unit was never theirs to take)
 --            "sold_out"    stock set to 0, buyer mark removed (Postgres had no unit left)

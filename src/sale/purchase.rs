@@ -230,7 +230,7 @@ impl Purchases {
             self.reserve(item, reservation, reserved),
         )
         .await?;
-        // Boxed: the steps of a purchase that got a unit (pipeline, commit, repairs) make
+        // Boxed: the steps of a purchase that got a unit (pipeline, commit, undo) make
         // a future of several kB, and every refused purchase would otherwise carry it
         // and have it copied whenever its future moves.
         Box::pin(self.record_and_commit(item, reservation)).await
@@ -254,7 +254,7 @@ impl Purchases {
                 .record_success(item.id, user, order_id)
                 .await;
             if let Err(e) = recorded {
-                self.repair(item, reservation, Undo::Release).await;
+                self.undo(item, reservation, Undo::Whole).await;
                 return Err(SaleError::OrderFailed(e));
             }
             Ok(())
@@ -329,8 +329,8 @@ impl Purchases {
         answer
     }
 
-    /// Step 5 (through the committer) and, when it does not succeed, the repair of
-    /// Redis. The committer's answers become the purchase's here, and only here.
+    /// Step 5 (through the committer) and, when it does not succeed, the reservation's
+    /// undo in Redis. The committer's answers become the purchase's here, and only here.
     async fn commit(
         &self,
         item: &Item,
@@ -352,7 +352,7 @@ impl Purchases {
         match outcome {
             Ok(order) => Ok(order),
             Err(CommitError::SoldOut) => {
-                self.repair(item, reservation, Undo::SoldOut).await;
+                self.undo(item, reservation, Undo::SoldOut).await;
                 Err(SaleError::SoldOut)
             }
             Err(CommitError::AlreadyPurchased) => {
@@ -361,7 +361,7 @@ impl Purchases {
                     .ok()
                     .flatten()
                     .map(|o| o.id);
-                self.repair(item, reservation, Undo::KeepBuyer { existing_order })
+                self.undo(item, reservation, Undo::KeepBuyer { existing_order })
                     .await;
                 Err(SaleError::AlreadyPurchased)
             }
@@ -369,7 +369,7 @@ impl Purchases {
                 if is_pool_timeout(&e) {
                     self.parts.metrics.commit_pool_timeouts.inc();
                 }
-                self.repair(item, reservation, Undo::Release).await;
+                self.undo(item, reservation, Undo::Whole).await;
                 Err(SaleError::OrderFailed(e))
             }
             // The order may yet land: the reservation stays pending (with its
@@ -396,7 +396,7 @@ impl Purchases {
     }
 
     /// Undoes a reservation and tells every instance when stock came back.
-    async fn repair(&self, item: &Item, reservation: PendingReservation, how: Undo) {
+    async fn undo(&self, item: &Item, reservation: PendingReservation, how: Undo) {
         match self.reservations.undo(item.id, reservation, how).await {
             Ok(true) => {
                 self.parts
@@ -407,7 +407,7 @@ impl Purchases {
             Ok(false) => {} // already settled elsewhere
             Err(e) => tracing::error!(
                 item.id = %item.id, user.id = %reservation.user, error = %format!("{e:#}"),
-                "could not repair redis after a failed order; the reconciler will"
+                "could not undo a reservation after a failed order; the reconciler will"
             ),
         }
     }

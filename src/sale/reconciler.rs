@@ -149,7 +149,7 @@ impl Reconciler {
                 }
                 if self
                     .reservations
-                    .undo(item.id, reservation, Undo::Release)
+                    .undo(item.id, reservation, Undo::Whole)
                     .await?
                 {
                     self.count_repair(Repair::Released);

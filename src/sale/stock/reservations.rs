@@ -63,8 +63,11 @@ pub enum Reservation {
 /// How to undo a reservation whose commit did not happen (see `lua/undo_reservation.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Undo {
-    Release,
+    /// No order was made: the unit back, the buyer mark and the pipeline's writes gone.
+    Whole,
+    /// Postgres already holds an order of this user: the unit back, the mark kept.
     KeepBuyer { existing_order: Option<Uuid> },
+    /// Postgres had no unit left: the counter set to 0, the mark gone.
     SoldOut,
 }
 
@@ -238,7 +241,7 @@ impl Reservations {
     ) -> anyhow::Result<bool> {
         let keys = self.redis.keys(item);
         let (mode, existing) = match how {
-            Undo::Release => ("release", None),
+            Undo::Whole => ("whole", None),
             Undo::KeepBuyer { existing_order } => ("keep_buyer", existing_order),
             Undo::SoldOut => ("sold_out", None),
         };

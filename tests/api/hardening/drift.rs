@@ -131,14 +131,8 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         .reserve(&item, two.user, two.order)
         .await
         .unwrap();
-    assert!(reservations
-        .undo(item.id, two, Undo::Release)
-        .await
-        .unwrap());
-    reservations
-        .undo(item.id, one, Undo::Release)
-        .await
-        .unwrap();
+    assert!(reservations.undo(item.id, two, Undo::Whole).await.unwrap());
+    reservations.undo(item.id, one, Undo::Whole).await.unwrap();
     assert_eq!(
         repairs.stock_snapshot(item.id).await.unwrap().stock,
         Some(10)
