@@ -31,7 +31,7 @@ pub struct SaleParts {
 
 impl SaleParts {
     /// Rebuilds `item`'s Redis state from Postgres where it is missing (Redis lost its
-    /// data, or the keys expired): see `lua/restore_item.lua`, which counts the released
+    /// data, or the keys expired): see `lua/rebuild_item.lua`, which counts the released
     /// units Redis has not had back yet, and buyers = users holding an order.
     pub async fn rebuild(&self, item: &Item) -> anyhow::Result<()> {
         let ledger = records::item_ledger(&self.pool, item.id, self.rebuy).await?;

@@ -186,7 +186,7 @@ pub struct OrderFilter {
 }
 
 /// What Postgres says of an item's units, read in one statement (one snapshot): the
-/// source of a Redis rebuild (`lua/restore_item.lua`).
+/// source of a Redis rebuild (`lua/rebuild_item.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemLedger {
     /// `items.remaining_stock`: the units on sale, released ones included.

@@ -1,4 +1,4 @@
-//! Lost keys back from Postgres (`lua/restore_item.lua`): an item's stock counter and
+//! Lost keys back from Postgres (`lua/rebuild_item.lua`): an item's stock counter and
 //! buyers, when Redis lost its data, the keys expired or the prefix changed.
 
 use std::sync::LazyLock;
@@ -10,8 +10,8 @@ use crate::metrics::RedisPurpose;
 use crate::sale::item::Item;
 use crate::sale::records::ItemLedger;
 
-static RESTORE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/restore_item.lua")));
+static REBUILD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/rebuild_item.lua")));
 
 /// Writes rebuilt keys (the caller reads the ledger from Postgres).
 pub struct Rebuilds {
@@ -25,11 +25,11 @@ impl Rebuilds {
     }
 
     /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
-    /// counter is missing (see `lua/restore_item.lua`); a live counter is never
+    /// counter is missing (see `lua/rebuild_item.lua`); a live counter is never
     /// overwritten. Returns whether the counter was (re)created.
     pub async fn rebuild(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
         let keys = self.redis.keys(item.id);
-        let mut invocation = RESTORE.prepare_invoke();
+        let mut invocation = REBUILD.prepare_invoke();
         invocation
             .key(keys.stock())
             .key(keys.buyers())
@@ -44,7 +44,7 @@ impl Rebuilds {
         invocation.arg(&ledger.buyers);
         let created: i64 = self
             .redis
-            .call(RedisPurpose::Other, "restore item", &invocation)
+            .call(RedisPurpose::Other, "rebuild item", &invocation)
             .await?;
         Ok(created == 1)
     }
