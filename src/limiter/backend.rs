@@ -206,7 +206,7 @@ pub fn decode_with_follow_up(
     rules: usize,
 ) -> Option<(Reply, Option<redis::Value>)> {
     let mut parts = raw.into_iter();
-    let decision: Vec<i64> = redis::from_redis_value(&parts.next()?).ok()?;
+    let decision: Vec<i64> = redis::from_redis_value(parts.next()?).ok()?;
     Some((decode(&decision, rules)?, parts.next()))
 }
 

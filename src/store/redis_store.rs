@@ -75,8 +75,8 @@ impl Topology {
             // each, the limiter timeout, instead of 0.2 ms). Each failed command starts
             // a new attempt, so the first command after Redis returns reconnects.
             let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Duration::from_millis(500))
-                .set_response_timeout(Duration::from_secs(2))
+                .set_connection_timeout(Some(Duration::from_millis(500)))
+                .set_response_timeout(Some(Duration::from_secs(2)))
                 .set_number_of_retries(0);
             Self::Single { client, config }
         } else {

@@ -148,7 +148,7 @@ impl Reservations {
         reply: &redis::Value,
     ) -> anyhow::Result<Reservation> {
         let reply: (i64, i64) =
-            redis::from_redis_value(reply).context("reserve_stock.lua's reply")?;
+            redis::from_redis_value_ref(reply).context("reserve_stock.lua's reply")?;
         self.reserved(item, reply).await
     }
 
