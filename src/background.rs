@@ -70,7 +70,7 @@ mod tests {
             runs.set(runs.get() + 1);
             let run = runs.get();
             async move {
-                anyhow::ensure!(run % 2 == 0, "odd run");
+                anyhow::ensure!(run.is_multiple_of(2), "odd run");
                 Ok(())
             }
         });

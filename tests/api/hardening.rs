@@ -47,7 +47,8 @@ fn fast_reconciler(s: &mut seckill::configuration::Settings) {
 /// constraint trigger runs inside COMMIT, so the app has sent its COMMIT and hears
 /// nothing meanwhile.
 async fn slow_commits(db: &PgPool, seconds: f64, landing: &[i64], failing: &[i64]) {
-    sqlx::raw_sql(&format!(
+    // Built from numbers only (the test's own ids and a duration).
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         r#"CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN
              IF NEW.user_id = ANY(ARRAY[{landing}, {failing}]::bigint[]) THEN
@@ -62,7 +63,7 @@ async fn slow_commits(db: &PgPool, seconds: f64, landing: &[i64], failing: &[i64
              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();"#,
         landing = ids(landing),
         failing = ids(failing),
-    ))
+    )))
     .execute(db)
     .await
     .unwrap();

@@ -299,13 +299,10 @@ impl TestApp {
     /// Postgres is "down" for this app alone.
     pub async fn take_postgres_away(&self) {
         let mut conn = self.admin_connection().await;
-        conn.execute(
-            format!(
-                r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS false"#,
-                self.db_name
-            )
-            .as_str(),
-        )
+        conn.execute(sqlx::AssertSqlSafe(format!(
+            r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS false"#,
+            self.db_name
+        )))
         .await
         .expect("alter database");
         sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
@@ -317,13 +314,10 @@ impl TestApp {
 
     pub async fn bring_postgres_back(&self) {
         let mut conn = self.admin_connection().await;
-        conn.execute(
-            format!(
-                r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS true"#,
-                self.db_name
-            )
-            .as_str(),
-        )
+        conn.execute(sqlx::AssertSqlSafe(format!(
+            r#"ALTER DATABASE "{}" ALLOW_CONNECTIONS true"#,
+            self.db_name
+        )))
         .await
         .expect("alter database");
     }
