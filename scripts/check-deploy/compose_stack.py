@@ -1,0 +1,82 @@
+# The default docker-compose stack's wiring, read from the configuration compose renders
+# (anchors merged, variables filled in with their defaults), whose path is argv[1]: the
+# services, nginx's fixed address outside the dynamic range, the apps' environment (trust
+# only nginx, production settings, same stores for both), healthy dependencies, ports on
+# loopback only, Redis append-only, the mounts, and nginx's upstreams.
+# Run by scripts/check-deploy.sh (compose.sh, check_compose_semantics) from the repository root.
+import ipaddress, re, sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+s = c["services"]
+assert set(s) >= {"redis", "postgres", "app1", "app2", "nginx", "prometheus", "grafana"}, sorted(s)
+
+net = c["networks"]["seckill"]["ipam"]["config"][0]
+subnet, dyn = ipaddress.ip_network(net["subnet"]), ipaddress.ip_network(net["ip_range"])
+nginx_ip = ipaddress.ip_address(s["nginx"]["networks"]["seckill"]["ipv4_address"])
+assert nginx_ip in subnet and nginx_ip not in dyn, (nginx_ip, subnet, dyn)
+
+def env(name):
+    e = s[name]["environment"]
+    return e if isinstance(e, dict) else dict(kv.split("=", 1) for kv in e)
+
+def published(name):
+    # 1.29 renders ports as "127.0.0.1:8080:8080/tcp"-like strings or as mappings.
+    out = []
+    for p in s[name].get("ports", []):
+        if isinstance(p, dict):
+            out.append((p.get("host_ip"), str(p.get("published")), str(p.get("target"))))
+        else:
+            parts = str(p).split("/")[0].split(":")
+            out.append((parts[0] if len(parts) == 3 else None, parts[-2], parts[-1]))
+    return out
+
+a1, a2 = env("app1"), env("app2")
+for name, e in (("app1", a1), ("app2", a2)):
+    assert e["SECKILL_HOST"] == "0.0.0.0", name
+    assert e["SECKILL_PORT"] == "8080", name
+    assert e["SECKILL_PROBE_PORT"] == "8081", name
+    assert e["SECKILL_ENVIRONMENT"] == "production", name
+    assert e["SECKILL_DEV_LOGIN"] == "false", name
+    # The apps trust X-Forwarded-For from nginx's fixed address and nothing else.
+    assert e["SECKILL_TRUSTED_PROXIES"] == str(nginx_ip), (name, e.get("SECKILL_TRUSTED_PROXIES"))
+    assert len(e["SECKILL_JWT_SECRET"]) >= 32, name
+    assert e["REDIS_URL"].startswith("redis://redis:"), name
+    assert "@postgres:" in e["DATABASE_URL"], name
+    for dep in ("redis", "postgres"):
+        assert s[name]["depends_on"][dep]["condition"] == "service_healthy", (name, dep)
+# Two instances of one service: same stores, same key prefix.
+for k in ("REDIS_URL", "DATABASE_URL", "SECKILL_REDIS_KEY_PREFIX", "SECKILL_JWT_SECRET"):
+    assert a1[k] == a2[k], k
+assert ("127.0.0.1", "8080", "8080") in published("app1"), published("app1")
+assert ("127.0.0.1", "8081", "8080") in published("app2"), published("app2")
+# Nothing is published beyond loopback.
+for name in s:
+    for host_ip, pub, _ in published(name):
+        assert host_ip == "127.0.0.1", (name, host_ip, pub)
+
+cmd = s["redis"]["command"]
+cmd = cmd if isinstance(cmd, list) else cmd.split()
+assert cmd[cmd.index("--appendonly") + 1] == "yes", cmd
+assert "redis-cli" in " ".join(s["redis"]["healthcheck"]["test"])
+assert "pg_isready" in " ".join(s["postgres"]["healthcheck"]["test"])
+for dep in ("app1", "app2"):
+    assert s["nginx"]["depends_on"][dep]["condition"] == "service_healthy", dep
+
+g = env("grafana")
+assert g["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and g["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer", g
+
+def mounts(name):
+    out = {}
+    for v in s[name]["volumes"]:
+        if isinstance(v, dict):
+            out[v["target"]] = v["source"]
+        else:
+            src, dst = v.split(":")[:2]
+            out[dst] = src
+    return out
+assert mounts("prometheus")["/etc/prometheus"].endswith("/deploy/prometheus")
+assert mounts("nginx")["/etc/nginx/nginx.conf"].endswith("/deploy/nginx/nginx.conf")
+
+conf = open("deploy/nginx/nginx.conf").read()
+for app in ("app1", "app2"):
+    assert re.search(rf"^\s*server {app}:8080\b", conf, re.M), f"nginx upstream lacks {app}:8080"
+print(f"apps trust only nginx ({nginx_ip}); all ports on 127.0.0.1; redis append-only")
