@@ -88,16 +88,22 @@ impl Application {
     }
 
     /// Serves until a shutdown signal, then drains in-flight requests
-    /// (up to `shutdown_timeout_secs`). The probes stop with the service.
+    /// (up to `shutdown_timeout_secs`). The probe listener runs beside the service on a
+    /// task of its own (a stopping server must be polled to finish stopping), takes no
+    /// signal itself, and is stopped once the service has.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let probes = self.probes.handle();
-        let mut probe_server = self.probes;
+        let probe_server = tokio::spawn(self.probes);
         let stopped = tokio::select! {
             stopped = self.server => stopped,
             () = self.background => Ok(()),
-            probed = &mut probe_server => probed,
         };
         probes.stop(true).await;
+        match probe_server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the probe listener stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "the probe listener's task failed"),
+            Ok(Ok(())) => {}
+        }
         stopped
     }
 }

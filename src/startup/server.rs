@@ -170,7 +170,10 @@ pub(super) fn start(
         builder = builder.workers(workers);
     }
     let service = serve(builder, listener, service, limits.clone(), &metrics)?;
+    // Signals are the service's: the application stops the probes after it (see
+    // `Application::run_until_stopped`), so they answer for as long as the service does.
     let probe_builder = Server::build()
+        .disable_signals()
         .workers(1)
         .max_concurrent_connections(PROBE_CONNECTIONS)
         .shutdown_timeout(settings.shutdown_timeout_secs);

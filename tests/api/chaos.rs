@@ -12,22 +12,26 @@ use sqlx::PgPool;
 
 use crate::helpers::{eventually, item_keys, json, pg_remaining, test_settings, ADMIN_TOKEN};
 
-/// One `seckill` process on a fixed port; killed when dropped.
+/// One `seckill` process on a fixed port (and probe port); killed when dropped.
 struct Instance {
     port: u16,
+    probe_port: u16,
     env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
 impl Instance {
     fn start(env: &[(String, String)]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
         let mut instance = Self {
-            port,
+            port: free_port(),
+            probe_port: free_port(),
             env: env.to_vec(),
             child: None,
         };
@@ -39,7 +43,7 @@ impl Instance {
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("SECKILL_PORT", self.port.to_string())
-            .env("SECKILL_PROBE_PORT", "0")
+            .env("SECKILL_PROBE_PORT", self.probe_port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -53,6 +57,30 @@ impl Instance {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM, as a supervisor stops it; answers how long it took to exit, or `None`
+    /// when it had not exited after `deadline`.
+    async fn terminate(&mut self, deadline: Duration) -> Option<Duration> {
+        let child = self.child.as_mut()?;
+        let sent = std::time::Instant::now();
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        while sent.elapsed() < deadline {
+            if child
+                .try_wait()
+                .expect("the child can be waited for")
+                .is_some()
+            {
+                self.child = None;
+                return Some(sent.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     fn url(&self, path: &str) -> String {
@@ -500,4 +528,38 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         orders.len(),
         answered.iter().filter(|(_, o)| o.is_some()).count()
     );
+}
+
+/// SIGTERM stops both servers (the service and its probe listener) and the process
+/// exits. It used to hang when the service stopped first: the probe listener, still
+/// draining a kept-alive connection (a Prometheus scrape's), was told to stop but no
+/// longer polled, so its stop never completed.
+#[sqlx::test]
+async fn sigterm_stops_the_process_while_a_probe_connection_is_open(db: PgPool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let settings = test_settings(&db);
+    let mut env = chaos_env(&settings);
+    env.push(("SECKILL_SHUTDOWN_TIMEOUT_SECS".into(), "2".into()));
+    env.push(("SECKILL_HEAD_TIMEOUT_MS".into(), "30000".into()));
+    let client = reqwest::Client::new();
+    for attempt in 1..=3 {
+        let mut instance = Instance::start(&env);
+        instance.wait_ready(&client).await;
+        let mut scrape = tokio::net::TcpStream::connect(("127.0.0.1", instance.probe_port))
+            .await
+            .expect("the probe listener accepts");
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 64];
+        let read = scrape.read(&mut answer).await.unwrap();
+        assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+        let took = instance.terminate(Duration::from_secs(15)).await;
+        assert!(
+            took.is_some(),
+            "attempt {attempt}: still running 15 s after SIGTERM"
+        );
+    }
 }
