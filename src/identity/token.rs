@@ -74,7 +74,8 @@ pub struct IssuedToken {
 pub struct InvalidToken;
 
 impl TokenKeys {
-    pub fn new(secret: &SecretString, rules: TokenRules) -> Self {
+    /// Refuses an empty secret, which could sign nothing.
+    pub fn new(secret: &SecretString, rules: TokenRules) -> anyhow::Result<Self> {
         let secret = secret.expose_secret().as_bytes();
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = LEEWAY_SECS;
@@ -89,12 +90,12 @@ impl TokenKeys {
             required.push("aud");
         }
         validation.set_required_spec_claims(&required);
-        Self {
-            encoding: EncodingKey::from_secret(secret),
-            decoding: DecodingKey::from_secret(secret),
+        Ok(Self {
+            encoding: EncodingKey::from_secret(secret).context("the JWT secret is empty")?,
+            decoding: DecodingKey::from_secret(secret).context("the JWT secret is empty")?,
             validation,
             rules,
-        }
+        })
     }
 
     pub fn issue(&self, user: UserId) -> anyhow::Result<IssuedToken> {
@@ -152,7 +153,7 @@ mod tests {
     }
 
     fn keys() -> TokenKeys {
-        TokenKeys::new(&SecretString::from("unit-test-secret"), rules())
+        TokenKeys::new(&SecretString::from("unit-test-secret"), rules()).unwrap()
     }
 
     fn sign(keys: &TokenKeys, claims: serde_json::Value) -> String {
@@ -216,7 +217,8 @@ mod tests {
                 audience: Some("seckill".into()),
                 ..rules()
             },
-        );
+        )
+        .unwrap();
         let now = Utc::now().timestamp();
         let accepted = |claims| keys.verify(&sign(&keys, claims)).is_ok();
         let good = serde_json::json!({

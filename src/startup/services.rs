@@ -110,7 +110,8 @@ impl Services {
         }
         items.warm_up().await.context("loading items and stock")?;
         let services = Self {
-            keys: TokenKeys::new(&settings.jwt_secret, token_rules(settings)),
+            keys: TokenKeys::new(&settings.jwt_secret, token_rules(settings))
+                .context("SECKILL_JWT_SECRET")?,
             idempotency: Idempotency::new(
                 redis.clone(),
                 IdempotencyLimits {

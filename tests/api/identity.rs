@@ -34,7 +34,7 @@ fn sign(claims: serde_json::Value, secret: &str, alg: Algorithm) -> String {
     jsonwebtoken::encode(
         &Header::new(alg),
         &claims,
-        &EncodingKey::from_secret(secret.as_bytes()),
+        &EncodingKey::from_secret(secret.as_bytes()).unwrap(),
     )
     .unwrap()
 }

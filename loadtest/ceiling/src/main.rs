@@ -216,7 +216,7 @@ async fn main() -> io::Result<()> {
     let shared = web::Data::new(Shared {
         redis: redis::Client::open(redis_url).map_err(io::Error::other)?,
         script: redis::Script::new(include_str!("../../../lua/sliding_window.lua")),
-        key: DecodingKey::from_secret(secret.as_bytes()),
+        key: DecodingKey::from_secret(secret.as_bytes()).map_err(io::Error::other)?,
         validation,
         seckill_keys: format!("{prefix}:{{seckill}}:sliding_window:"),
         limited_keys: format!("{prefix}:{{limited}}:sliding_window:"),

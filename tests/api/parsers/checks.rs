@@ -149,15 +149,18 @@ pub const TOKEN_SECRET: &str = "parser-checks-secret";
 fn token_keys() -> web::Data<TokenKeys> {
     static KEYS: OnceLock<web::Data<TokenKeys>> = OnceLock::new();
     KEYS.get_or_init(|| {
-        web::Data::new(TokenKeys::new(
-            &SecretString::from(TOKEN_SECRET),
-            TokenRules {
-                ttl: Duration::from_secs(60),
-                max_lifetime: Duration::from_secs(3_600),
-                issuer: None,
-                audience: None,
-            },
-        ))
+        web::Data::new(
+            TokenKeys::new(
+                &SecretString::from(TOKEN_SECRET),
+                TokenRules {
+                    ttl: Duration::from_secs(60),
+                    max_lifetime: Duration::from_secs(3_600),
+                    issuer: None,
+                    audience: None,
+                },
+            )
+            .expect("a signing key"),
+        )
     })
     .clone()
 }
@@ -188,7 +191,7 @@ pub fn check_authorization(value: &[u8]) -> Option<UserId> {
 pub fn check_signed_claims(payload: &[u8]) {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
     let message = format!("{header}.{}", URL_SAFE_NO_PAD.encode(payload));
-    let key = EncodingKey::from_secret(TOKEN_SECRET.as_bytes());
+    let key = EncodingKey::from_secret(TOKEN_SECRET.as_bytes()).expect("a signing key");
     let signature = jsonwebtoken::crypto::sign(message.as_bytes(), &key, JwtAlgorithm::HS256)
         .expect("HMAC signs any message");
     let Some(user) = check_authorization(format!("Bearer {message}.{signature}").as_bytes()) else {
