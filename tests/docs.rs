@@ -279,3 +279,45 @@ fn every_metric_family_the_docs_name_exists() {
         "metric families the docs name that do not exist: {unknown:#?}"
     );
 }
+
+/// The pages' shared words (`static/words.js`) are the server's: every outcome and
+/// order state it spells is a word of `src/vocabulary.rs`, every error code it acts on
+/// is one of the README's error table.
+#[test]
+fn the_pages_spell_the_servers_words() {
+    let root = root();
+    let words = read(&root.join("static/words.js"));
+    let vocabulary = read(&root.join("src/vocabulary.rs"));
+    let readme = read(&root.join("README.md"));
+    let section = |name: &str| -> &str {
+        let start = words
+            .find(&format!("export const {name} = "))
+            .unwrap_or_else(|| panic!("{name} in static/words.js"));
+        let rest = &words[start..];
+        &rest[..rest.find("});").unwrap_or(rest.len())]
+    };
+    let mut unknown = Vec::new();
+    for name in ["Outcome", "OrderState"] {
+        for spelling in section(name).split("word('").skip(1) {
+            let spelling = spelling.split('\'').next().unwrap_or_default();
+            if !vocabulary.contains(&format!("=> \"{spelling}\",")) {
+                unknown.push(format!("{name}: {spelling}"));
+            }
+        }
+    }
+    for line in section("ErrorCode").lines() {
+        let Some((code, _)) = line.trim().split_once(':') else {
+            continue;
+        };
+        if code.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            && code != "NETWORK"
+            && !readme.contains(&format!("`{code}`"))
+        {
+            unknown.push(format!("ErrorCode: {code}"));
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "words the pages spell that the server does not: {unknown:?}"
+    );
+}
