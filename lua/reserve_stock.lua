@@ -10,12 +10,18 @@
 --          score = deadline in ms on the Redis clock)
 -- KEYS[4]  the stock counter's version (bumped with the counter, so the reconciler's
 --          drift repair sees that it moved)
+-- KEYS[5]  the item's waiting room's live passes (sorted set of places; see
+--          `lua/room_admit.lua`): the pass this purchase offered stops counting there
 -- ARGV[1]  user id
 -- ARGV[2]  sale start, ms since the epoch
 -- ARGV[3]  sale end, ms since the epoch (exclusive)
 -- ARGV[4]  the order id this reservation is for
 -- ARGV[5]  how long (ms) the reservation may stay pending before the reconciler
 --          looks for its order in Postgres
+-- ARGV[6]  the place of the queue pass offered, or '' when the item has no waiting room.
+--          A pass buys at most once because it names its user, and a user buys an item
+--          once (KEYS[2]); marking it used here, in the reservation's own step, means
+--          an answer that sold nothing (429, 503, sold out) never spends it.
 --
 -- Returns {status, remaining}:
 --    1  reserved; remaining = stock left after this unit
@@ -37,4 +43,5 @@ local left = redis.call('DECR', KEYS[1])
 redis.call('INCR', KEYS[4])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1] .. ':' .. ARGV[4])
+if ARGV[6] ~= '' then redis.call('ZREM', KEYS[5], ARGV[6]) end
 return {1, left}

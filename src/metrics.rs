@@ -20,7 +20,7 @@ use prometheus::{
 };
 
 use crate::tally::Tally;
-use crate::vocabulary::{ConnectionCut, OrderState, Repair, TokenComparison, Word};
+use crate::vocabulary::{ConnectionCut, OrderState, PassOutcome, Repair, TokenComparison, Word};
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,15 +29,18 @@ pub enum RedisPurpose {
     Reservation,
     Pipeline,
     Idempotency,
+    /// The waiting room: joins, the inlet, the lobby's reads, liveness.
+    Queue,
     Other,
 }
 
 impl RedisPurpose {
-    pub const ALL: [RedisPurpose; 5] = [
+    pub const ALL: [RedisPurpose; 6] = [
         Self::Limiter,
         Self::Reservation,
         Self::Pipeline,
         Self::Idempotency,
+        Self::Queue,
         Self::Other,
     ];
 
@@ -47,6 +50,7 @@ impl RedisPurpose {
             Self::Reservation => "reservation",
             Self::Pipeline => "pipeline",
             Self::Idempotency => "idempotency",
+            Self::Queue => "queue",
             Self::Other => "other",
         }
     }
@@ -227,6 +231,26 @@ families! {
         &["outcome"],
     )
     .seeded(TokenComparison::labels().map(|outcome| [outcome]));
+    /// Shoppers who joined a waiting room (a second join of the same user is not one).
+    queue_joins: IntCounter =
+        family("queue_joins_total", "Shoppers who joined a waiting room", &[]);
+    /// Places the inlet admitted (counted by the instance that ran the step).
+    queue_admissions: IntCounter =
+        family("queue_admissions_total", "Waiting-room places admitted", &[]);
+    /// Places the inlet skipped because their shopper stopped polling.
+    queue_abandoned: IntCounter =
+        family("queue_abandoned_total", "Waiting-room places skipped as abandoned", &[]);
+    /// Shoppers placed and not reached yet, summed over the rooms, as this instance
+    /// last read them.
+    queue_waiting: IntGauge =
+        family("queue_waiting", "Shoppers waiting in the waiting rooms", &[]);
+    /// Queue passes offered with a purchase, by outcome (`vocabulary::PassOutcome`).
+    queue_passes: IntCounterVec = family(
+        "queue_passes_total",
+        "Queue passes offered with a purchase, by outcome",
+        &["outcome"],
+    )
+    .seeded(PassOutcome::labels().map(|outcome| [outcome]));
 }
 
 /// The registry, every family ([`Families`], reached through `Deref`: `metrics.x` is

@@ -164,6 +164,64 @@ words! {
 }
 
 words! {
+    /// In what order a waiting room admits (see `sale::room`).
+    RoomOrder {
+        /// In the order of joining; those who joined during the pre-queue are shuffled
+        /// at the sale's start.
+        Fifo => "fifo",
+        /// Every second's joiners shuffled among themselves too.
+        Random => "random",
+    }
+}
+
+impl FromStr for RoomOrder {
+    type Err = UnknownWord;
+
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|order| order.label() == s)
+            .ok_or_else(|| UnknownWord(s.to_string()))
+    }
+}
+
+impl serde::Serialize for RoomOrder {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
+words! {
+    /// Where a shopper's place in a waiting room stands: the `state` of a poll.
+    QueueState {
+        /// In the queue; not admitted yet.
+        Waiting => "waiting",
+        /// The place was reached: the answer carries a pass.
+        Admitted => "admitted",
+        /// No unit left and none being bought; the place is kept in case one comes back.
+        SoldOut => "sold_out",
+        /// The place was given up (not polled in time) or its pass expired unused.
+        Expired => "expired",
+        /// The room is off or the sale has ended.
+        Closed => "closed",
+    }
+}
+
+words! {
+    /// What became of a queue pass offered with a purchase: the `outcome` label of
+    /// `seckill_queue_passes_total`.
+    PassOutcome {
+        /// It bought a unit (and can buy no other).
+        Used => "used",
+        /// It was past its expiry.
+        Expired => "expired",
+        /// Missing, forged, someone else's, another item's, or used already.
+        Refused => "refused",
+    }
+}
+
+words! {
     /// An admin token compared with the configured ones: the `outcome` label of
     /// `seckill_admin_token_comparisons_total`.
     TokenComparison {
@@ -188,6 +246,7 @@ mod tests {
     fn every_set_spells_each_word_once_and_lists_it_in_order() {
         assert!(distinct::<Outcome>() && distinct::<Decision>() && distinct::<OrderState>());
         assert!(distinct::<Repair>() && distinct::<ConnectionCut>());
+        assert!(distinct::<RoomOrder>() && distinct::<QueueState>() && distinct::<PassOutcome>());
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, index);
         }

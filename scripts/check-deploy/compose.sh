@@ -7,6 +7,7 @@
 
 # Dummy secrets for the compose checks only; never exported to this shell.
 COMPOSE_SECRETS=(POSTGRES_PASSWORD=check-deploy-dummy SECKILL_JWT_SECRET=check-deploy-dummy-secret-of-at-least-32-bytes
+  SECKILL_QUEUE_SECRET=check-deploy-dummy-queue-key-of-at-least-32-bytes
   SECKILL_ADMIN_TOKEN=check-deploy-dummy-admin GRAFANA_ADMIN_PASSWORD=check-deploy-dummy)
 
 # compose [--profile NAME] [VAR=VALUE...]: `docker-compose config -q` with only these
@@ -16,7 +17,7 @@ compose() {
   if [ "${1:-}" = --profile ]; then profile=(--profile "$2"); shift 2; fi
   # An empty env file, so a developer's own .env cannot change the result.
   : >"$TMP/empty.env"
-  env -u POSTGRES_PASSWORD -u SECKILL_JWT_SECRET -u SECKILL_ADMIN_TOKEN -u GRAFANA_ADMIN_PASSWORD \
+  env -u POSTGRES_PASSWORD -u SECKILL_JWT_SECRET -u SECKILL_QUEUE_SECRET -u SECKILL_ADMIN_TOKEN -u GRAFANA_ADMIN_PASSWORD \
     "$@" docker-compose --env-file "$TMP/empty.env" -f docker-compose.yml --project-directory "$ROOT" \
     "${profile[@]}" config -q
 }
@@ -53,11 +54,11 @@ check_compose_cluster() {
 
 check_compose_requires_secrets() {
   local var others out
-  for var in POSTGRES_PASSWORD SECKILL_JWT_SECRET SECKILL_ADMIN_TOKEN GRAFANA_ADMIN_PASSWORD; do
+  for var in POSTGRES_PASSWORD SECKILL_JWT_SECRET SECKILL_QUEUE_SECRET SECKILL_ADMIN_TOKEN GRAFANA_ADMIN_PASSWORD; do
     others=()
     for kv in "${COMPOSE_SECRETS[@]}"; do [ "${kv%%=*}" = "$var" ] || others+=("$kv"); done
     if out=$(compose "${others[@]}" 2>&1); then echo "compose accepted a missing $var"; return 1; fi
     grep -q "$var" <<<"$out" || { echo "unexpected error without $var: $out"; return 1; }
   done
-  echo "refuses to render without each of the 4 secrets"
+  echo "refuses to render without each of the 5 secrets"
 }

@@ -54,7 +54,7 @@ for n in nodes:
 app, a1 = env("app-cluster"), env("app1")
 assert s["app-cluster"]["image"] == s["app1"]["image"] and s["app-cluster"]["build"] == s["app1"]["build"]
 assert app["SECKILL_REDIS_CLUSTER_NODES"].split(",") == [f"redis://{n}:6379" for n in nodes], app["SECKILL_REDIS_CLUSTER_NODES"]
-for k in ("SECKILL_ENVIRONMENT", "SECKILL_HOST", "SECKILL_PORT", "SECKILL_DEV_LOGIN", "SECKILL_JWT_SECRET",
+for k in ("SECKILL_ENVIRONMENT", "SECKILL_HOST", "SECKILL_PORT", "SECKILL_DEV_LOGIN", "SECKILL_JWT_SECRET", "SECKILL_QUEUE_SECRET",
           "SECKILL_ADMIN_TOKEN", "SECKILL_REDIS_KEY_PREFIX"):
     assert app[k] == a1[k], k
 # Its stock is in the cluster, app1/app2's in `redis`: never the same orders table.

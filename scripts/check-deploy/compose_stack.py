@@ -39,12 +39,13 @@ for name, e in (("app1", a1), ("app2", a2)):
     # The apps trust X-Forwarded-For from nginx's fixed address and nothing else.
     assert e["SECKILL_TRUSTED_PROXIES"] == str(nginx_ip), (name, e.get("SECKILL_TRUSTED_PROXIES"))
     assert len(e["SECKILL_JWT_SECRET"]) >= 32, name
+    assert len(e["SECKILL_QUEUE_SECRET"]) >= 32 and e["SECKILL_QUEUE_SECRET"] != e["SECKILL_JWT_SECRET"], name
     assert e["REDIS_URL"].startswith("redis://redis:"), name
     assert "@postgres:" in e["DATABASE_URL"], name
     for dep in ("redis", "postgres"):
         assert s[name]["depends_on"][dep]["condition"] == "service_healthy", (name, dep)
 # Two instances of one service: same stores, same key prefix.
-for k in ("REDIS_URL", "DATABASE_URL", "SECKILL_REDIS_KEY_PREFIX", "SECKILL_JWT_SECRET"):
+for k in ("REDIS_URL", "DATABASE_URL", "SECKILL_REDIS_KEY_PREFIX", "SECKILL_JWT_SECRET", "SECKILL_QUEUE_SECRET"):
     assert a1[k] == a2[k], k
 assert ("127.0.0.1", "8080", "8080") in published("app1"), published("app1")
 assert ("127.0.0.1", "8081", "8080") in published("app2"), published("app2")

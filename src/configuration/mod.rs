@@ -33,6 +33,10 @@ pub use safety::{named_secrets, UnsafeSetting};
 /// The JWT secret used when none is configured. Fine on a laptop; refused in production.
 pub const LOCAL_JWT_SECRET: &str = "local-development-jwt-secret-change-me-0000";
 
+/// The waiting room's signing key (tickets and passes) when none is configured. Fine
+/// on a laptop; refused in production.
+pub const LOCAL_QUEUE_SECRET: &str = "local-development-queue-secret-change-me-00";
+
 /// The admin token `make run` uses locally. Refused in production.
 pub const LOCAL_ADMIN_TOKEN: &str = "dev-admin-token";
 
@@ -131,6 +135,9 @@ pub struct Settings {
 
     // Identity: shoppers' tokens and the admin token.
     pub jwt_secret: SecretString,
+    /// The waiting room's key for its tickets and passes: never the shopper-token
+    /// secret (production refuses the same value, the local default and a short one).
+    pub queue_secret: SecretString,
     /// Lifetime of the tokens the dev login issues.
     pub token_ttl_secs: u64,
     /// The longest validity an accepted shopper token may have: `exp` at most this far
@@ -250,6 +257,7 @@ impl Default for Settings {
             log_format: None,
 
             jwt_secret: SecretString::from(LOCAL_JWT_SECRET),
+            queue_secret: SecretString::from(LOCAL_QUEUE_SECRET),
             token_ttl_secs: 3_600,
             token_max_lifetime_secs: 86_400,
             token_issuer: String::new(),

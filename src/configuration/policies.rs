@@ -29,6 +29,10 @@ pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
 /// a refresh; it polls the items, not the orders), so reads can never crowd out the
 /// sale's work in Postgres.
 pub const ORDERS_READ_POLICY: &str = "orders_read";
+/// Joining a waiting room (`POST /api/items/{id}/queue`): per user and per IP,
+/// fail-closed like the sale (without Redis there is no queue to join). A join is
+/// answered once per user and item; the quota stops a script from hammering it.
+pub const QUEUE_JOIN_POLICY: &str = "queue_join";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
 
@@ -152,6 +156,31 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             ],
         },
     );
+    policies.insert(
+        QUEUE_JOIN_POLICY.into(),
+        PolicyConfig {
+            algorithm: Algorithm::TokenBucket,
+            fail_mode: FailMode::Closed,
+            enabled: true,
+            scope: Scope::Global,
+            rules: vec![
+                rule(
+                    "user",
+                    KeySource::User,
+                    60_000,
+                    10,
+                    "Too many queue joins, please wait",
+                ),
+                rule(
+                    "ip",
+                    KeySource::Ip,
+                    60_000,
+                    60,
+                    "Too many queue joins from this address, please wait",
+                ),
+            ],
+        },
+    );
     policies
 }
 
@@ -188,7 +217,12 @@ mod tests {
         let policies = &mut settings.limiter.policies;
         policies.get_mut(SECKILL_POLICY).expect("seckill").scope = Scope::PerItem;
         assert_eq!(settings.check_policy_scopes(), Ok(()));
-        for name in [LIMITED_POLICY, ADMIN_AUTH_POLICY, ORDERS_READ_POLICY] {
+        for name in [
+            LIMITED_POLICY,
+            ADMIN_AUTH_POLICY,
+            ORDERS_READ_POLICY,
+            QUEUE_JOIN_POLICY,
+        ] {
             let mut settings = Settings::default();
             settings.limiter.policies.get_mut(name).expect(name).scope = Scope::PerItem;
             assert_eq!(

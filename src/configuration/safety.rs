@@ -4,7 +4,7 @@
 
 use secrecy::{ExposeSecret, SecretString};
 
-use super::{Environment, Settings, LOCAL_ADMIN_TOKEN, LOCAL_JWT_SECRET};
+use super::{Environment, Settings, LOCAL_ADMIN_TOKEN, LOCAL_JWT_SECRET, LOCAL_QUEUE_SECRET};
 
 /// A setting the application refuses to start with in production.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -43,6 +43,25 @@ pub(super) fn production(settings: &Settings) -> Result<(), UnsafeSetting> {
         return Err(UnsafeSetting::new(
             "SECKILL_JWT_SECRET",
             "must be at least 32 bytes long",
+        ));
+    }
+    let queue = settings.queue_secret.expose_secret();
+    if queue == LOCAL_QUEUE_SECRET {
+        return Err(UnsafeSetting::new(
+            "SECKILL_QUEUE_SECRET",
+            "is the local default, which is public",
+        ));
+    }
+    if queue.len() < 32 {
+        return Err(UnsafeSetting::new(
+            "SECKILL_QUEUE_SECRET",
+            "must be at least 32 bytes long",
+        ));
+    }
+    if queue == secret {
+        return Err(UnsafeSetting::new(
+            "SECKILL_QUEUE_SECRET",
+            "must differ from SECKILL_JWT_SECRET: a key of its own",
         ));
     }
     let admin = settings.admin_token.expose_secret();

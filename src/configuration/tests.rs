@@ -30,6 +30,7 @@ fn production() -> Settings {
     Settings {
         environment: Environment::Production,
         jwt_secret: SecretString::from("a-production-secret-of-at-least-32-bytes"),
+        queue_secret: SecretString::from("a-production-queue-key-of-at-least-32-bytes"),
         admin_token: SecretString::from("ops:a-long-random-admin-token-of-32-chars"),
         ..Settings::default()
     }
@@ -105,6 +106,20 @@ fn production_refuses_each_unsafe_setting_and_names_it() {
         }),
         "SECKILL_JWT_SECRET"
     );
+    for queue in [
+        "short",
+        LOCAL_QUEUE_SECRET,
+        "a-production-secret-of-at-least-32-bytes",
+    ] {
+        assert_eq!(
+            refused(Settings {
+                queue_secret: SecretString::from(queue),
+                ..production()
+            }),
+            "SECKILL_QUEUE_SECRET",
+            "{queue}"
+        );
+    }
     assert_eq!(
         refused(Settings {
             admin_token: SecretString::from(""),

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::rate_limit::RateLimitHeaders;
 use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
+use crate::sale::room::RoomError;
 use crate::sale::OrderError;
 use crate::sale::SaleError;
 use crate::vocabulary::OrderState;
@@ -65,6 +66,9 @@ pub enum ApiError {
     /// Too many purchases of this user with an `Idempotency-Key` are in flight at once.
     #[error("too many purchases in progress, wait for one to finish")]
     TooManyPending,
+    /// The waiting room refused: its code, status and message are the room's.
+    #[error(transparent)]
+    Room(#[from] RoomError),
     /// The sale refused a purchase: its code, status and message are the sale's.
     #[error(transparent)]
     Sale(#[from] SaleError),
@@ -121,6 +125,13 @@ pub(crate) struct ErrorBody<'a> {
     /// `VERSION_CONFLICT`: the policy's version now.
     #[serde(rename = "currentVersion", skip_serializing_if = "Option::is_none")]
     current_version: Option<i64>,
+    /// `QUEUE_NOT_OPEN`: when joining opens.
+    #[serde(rename = "opensAt", skip_serializing_if = "Option::is_none")]
+    opens_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `NOT_ADMITTED`: where to join the item's queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    queue: Option<&'a str>,
     /// `ORDER_STATE`: the order's state now (`paid`, `cancelled`, `expired`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -167,6 +178,9 @@ impl ApiError {
             }
             Self::Sale(SaleError::OrderFailed(cause)) => {
                 tracing::error!(error = %format!("{cause:#}"), "order failed")
+            }
+            Self::Room(RoomError::Unavailable(cause)) => {
+                tracing::warn!(error = %format!("{cause:#}"), "waiting room unavailable")
             }
             _ => {}
         }
@@ -230,6 +244,17 @@ impl ApiError {
             Self::Sale(error) => {
                 if let SaleError::OrderPending(order_id) = error {
                     body.order_id = Some(*order_id);
+                }
+                let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
+                (status, error.code())
+            }
+            Self::Room(error) => {
+                match error {
+                    RoomError::NotOpen(at) => body.opens_at = Some(*at),
+                    RoomError::NotAdmitted(queue) => body.queue = Some(queue),
+                    RoomError::InvalidSettings(invalid) => body.field = Some(invalid.field()),
+                    RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
+                    _ => {}
                 }
                 let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
                 (status, error.code())

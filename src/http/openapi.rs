@@ -45,6 +45,8 @@ const OPERATOR: &str = "admin_token";
         routes::items::list,
         routes::seckill::purchase,
         routes::orders::my_orders,
+        routes::queue::join,
+        routes::queue::poll,
         routes::orders::pay,
         routes::orders::cancel,
         routes::limited::limited,
@@ -52,6 +54,8 @@ const OPERATOR: &str = "admin_token";
         routes::admin::create_item,
         routes::admin::pause,
         routes::admin::resume,
+        routes::admin::queue_settings::waiting_room,
+        routes::admin::queue_settings::update_waiting_room,
         routes::admin::orders,
         routes::admin::stats,
         routes::admin::stats_series,
@@ -331,7 +335,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            23,
+            27,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

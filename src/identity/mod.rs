@@ -6,7 +6,9 @@
 
 mod admin_tokens;
 pub mod lockout;
+mod queue_tokens;
 mod token;
 
 pub use admin_tokens::{Admin, AdminGuard, AdminTokens, SignInError};
+pub use queue_tokens::{Pass, QueueTokenError, QueueTokens, Ticket};
 pub use token::{IssuedToken, TokenKeys, TokenRules};

@@ -43,6 +43,7 @@ pub mod parts;
 pub mod purchase;
 pub mod reconciler;
 pub mod records;
+pub mod room;
 pub mod sold_out;
 pub mod stock;
 pub mod sweeper;

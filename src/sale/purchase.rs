@@ -163,13 +163,16 @@ impl Purchases {
     }
 
     /// Steps 2 to 6 for an item that passed [`Self::precheck`]: the limiter, then the
-    /// reservation and the order `order_id`.
+    /// reservation and the order `order_id`. `pass` is the place of the queue pass the
+    /// caller offered (already checked, see `room::WaitingRoom::check_pass`): the
+    /// reservation spends it, and nothing before the reservation does.
     pub async fn purchase(
         &self,
         item: &Item,
         user: UserId,
         order_id: Uuid,
         caller: &Caller<'_>,
+        pass: Option<u64>,
     ) -> Result<Purchase, PurchaseFailure> {
         // The item is what a `per_item` policy counts under: its limiter keys then
         // share the slot of the item's own keys (see `redis::keys`).
@@ -183,7 +186,10 @@ impl Purchases {
             .limiter
             .policy(SECKILL_POLICY)
             .filter(|policy| policy.scope == Scope::PerItem)
-            .map(|_| self.reservations.reserve_after_limit(item, user, order_id));
+            .map(|_| {
+                self.reservations
+                    .reserve_after_limit(item, user, order_id, pass)
+            });
         let result = async {
             let (admission, reserved) = self
                 .limiter
@@ -192,7 +198,7 @@ impl Purchases {
                 .map_err(PurchaseFailure::Limited)?;
             // Boxed: only an admitted purchase needs the reservation's and the order's
             // futures; a refused one then carries (and copies) just the limiter's.
-            match Box::pin(self.reserve_and_order(item, user, order_id, reserved)).await {
+            match Box::pin(self.reserve_and_order(item, user, order_id, pass, reserved)).await {
                 Ok(order) => Ok(Purchase { order, admission }),
                 Err(error) => Err(PurchaseFailure::Refused { error, admission }),
             }
@@ -216,6 +222,7 @@ impl Purchases {
         item: &Item,
         user: UserId,
         order_id: Uuid,
+        pass: Option<u64>,
         reserved: Option<redis::Value>,
     ) -> Result<Order, SaleError> {
         let reservation = PendingReservation {
@@ -227,7 +234,7 @@ impl Purchases {
         step(
             reservation_span,
             "reserved",
-            self.reserve(item, reservation, reserved),
+            self.reserve(item, reservation, pass, reserved),
         )
         .await?;
         // Boxed: the steps of a purchase that got a unit (pipeline, commit, undo) make
@@ -287,6 +294,7 @@ impl Purchases {
         &self,
         item: &Item,
         reservation: PendingReservation,
+        pass: Option<u64>,
         mut in_limiter_call: Option<redis::Value>,
     ) -> Result<(), SaleError> {
         let PendingReservation { user, order } = reservation;
@@ -295,7 +303,7 @@ impl Purchases {
         let reserved = loop {
             let reserved = match in_limiter_call.take() {
                 Some(reply) => self.reservations.reserved_after_limit(item, &reply).await,
-                None => self.reservations.reserve(item, user, order).await,
+                None => self.reservations.reserve(item, user, order, pass).await,
             }
             .map_err(SaleError::OrderFailed)?;
             if reserved != Reservation::Missing || rebuilt {

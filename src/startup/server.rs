@@ -65,9 +65,14 @@ pub(super) fn start(
         idempotency,
         admin_guard,
         stats,
+        waiting_room,
         sale: _,
         reservations: _,
+        rooms: _,
+        lobby: _,
+        room_redis: _,
     } = services;
+    let waiting_room = web::Data::from(waiting_room);
     let pool = web::Data::new(pool);
     let redis = web::Data::new(redis);
     let keys = web::Data::new(keys);
@@ -134,6 +139,7 @@ pub(super) fn start(
                 .app_data(admin_guard.clone())
                 .app_data(rules.clone())
                 .app_data(stats.clone())
+                .app_data(waiting_room.clone())
                 .app_data(openapi.clone())
                 .app_data(crate::http::fallback::query_config())
                 .app_data(crate::http::fallback::path_config())

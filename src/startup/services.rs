@@ -12,13 +12,14 @@ use sqlx::PgPool;
 use crate::configuration::Settings;
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
-use crate::identity::{AdminGuard, AdminTokens, TokenKeys, TokenRules};
+use crate::identity::{AdminGuard, AdminTokens, QueueTokens, TokenKeys, TokenRules};
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
 use crate::sale::catalog::Catalog;
 use crate::sale::committer::{Committer, Queue};
 use crate::sale::item::NewItem;
+use crate::sale::room::{Lobby, RoomRedis, Rooms, WaitingRoom};
 use crate::sale::sold_out::SoldOut;
 use crate::sale::stock::{KeyLifetime, ReservationOptions, StockRedis};
 use crate::sale::{Items, Orders, PurchaseOptions, Purchases, SaleParts};
@@ -43,6 +44,12 @@ pub(super) struct Services {
     pub idempotency: Idempotency,
     pub admin_guard: AdminGuard,
     pub stats: Arc<LiveStats>,
+    /// The waiting rooms: their settings, this instance's copies, their Redis side,
+    /// and what the handlers call.
+    pub rooms: Arc<Rooms>,
+    pub lobby: Arc<Lobby>,
+    pub room_redis: Arc<RoomRedis>,
+    pub waiting_room: Arc<WaitingRoom>,
 }
 
 impl Services {
@@ -109,7 +116,24 @@ impl Services {
             seed_demo_item(&pool, &items).await?;
         }
         items.warm_up().await.context("loading items and stock")?;
+        let rooms = Arc::new(Rooms::new(pool.clone()));
+        rooms.reload().await.context("loading waiting rooms")?;
+        let room_redis = Arc::new(RoomRedis::new(sale.redis.clone()));
+        let lobby = Arc::new(Lobby::new(sale.clone(), Arc::clone(&room_redis)));
+        let queue_tokens =
+            Arc::new(QueueTokens::new(&settings.queue_secret).context("SECKILL_QUEUE_SECRET")?);
+        let waiting_room = Arc::new(WaitingRoom::new(
+            sale.clone(),
+            Arc::clone(&rooms),
+            Arc::clone(&lobby),
+            Arc::clone(&room_redis),
+            queue_tokens,
+        ));
         let services = Self {
+            rooms,
+            lobby,
+            room_redis,
+            waiting_room,
             keys: TokenKeys::new(&settings.jwt_secret, token_rules(settings))
                 .context("SECKILL_JWT_SECRET")?,
             idempotency: Idempotency::new(

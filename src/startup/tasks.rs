@@ -13,10 +13,12 @@ use crate::configuration::Settings;
 use crate::rules;
 use crate::sale::committer::{Batching, Queue};
 use crate::sale::consistency::ConsistencyExport;
+use crate::sale::room::{Inlet, Rooms};
 use crate::sale::{Items, Reconciler, Sweeper};
 
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
-/// catalog and sold-out refresh, the sold-out channel, the reconciler, the consistency
+/// catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
+/// the sold-out channel, the reconciler, the consistency
 /// export, the rule watcher and the live-stats flush.
 pub(super) fn background(
     settings: &Settings,
@@ -55,7 +57,18 @@ pub(super) fn background(
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![
         committer.boxed(),
-        refresh(Arc::clone(&services.items)).boxed(),
+        refresh(Arc::clone(&services.items), Arc::clone(&services.rooms)).boxed(),
+        Arc::clone(&services.lobby)
+            .run(Arc::clone(&services.rooms))
+            .boxed(),
+        Arc::new(Inlet::new(
+            sale.clone(),
+            Arc::clone(&services.rooms),
+            Arc::clone(&services.lobby),
+            Arc::clone(&services.room_redis),
+        ))
+        .run(uuid::Uuid::new_v4().to_string())
+        .boxed(),
         listener.boxed(),
         reconciler.boxed(),
         sweeper.boxed(),
@@ -72,16 +85,18 @@ pub(super) fn background(
 }
 
 /// Other instances create items and sell stock too: every second, reload the catalog
-/// (their items become purchasable here) and re-read the stock counters (the safety net
-/// under the sold-out channel).
-async fn refresh(items: Arc<Items>) {
+/// (their items become purchasable here) and the waiting rooms' settings, and re-read
+/// the stock counters (the safety net under the sold-out channel).
+async fn refresh(items: Arc<Items>, rooms: Arc<Rooms>) {
     background::every(
         "catalog and sold-out refresh",
         Duration::from_secs(1),
         || {
             let items = Arc::clone(&items);
+            let rooms = Arc::clone(&rooms);
             async move {
                 items.reload_catalog().await.context("catalog reload")?;
+                rooms.reload().await.context("waiting rooms reload")?;
                 items.refresh_sold_out().await.context("sold-out check")
             }
         },

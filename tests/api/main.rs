@@ -26,3 +26,4 @@ mod policy_scope;
 mod returns;
 mod sale;
 mod slowloris;
+mod waiting_room;

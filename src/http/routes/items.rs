@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::sale::item::Item;
+use crate::sale::room::WaitingRoom;
 use crate::sale::Items;
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -22,6 +23,8 @@ pub struct ItemBody<'a> {
     total_stock: i32,
     remaining_stock: i64,
     paused: bool,
+    /// Whether the item sells through its waiting room (`POST /api/items/{id}/queue`).
+    waiting_room: bool,
 }
 
 impl<'a> ItemBody<'a> {
@@ -35,6 +38,15 @@ impl<'a> ItemBody<'a> {
             total_stock: item.total_stock,
             remaining_stock,
             paused: item.paused,
+            waiting_room: false,
+        }
+    }
+
+    /// The same item, saying whether it sells through its waiting room.
+    pub fn with_waiting_room(self, on: bool) -> Self {
+        Self {
+            waiting_room: on,
+            ..self
         }
     }
 }
@@ -47,10 +59,12 @@ pub struct ItemList<'a> {
 
 impl<'a> ItemList<'a> {
     /// The listing as items with their live stock.
-    pub fn new(listing: &'a [(Arc<Item>, i64)]) -> Self {
+    pub fn new(listing: &'a [(Arc<Item>, i64)], room: &WaitingRoom) -> Self {
         let items = listing
             .iter()
-            .map(|(item, remaining)| ItemBody::new(item, *remaining))
+            .map(|(item, remaining)| {
+                ItemBody::new(item, *remaining).with_waiting_room(room.is_on(item.id))
+            })
             .collect();
         Self { items }
     }
@@ -60,7 +74,7 @@ impl<'a> ItemList<'a> {
 /// with live remaining stock.
 #[utoipa::path(get, path = "/api/items", tag = "shopper",
     responses((status = 200, description = "Items whose sale has not ended", body = ItemList)))]
-pub async fn list(items: web::Data<Items>) -> HttpResponse {
+pub async fn list(items: web::Data<Items>, room: web::Data<WaitingRoom>) -> HttpResponse {
     let listing = items.listing().await;
-    HttpResponse::Ok().json(ItemList::new(&listing))
+    HttpResponse::Ok().json(ItemList::new(&listing, &room))
 }

@@ -13,6 +13,7 @@ pub mod limited;
 pub mod metrics;
 pub mod openapi;
 pub mod orders;
+pub mod queue;
 pub mod seckill;
 pub mod session;
 
@@ -51,6 +52,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
         .service(served.resource("/api/me", [get(session::me)]))
         .service(served.resource("/api/items", [get(items::list)]))
         .service(served.resource("/api/orders/mine", [get(orders::my_orders)]))
+        .service(served.resource(
+            "/api/items/{id}/queue",
+            [get(queue::poll), post(queue::join)],
+        ))
         .service(served.resource("/seckill", [post(seckill::purchase)]))
         .service(served.resource("/api/orders/{id}/pay", [post(orders::pay)]))
         .service(served.resource("/api/orders/{id}/cancel", [post(orders::cancel)]))
@@ -70,6 +75,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             .service(operator.resource("/items", [post(admin::create_item)]))
             .service(operator.resource("/items/{id}/pause", [post(admin::pause)]))
             .service(operator.resource("/items/{id}/resume", [post(admin::resume)]))
+            .service(operator.resource(
+                "/items/{id}/waiting-room",
+                [get(admin::waiting_room), put(admin::update_waiting_room)],
+            ))
             .service(operator.resource("/orders", [get(admin::orders)]))
             .service(operator.resource("/stats", [get(admin::stats)]))
             .service(operator.resource("/stats/series", [get(admin::stats_series)]))

@@ -15,7 +15,11 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::limiter::Caller;
 use crate::sale::item::ItemId;
+use crate::sale::room::WaitingRoom;
 use crate::sale::{Orders, Purchase, PurchaseFailure, Purchases, Replayable, SaleError};
+
+/// The header a purchase carries its queue pass in, when the item has a waiting room.
+pub const PASS_HEADER: &str = "Queue-Pass";
 
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -34,11 +38,14 @@ pub struct PurchaseRequest {
         reservation, then the order's commit to Postgres. One order per user per item.",
     request_body = PurchaseRequest,
     params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[A-Za-z0-9_-]{1,64}$",
-        description = "Makes a retry safe: a retry with the same key gets the first attempt's answer")),
+        description = "Makes a retry safe: a retry with the same key gets the first attempt's answer"),
+        ("Queue-Pass" = Option<String>, Header,
+        description = "The pass the waiting room's poll handed out: required when the item has a waiting room on")),
     responses(
         (status = 200, description = "The order", body = OrderBody),
         (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::api_error::ErrorBody),
         (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
+        (status = 403, description = "`NOT_ADMITTED`: the item has a waiting room on and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::api_error::ErrorBody),
         (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
         (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
@@ -52,6 +59,7 @@ pub async fn purchase(
     req: HttpRequest,
     purchases: web::Data<Purchases>,
     orders: web::Data<Orders>,
+    room: web::Data<WaitingRoom>,
 ) -> Result<HttpResponse, ApiError> {
     let user = shopper.0;
     let item_id = ItemId::try_from(body.0.item_id)
@@ -77,7 +85,22 @@ pub async fn purchase(
         orders: &orders,
         user,
     };
-    let work = || async { reply(purchases.purchase(&item, user, order_id, &caller).await) };
+    let pass = req.headers().get(PASS_HEADER).and_then(|v| v.to_str().ok());
+    // After a replay (inside `run`), before the limiter: a pass is checked, not spent;
+    // the reservation spends it, so nothing that sells nothing can.
+    let work = || async {
+        let place = match room.check_pass(item.id, user, pass) {
+            Ok(place) => place,
+            Err(refused) => return Reply::error(&refused.into(), Replayable::No),
+        };
+        let purchase = purchases
+            .purchase(&item, user, order_id, &caller, place)
+            .await;
+        if place.is_some() && purchase.is_ok() {
+            room.pass_used();
+        }
+        reply(purchase)
+    };
     idempotent.run(attempt, &retried, work).await
 }
 

@@ -108,6 +108,43 @@ impl ItemKeys {
     pub fn in_doubt(&self) -> String {
         format!("{}:in-doubt", self.base)
     }
+    /// The waiting room's counters (hash: joined, pre, sealed0, mapped, serving,
+    /// admitted, skipped, credit, credit_at, may_return, may_return_until; see
+    /// `sale::room`).
+    pub fn room(&self) -> String {
+        format!("{}:room", self.base)
+    }
+    /// User id → join index: one place per user.
+    pub fn room_members(&self) -> String {
+        format!("{}:room-members", self.base)
+    }
+    /// The sealed shuffles, in order: `"<first>:<size>:<seed>"`.
+    pub fn room_rounds(&self) -> String {
+        format!("{}:room-rounds", self.base)
+    }
+    /// The inlet's steps, in order: `"<from>:<to>:<at ms>:<skipped places, comma-separated>"`.
+    pub fn room_steps(&self) -> String {
+        format!("{}:room-steps", self.base)
+    }
+    /// Join index → when its shopper was last heard of (ms).
+    pub fn room_alive(&self) -> String {
+        format!("{}:room-alive", self.base)
+    }
+    /// Admitted places whose pass is neither used nor expired → the pass's expiry (ms).
+    pub fn room_live(&self) -> String {
+        format!("{}:room-live", self.base)
+    }
+    /// The waiting room's keys (the scripts stamp their expiry as they write them).
+    pub fn room_wide(&self) -> [String; 6] {
+        [
+            self.room(),
+            self.room_members(),
+            self.room_rounds(),
+            self.room_steps(),
+            self.room_alive(),
+            self.room_live(),
+        ]
+    }
     /// Every key of the item but the per-user markers (which expire on their own): what
     /// the item's expiry is stamped on.
     pub fn item_wide(&self) -> [String; 9] {

@@ -115,8 +115,9 @@ impl Reservations {
         item: &Item,
         user: UserId,
         order: Uuid,
+        pass: Option<u64>,
     ) -> anyhow::Result<Reservation> {
-        let (keys, args) = self.reservation_call(item, user, order);
+        let (keys, args) = self.reservation_call(item, user, order, pass);
         let mut invocation = self.reserve.prepare_invoke();
         for key in &keys {
             invocation.key(key);
@@ -132,8 +133,14 @@ impl Reservations {
     }
 
     /// The reservation to run in a `per_item` limiter's call (`Limiter::check_then`).
-    pub fn reserve_after_limit(&self, item: &Item, user: UserId, order: Uuid) -> Then<'_> {
-        let (keys, args) = self.reservation_call(item, user, order);
+    pub fn reserve_after_limit(
+        &self,
+        item: &Item,
+        user: UserId,
+        order: Uuid,
+        pass: Option<u64>,
+    ) -> Then<'_> {
+        let (keys, args) = self.reservation_call(item, user, order, pass);
         Then {
             script: &self.reserve_after_limit,
             keys,
@@ -152,22 +159,31 @@ impl Reservations {
         self.reserved(item, reply).await
     }
 
-    /// `lua/reserve_stock.lua`'s keys and arguments.
+    /// `lua/reserve_stock.lua`'s keys and arguments; `pass` is the place of the queue
+    /// pass the purchase offered, when the item has a waiting room.
     fn reservation_call(
         &self,
         item: &Item,
         user: UserId,
         order: Uuid,
+        pass: Option<u64>,
     ) -> (Vec<String>, Vec<String>) {
         let keys = self.redis.keys(item.id);
         (
-            vec![keys.stock(), keys.buyers(), keys.pending(), keys.version()],
+            vec![
+                keys.stock(),
+                keys.buyers(),
+                keys.pending(),
+                keys.version(),
+                keys.room_live(),
+            ],
             vec![
                 user.get().to_string(),
                 item.starts_at.timestamp_millis().to_string(),
                 item.ends_at.timestamp_millis().to_string(),
                 order.to_string(),
                 self.pending_ms.to_string(),
+                pass.map(|place| place.to_string()).unwrap_or_default(),
             ],
         )
     }

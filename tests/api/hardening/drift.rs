@@ -124,11 +124,11 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         order: uuid::Uuid::new_v4(),
     };
     reservations
-        .reserve(&item, one.user, one.order)
+        .reserve(&item, one.user, one.order, None)
         .await
         .unwrap();
     reservations
-        .reserve(&item, two.user, two.order)
+        .reserve(&item, two.user, two.order, None)
         .await
         .unwrap();
     assert!(reservations.undo(item.id, two, Undo::Whole).await.unwrap());

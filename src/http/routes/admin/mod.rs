@@ -4,8 +4,10 @@
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
 //! edits and audit.
 
+pub mod queue_settings;
 pub mod rules;
 
+pub use queue_settings::{update_waiting_room, waiting_room};
 pub use rules::{audit, policies, policy, update_policy};
 
 use actix_web::{web, HttpResponse};
@@ -21,6 +23,7 @@ use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::sale::item::{ItemId, NewItem};
 use crate::sale::records::OrderFilter;
+use crate::sale::room::WaitingRoom;
 use crate::sale::{Items, Orders, SaleError};
 use crate::stats::series::Series;
 use crate::stats::{LiveStats, MAX_SERIES_SECS};
@@ -239,6 +242,7 @@ pub async fn stats(
     live: web::Data<LiveStats>,
     items: web::Data<Items>,
     orders: web::Data<Orders>,
+    room: web::Data<WaitingRoom>,
 ) -> Result<HttpResponse, ApiError> {
     let window = query
         .window
@@ -253,7 +257,7 @@ pub async fn stats(
         rejections: sums.rejections,
         orders: sums.orders,
         fail_open: sums.fail_open,
-        items: ItemList::new(&listing),
+        items: ItemList::new(&listing, &room),
         orders_by_state: orders.states_by_item(&ids).await?,
     }))
 }

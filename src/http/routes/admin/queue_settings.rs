@@ -1,0 +1,159 @@
+//! `GET` and `PUT /admin/api/items/{id}/waiting-room`: an item's waiting room, its
+//! settings and its figures.
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use validator::Validate;
+
+use crate::http::ApiError;
+use crate::http::JsonBody;
+use crate::identity::Admin;
+use crate::sale::item::ItemId;
+use crate::sale::room::{RoomEdit, RoomStatus, WaitingRoom};
+use crate::sale::SaleError;
+
+/// An edit: every field optional; `prequeueStartsAt: null` removes the pre-queue.
+/// Bounds are checked by the room's settings (`RoomConfig::edited`), which name the
+/// field at fault.
+#[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoomRequest {
+    enabled: Option<bool>,
+    /// `fifo` or `random`.
+    #[schema(example = "random")]
+    order: Option<String>,
+    /// Before the sale's start; `null`: joining opens at the start.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<DateTime<Utc>>)]
+    prequeue_starts_at: Option<Option<DateTime<Utc>>>,
+    #[schema(minimum = 1, maximum = 100_000)]
+    admit_per_second: Option<i64>,
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    max_active: Option<i64>,
+    #[schema(minimum = 10, maximum = 3_600)]
+    pass_ttl_secs: Option<i64>,
+    #[schema(minimum = 10, maximum = 3_600)]
+    abandon_after_secs: Option<i64>,
+}
+
+/// A field that is present, even as `null` (absent: `None`).
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<DateTime<Utc>>>, D::Error> {
+    Option::<DateTime<Utc>>::deserialize(d).map(Some)
+}
+
+/// The figures of a room, from this instance's copy.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomFigures {
+    joined: u64,
+    waiting: u64,
+    serving: u64,
+    admitted: u64,
+    live_passes: u64,
+    abandoned: u64,
+    admitted_last_minute: u64,
+    sold_out: bool,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomBody {
+    item_id: i64,
+    enabled: bool,
+    #[schema(example = "fifo")]
+    order: &'static str,
+    prequeue_starts_at: Option<DateTime<Utc>>,
+    admit_per_second: u32,
+    max_active: u32,
+    pass_ttl_secs: u64,
+    abandon_after_secs: u64,
+    /// Bumped by every change; 0 for a room never set.
+    version: i64,
+    status: RoomFigures,
+}
+
+impl RoomBody {
+    fn new(item: ItemId, status: RoomStatus) -> Self {
+        let room = &status.room;
+        Self {
+            item_id: item.get(),
+            enabled: room.enabled,
+            order: room.order.label(),
+            prequeue_starts_at: room.prequeue_starts_at,
+            admit_per_second: room.admit_per_second,
+            max_active: room.max_active,
+            pass_ttl_secs: room.pass_ttl.as_secs(),
+            abandon_after_secs: room.abandon_after.as_secs(),
+            version: room.version,
+            status: RoomFigures {
+                joined: status.joined,
+                waiting: status.waiting,
+                serving: status.serving,
+                admitted: status.admitted,
+                live_passes: status.live_passes,
+                abandoned: status.abandoned,
+                admitted_last_minute: status.admitted_last_minute,
+                sold_out: status.sold_out,
+            },
+        }
+    }
+}
+
+fn item_id(id: i64) -> Result<ItemId, ApiError> {
+    ItemId::try_from(id).map_err(|_| ApiError::from(SaleError::ItemNotFound))
+}
+
+#[utoipa::path(get, path = "/admin/api/items/{id}/waiting-room", tag = "admin", operation_id = "waiting_room",
+    params(("id" = i64, Path, description = "The item")),
+    responses(
+        (status = 200, description = "The room's settings and figures", body = RoomBody),
+        (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
+    ))]
+pub async fn waiting_room(
+    _admin: Admin,
+    id: web::Path<i64>,
+    room: web::Data<WaitingRoom>,
+) -> Result<HttpResponse, ApiError> {
+    let item = item_id(id.into_inner())?;
+    Ok(HttpResponse::Ok().json(RoomBody::new(item, room.status(item)?)))
+}
+
+#[utoipa::path(put, path = "/admin/api/items/{id}/waiting-room", tag = "admin", operation_id = "update_waiting_room",
+    params(("id" = i64, Path, description = "The item")),
+    request_body = RoomRequest,
+    responses(
+        (status = 200, description = "The room as stored", body = RoomBody),
+        (status = 400, description = "`VALIDATION_FAILED` with `field`", body = crate::http::api_error::ErrorBody),
+        (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
+    ))]
+pub async fn update_waiting_room(
+    admin: Admin,
+    id: web::Path<i64>,
+    body: JsonBody<RoomRequest>,
+    room: web::Data<WaitingRoom>,
+) -> Result<HttpResponse, ApiError> {
+    let item = item_id(id.into_inner())?;
+    let request = body.0;
+    let order = match request.order.as_deref() {
+        None => None,
+        Some(word) => Some(
+            word.parse()
+                .map_err(|_| ApiError::validation("order", "order must be fifo or random"))?,
+        ),
+    };
+    let edit = RoomEdit {
+        enabled: request.enabled,
+        order,
+        prequeue_starts_at: request.prequeue_starts_at,
+        admit_per_second: request.admit_per_second,
+        max_active: request.max_active,
+        pass_ttl_secs: request.pass_ttl_secs,
+        abandon_after_secs: request.abandon_after_secs,
+    };
+    let saved = room.configure(item, &edit).await?;
+    tracing::info!(admin = %admin.name, item.id = %item, enabled = saved.enabled, version = saved.version, "admin changed a waiting room");
+    Ok(HttpResponse::Ok().json(RoomBody::new(item, room.status(item)?)))
+}

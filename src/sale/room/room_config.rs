@@ -1,0 +1,203 @@
+//! A waiting room's settings, as operators set them per item (`PUT
+//! /admin/api/items/{id}/waiting-room`): parsed and bounded once, here.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::vocabulary::RoomOrder;
+
+/// An item's waiting room. Off by default: without one, the sale behaves as before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomConfig {
+    pub enabled: bool,
+    pub order: RoomOrder,
+    /// When joining opens; `None`: at the sale's start (no pre-queue).
+    pub prequeue_starts_at: Option<DateTime<Utc>>,
+    /// Places the inlet admits a second at most.
+    pub admit_per_second: u32,
+    /// Admitted places whose pass is neither used nor expired, at most.
+    pub max_active: u32,
+    /// How long a pass stays valid after its place is admitted.
+    pub pass_ttl: Duration,
+    /// A shopper who has not polled for this long loses the place.
+    pub abandon_after: Duration,
+    /// Bumped by every change.
+    pub version: i64,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            order: RoomOrder::Fifo,
+            prequeue_starts_at: None,
+            admit_per_second: 50,
+            max_active: 500,
+            pass_ttl: Duration::from_secs(120),
+            abandon_after: Duration::from_secs(60),
+            version: 0,
+        }
+    }
+}
+
+/// An operator's change: every field optional, merged over what is stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoomEdit {
+    pub enabled: Option<bool>,
+    pub order: Option<RoomOrder>,
+    /// `Some(None)`: no pre-queue.
+    pub prequeue_starts_at: Option<Option<DateTime<Utc>>>,
+    pub admit_per_second: Option<i64>,
+    pub max_active: Option<i64>,
+    pub pass_ttl_secs: Option<i64>,
+    pub abandon_after_secs: Option<i64>,
+}
+
+/// Why an edit was refused; [`InvalidRoom::field`] names the field in the client's
+/// spelling.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidRoom {
+    #[error("admitPerSecond must be between 1 and 100000")]
+    AdmitPerSecond,
+    #[error("maxActive must be between 1 and 1000000")]
+    MaxActive,
+    #[error("passTtlSecs must be between 10 and 3600")]
+    PassTtl,
+    #[error("abandonAfterSecs must be between 10 and 3600")]
+    AbandonAfter,
+    #[error(
+        "prequeueStartsAt must be before the sale's start, {}",
+        crate::domain::STORABLE_RANGE
+    )]
+    Prequeue,
+}
+
+impl InvalidRoom {
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::AdmitPerSecond => "admitPerSecond",
+            Self::MaxActive => "maxActive",
+            Self::PassTtl => "passTtlSecs",
+            Self::AbandonAfter => "abandonAfterSecs",
+            Self::Prequeue => "prequeueStartsAt",
+        }
+    }
+}
+
+impl RoomConfig {
+    /// This room with `edit` merged in, checked against the item's sale start.
+    pub fn edited(
+        &self,
+        edit: &RoomEdit,
+        sale_starts_at: DateTime<Utc>,
+    ) -> Result<Self, InvalidRoom> {
+        let within =
+            |value: Option<i64>, current: u64, range: std::ops::RangeInclusive<i64>, error| {
+                match value {
+                    None => Ok(current),
+                    Some(v) if range.contains(&v) => Ok(v as u64),
+                    Some(_) => Err(error),
+                }
+            };
+        let prequeue = edit.prequeue_starts_at.unwrap_or(self.prequeue_starts_at);
+        if prequeue.is_some_and(|at| !crate::domain::is_storable(at) || at >= sale_starts_at) {
+            return Err(InvalidRoom::Prequeue);
+        }
+        Ok(Self {
+            enabled: edit.enabled.unwrap_or(self.enabled),
+            order: edit.order.unwrap_or(self.order),
+            prequeue_starts_at: prequeue,
+            admit_per_second: within(
+                edit.admit_per_second,
+                self.admit_per_second.into(),
+                1..=100_000,
+                InvalidRoom::AdmitPerSecond,
+            )? as u32,
+            max_active: within(
+                edit.max_active,
+                self.max_active.into(),
+                1..=1_000_000,
+                InvalidRoom::MaxActive,
+            )? as u32,
+            pass_ttl: Duration::from_secs(within(
+                edit.pass_ttl_secs,
+                self.pass_ttl.as_secs(),
+                10..=3_600,
+                InvalidRoom::PassTtl,
+            )?),
+            abandon_after: Duration::from_secs(within(
+                edit.abandon_after_secs,
+                self.abandon_after.as_secs(),
+                10..=3_600,
+                InvalidRoom::AbandonAfter,
+            )?),
+            version: self.version,
+        })
+    }
+
+    /// When joining opens for a sale starting at `sale_starts_at`.
+    pub fn opens_at(&self, sale_starts_at: DateTime<Utc>) -> DateTime<Utc> {
+        self.prequeue_starts_at.unwrap_or(sale_starts_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edit_is_merged_and_each_bound_names_its_field() {
+        let start = Utc::now();
+        let room = RoomConfig::default();
+        let on = room
+            .edited(
+                &RoomEdit {
+                    enabled: Some(true),
+                    admit_per_second: Some(10),
+                    ..Default::default()
+                },
+                start,
+            )
+            .unwrap();
+        assert!(on.enabled);
+        assert_eq!((on.admit_per_second, on.max_active), (10, 500));
+        let refused = |edit: RoomEdit| room.edited(&edit, start).unwrap_err().field();
+        assert_eq!(
+            refused(RoomEdit {
+                admit_per_second: Some(0),
+                ..Default::default()
+            }),
+            "admitPerSecond"
+        );
+        assert_eq!(
+            refused(RoomEdit {
+                max_active: Some(-1),
+                ..Default::default()
+            }),
+            "maxActive"
+        );
+        assert_eq!(
+            refused(RoomEdit {
+                pass_ttl_secs: Some(5),
+                ..Default::default()
+            }),
+            "passTtlSecs"
+        );
+        assert_eq!(
+            refused(RoomEdit {
+                abandon_after_secs: Some(4000),
+                ..Default::default()
+            }),
+            "abandonAfterSecs"
+        );
+        let late = Some(Some(start + chrono::Duration::seconds(1)));
+        assert_eq!(
+            refused(RoomEdit {
+                prequeue_starts_at: late,
+                ..Default::default()
+            }),
+            "prequeueStartsAt"
+        );
+    }
+}

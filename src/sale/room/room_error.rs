@@ -1,0 +1,55 @@
+//! Every refusal of the waiting room, spelled once: code, status and message, like
+//! [`crate::sale::SaleError`] for purchases.
+
+use chrono::{DateTime, Utc};
+
+use super::room_config::InvalidRoom;
+use crate::sale::SaleError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RoomError {
+    /// The sale's own answer (`ITEM_NOT_FOUND`, `SOLD_OUT`).
+    #[error(transparent)]
+    Sale(#[from] SaleError),
+    #[error("the queue opens at {0}")]
+    NotOpen(DateTime<Utc>),
+    #[error("this item has no waiting room open")]
+    Closed,
+    /// Missing, forged, someone else's or another item's ticket.
+    #[error("this queue ticket is not valid for you and this item: join the queue")]
+    InvalidTicket,
+    /// `POST /seckill` without a valid pass for this user and item.
+    #[error(
+        "this item sells through its waiting room: join the queue at {0} and buy with its pass"
+    )]
+    NotAdmitted(String),
+    #[error(transparent)]
+    InvalidSettings(#[from] InvalidRoom),
+    /// The waiting room's Redis did not answer: the sale's fail mode (closed).
+    #[error("the waiting room is unavailable, please retry shortly")]
+    Unavailable(anyhow::Error),
+}
+
+impl RoomError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Sale(error) => error.code(),
+            Self::NotOpen(_) => "QUEUE_NOT_OPEN",
+            Self::Closed => "QUEUE_CLOSED",
+            Self::InvalidTicket => "INVALID_TICKET",
+            Self::NotAdmitted(_) => "NOT_ADMITTED",
+            Self::InvalidSettings(_) => "VALIDATION_FAILED",
+            Self::Unavailable(_) => "QUEUE_UNAVAILABLE",
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Sale(error) => error.status(),
+            Self::NotOpen(_) | Self::Closed => 409,
+            Self::InvalidTicket | Self::NotAdmitted(_) => 403,
+            Self::InvalidSettings(_) => 400,
+            Self::Unavailable(_) => 503,
+        }
+    }
+}

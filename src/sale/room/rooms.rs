@@ -1,0 +1,146 @@
+//! The waiting rooms' settings: stored in Postgres (`waiting_rooms`), cached in every
+//! instance and reloaded every second with the catalog, so an operator's change reaches
+//! every instance within a second (and this one at once).
+//!
+//! Reloads can overlap and finish out of order; a room's `version` only grows, so the
+//! cache keeps, room by room, the newest version it has seen.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::room_config::RoomConfig;
+use crate::sale::item::ItemId;
+use crate::vocabulary::RoomOrder;
+
+pub struct Rooms {
+    pool: PgPool,
+    cache: ArcSwap<HashMap<ItemId, Arc<RoomConfig>>>,
+}
+
+struct Row {
+    item_id: i64,
+    enabled: bool,
+    order_kind: String,
+    prequeue_starts_at: Option<DateTime<Utc>>,
+    admit_per_second: i32,
+    max_active: i32,
+    pass_ttl_secs: i32,
+    abandon_after_secs: i32,
+    version: i64,
+}
+
+impl Row {
+    fn config(&self) -> RoomConfig {
+        let secs = |s: i32| std::time::Duration::from_secs(s.max(0) as u64);
+        RoomConfig {
+            enabled: self.enabled,
+            // The table's CHECK allows only the two words.
+            order: self.order_kind.parse().unwrap_or(RoomOrder::Fifo),
+            prequeue_starts_at: self.prequeue_starts_at,
+            admit_per_second: self.admit_per_second.max(1) as u32,
+            max_active: self.max_active.max(1) as u32,
+            pass_ttl: secs(self.pass_ttl_secs),
+            abandon_after: secs(self.abandon_after_secs),
+            version: self.version,
+        }
+    }
+}
+
+impl Rooms {
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            cache: ArcSwap::default(),
+        }
+    }
+
+    /// The item's room as this instance knows it; the default (off) when it has none.
+    pub fn get(&self, item: ItemId) -> Arc<RoomConfig> {
+        self.cache.load().get(&item).cloned().unwrap_or_default()
+    }
+
+    /// The rooms that are on.
+    pub fn enabled(&self) -> Vec<(ItemId, Arc<RoomConfig>)> {
+        self.cache
+            .load()
+            .iter()
+            .filter(|(_, room)| room.enabled)
+            .map(|(item, room)| (*item, Arc::clone(room)))
+            .collect()
+    }
+
+    /// Reads every room from Postgres.
+    pub async fn reload(&self) -> anyhow::Result<()> {
+        let rows = sqlx::query_as!(
+            Row,
+            "SELECT item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
+             max_active, pass_ttl_secs, abandon_after_secs, version FROM waiting_rooms"
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        self.install(rows.iter().map(|row| (row.item_id, row.config())));
+        Ok(())
+    }
+
+    /// Stores `room` for `item` as the next version, unless another change landed since
+    /// `room` was read (its version no longer the stored one): then `None`, and the
+    /// caller reads again.
+    pub async fn save(
+        &self,
+        item: ItemId,
+        room: &RoomConfig,
+    ) -> anyhow::Result<Option<RoomConfig>> {
+        let row = sqlx::query_as!(
+            Row,
+            "INSERT INTO waiting_rooms (item_id, enabled, order_kind, prequeue_starts_at, \
+                 admit_per_second, max_active, pass_ttl_secs, abandon_after_secs, version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+             ON CONFLICT (item_id) DO UPDATE SET enabled = $2, order_kind = $3, \
+                 prequeue_starts_at = $4, admit_per_second = $5, max_active = $6, \
+                 pass_ttl_secs = $7, abandon_after_secs = $8, \
+                 version = waiting_rooms.version + 1, changed_at = now() \
+             WHERE waiting_rooms.version = $9 \
+             RETURNING item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
+                 max_active, pass_ttl_secs, abandon_after_secs, version",
+            item.get(),
+            room.enabled,
+            room.order.label(),
+            room.prequeue_starts_at,
+            room.admit_per_second as i32,
+            room.max_active as i32,
+            room.pass_ttl.as_secs() as i32,
+            room.abandon_after.as_secs() as i32,
+            room.version,
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let saved = row.config();
+        self.install([(row.item_id, saved.clone())]);
+        Ok(Some(saved))
+    }
+
+    /// Puts rooms in the cache, each only over an older version of itself.
+    fn install(&self, rooms: impl IntoIterator<Item = (i64, RoomConfig)>) {
+        let fresh: Vec<(ItemId, RoomConfig)> = rooms
+            .into_iter()
+            .filter_map(|(id, room)| Some((ItemId::try_from(id).ok()?, room)))
+            .collect();
+        self.cache.rcu(|cache| {
+            let mut next = HashMap::clone(cache);
+            for (item, room) in &fresh {
+                if next
+                    .get(item)
+                    .is_none_or(|known| known.version < room.version)
+                {
+                    next.insert(*item, Arc::new(room.clone()));
+                }
+            }
+            next
+        });
+    }
+}

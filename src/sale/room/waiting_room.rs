@@ -1,0 +1,319 @@
+//! The waiting room as the HTTP layer sees it: join, poll, check a pass, and the
+//! operators' settings and figures. Everything else in `sale::room` is behind this.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::lobby::{Held, Lobby};
+use super::room_config::{RoomConfig, RoomEdit};
+use super::room_error::RoomError;
+use super::room_redis::{RoomMoment, RoomRedis};
+use super::rooms::Rooms;
+use super::standing::{standing, Situation, Standing};
+use crate::domain::UserId;
+use crate::identity::{Pass, QueueTokenError, QueueTokens, Ticket};
+use crate::sale::item::{Item, ItemId};
+use crate::sale::parts::SaleParts;
+use crate::sale::SaleError;
+use crate::vocabulary::{PassOutcome, QueueState, RoomOrder};
+
+/// How long a shopper waits between two polls. Above the server's keep-alive (5 s), so
+/// a waiting crowd holds no connection between polls.
+pub const POLL_EVERY_SECS: u64 = 6;
+
+/// A join's or a poll's answer.
+pub struct Answer {
+    pub standing: Standing,
+    /// The ticket (a join's answer only).
+    pub ticket: Option<String>,
+    /// The pass, when admitted.
+    pub pass: Option<String>,
+}
+
+/// An operator's view of a room: its settings and what it is doing.
+pub struct RoomStatus {
+    pub room: Arc<RoomConfig>,
+    pub joined: u64,
+    pub waiting: u64,
+    pub serving: u64,
+    pub admitted: u64,
+    pub live_passes: u64,
+    pub abandoned: u64,
+    pub admitted_last_minute: u64,
+    pub sold_out: bool,
+}
+
+pub struct WaitingRoom {
+    parts: SaleParts,
+    rooms: Arc<Rooms>,
+    lobby: Arc<Lobby>,
+    redis: Arc<RoomRedis>,
+    tokens: Arc<QueueTokens>,
+}
+
+impl WaitingRoom {
+    pub fn new(
+        parts: SaleParts,
+        rooms: Arc<Rooms>,
+        lobby: Arc<Lobby>,
+        redis: Arc<RoomRedis>,
+        tokens: Arc<QueueTokens>,
+    ) -> Self {
+        Self {
+            parts,
+            rooms,
+            lobby,
+            redis,
+            tokens,
+        }
+    }
+
+    /// Whether `item` sells through its waiting room now.
+    pub fn is_on(&self, item: ItemId) -> bool {
+        self.rooms.get(item).enabled
+    }
+
+    fn item(&self, item: ItemId) -> Result<Arc<Item>, RoomError> {
+        self.parts
+            .catalog
+            .get(item)
+            .ok_or(RoomError::Sale(SaleError::ItemNotFound))
+    }
+
+    /// Joins `user` to `item`'s queue, or answers their place again.
+    pub async fn join(&self, item_id: ItemId, user: UserId) -> Result<Answer, RoomError> {
+        let item = self.item(item_id)?;
+        let room = self.rooms.get(item_id);
+        let now = Utc::now();
+        if !room.enabled || now >= item.ends_at {
+            return Err(RoomError::Closed);
+        }
+        let opens_at = room.opens_at(item.starts_at);
+        if now < opens_at {
+            return Err(RoomError::NotOpen(opens_at));
+        }
+        if self.parts.sold_out.is_sold_out(item_id) {
+            return Err(RoomError::Sale(SaleError::SoldOut));
+        }
+        let joined = self
+            .redis
+            .join(
+                item_id,
+                user,
+                &RoomMoment {
+                    now_ms: now.timestamp_millis(),
+                    sale_starts_ms: item.starts_at.timestamp_millis(),
+                    fifo: room.order == RoomOrder::Fifo,
+                    expire_at_ms: self.parts.lifetime.expire_at_ms(&item),
+                },
+            )
+            .await
+            .map_err(RoomError::Unavailable)?;
+        if joined.new {
+            self.parts.metrics.queue_joins.inc();
+        }
+        let ticket = Ticket {
+            user,
+            item: item_id.get(),
+            index: joined.index,
+        };
+        let signed = self
+            .tokens
+            .ticket(ticket, item.ends_at)
+            .map_err(RoomError::Unavailable)?;
+        let held = self.lobby.held(item_id);
+        let mut answer = self.stand(&item, &room, held.as_deref(), user, joined.index);
+        if answer.standing.place.is_none() && joined.placed {
+            // A fifo join the lobby's copy has not seen yet: its index is its place.
+            let serving = held.map(|h| h.view.counters.serving).unwrap_or(0);
+            answer.standing.place = Some(joined.index);
+            answer.standing.ahead = Some(joined.index.saturating_sub(serving));
+            answer.standing.draws_at_ms = None;
+        }
+        answer.ticket = Some(signed);
+        Ok(answer)
+    }
+
+    /// Where the holder of `ticket` stands. Costs no Redis call: the answer comes from
+    /// the lobby's copy, and the poll joins the next liveness batch.
+    pub fn poll(&self, item_id: ItemId, user: UserId, ticket: &str) -> Result<Answer, RoomError> {
+        let ticket = match self.tokens.verify_ticket(ticket) {
+            Ok(ticket) if ticket.is_for(user, item_id.get()) => ticket,
+            // A ticket lives until the sale's end: an expired one is a closed room.
+            Err(QueueTokenError::Expired) => {
+                let item = self.item(item_id)?;
+                let room = self.rooms.get(item_id);
+                return Ok(self.closed(&item, &room, user));
+            }
+            _ => return Err(RoomError::InvalidTicket),
+        };
+        let item = self.item(item_id)?;
+        let room = self.rooms.get(item_id);
+        let held = self.lobby.held(item_id);
+        let answer = self.stand(&item, &room, held.as_deref(), user, ticket.index);
+        if answer.standing.state != QueueState::Closed {
+            self.lobby.heard(item_id, ticket.index);
+        }
+        Ok(answer)
+    }
+
+    fn closed(&self, item: &Item, room: &RoomConfig, user: UserId) -> Answer {
+        let ended = RoomConfig {
+            enabled: false,
+            ..room.clone()
+        };
+        self.stand(item, &ended, None, user, 0)
+    }
+
+    fn stand(
+        &self,
+        item: &Item,
+        room: &RoomConfig,
+        held: Option<&Held>,
+        user: UserId,
+        index: u64,
+    ) -> Answer {
+        let empty = super::room_view::RoomView::default();
+        let now_ms = Utc::now().timestamp_millis();
+        let sale_starts_ms = item.starts_at.timestamp_millis();
+        let situation = Situation {
+            view: held.map(|h| &h.view).unwrap_or(&empty),
+            // Before the sale's start there is nothing to be behind on.
+            stale: now_ms >= sale_starts_ms && held.is_none_or(Held::is_stale),
+            room,
+            sale_starts_ms,
+            sale_ends_ms: item.ends_at.timestamp_millis(),
+            sold_out: self.parts.sold_out.is_sold_out(item.id),
+            now_ms,
+        };
+        let standing = standing(&situation, index);
+        let pass = match (standing.place, standing.pass_expires_ms) {
+            (Some(place), Some(expires_ms)) => {
+                let pass = Pass {
+                    user,
+                    item: item.id.get(),
+                    place,
+                    expires_at: expires_ms.div_euclid(1_000),
+                };
+                match self.tokens.pass(pass) {
+                    Ok(signed) => Some(signed),
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "could not sign a queue pass");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Answer {
+            standing,
+            ticket: None,
+            pass,
+        }
+    }
+
+    /// The place of the pass `header` offers for `user`'s purchase of `item`: `None`
+    /// when the item has no waiting room on (the header, if any, is ignored). Only the
+    /// signature, the expiry, the user and the item are checked here; the reservation
+    /// spends the pass, so a refusal after this point leaves it usable.
+    pub fn check_pass(
+        &self,
+        item: ItemId,
+        user: UserId,
+        header: Option<&str>,
+    ) -> Result<Option<u64>, RoomError> {
+        if !self.is_on(item) {
+            return Ok(None);
+        }
+        let checked = match header.map(|token| self.tokens.verify_pass(token)) {
+            Some(Ok(pass)) if pass.is_for(user, item.get()) => Ok(pass.place),
+            Some(Err(QueueTokenError::Expired)) => Err(PassOutcome::Expired),
+            _ => Err(PassOutcome::Refused),
+        };
+        checked.map(Some).map_err(|outcome| {
+            self.count_pass(outcome);
+            RoomError::NotAdmitted(format!("/api/items/{item}/queue"))
+        })
+    }
+
+    /// A pass bought its unit.
+    pub fn pass_used(&self) {
+        self.count_pass(PassOutcome::Used);
+    }
+
+    fn count_pass(&self, outcome: PassOutcome) {
+        self.parts
+            .metrics
+            .queue_passes
+            .with_label_values(&[outcome.label()])
+            .inc();
+    }
+
+    /// The room's settings (the defaults, off, when it was never set).
+    pub fn settings(&self, item: ItemId) -> Result<Arc<RoomConfig>, RoomError> {
+        self.item(item)?;
+        Ok(self.rooms.get(item))
+    }
+
+    /// Applies an operator's edit. A concurrent edit makes it read and merge again.
+    pub async fn configure(
+        &self,
+        item_id: ItemId,
+        edit: &RoomEdit,
+    ) -> Result<Arc<RoomConfig>, RoomError> {
+        let item = self.item(item_id)?;
+        for _ in 0..3 {
+            let current = self.rooms.get(item_id);
+            let next = current.edited(edit, item.starts_at)?;
+            match self
+                .rooms
+                .save(item_id, &next)
+                .await
+                .map_err(RoomError::Unavailable)?
+            {
+                Some(saved) => return Ok(Arc::new(saved)),
+                None => self.rooms.reload().await.map_err(RoomError::Unavailable)?,
+            }
+        }
+        Err(RoomError::Unavailable(anyhow::anyhow!(
+            "the waiting room kept changing under the edit"
+        )))
+    }
+
+    /// The settings and the figures, from this instance's copy.
+    pub fn status(&self, item_id: ItemId) -> Result<RoomStatus, RoomError> {
+        let room = self.settings(item_id)?;
+        let held = self.lobby.held(item_id);
+        let view = held.as_ref().map(|h| &h.view);
+        let counters = view.map(|v| v.counters.clone()).unwrap_or_default();
+        let minute_ago = Utc::now().timestamp_millis() - 60_000;
+        let admitted_last_minute = view
+            .map(|v| {
+                v.steps
+                    .iter()
+                    .rev()
+                    .take_while(|s| s.at_ms >= minute_ago)
+                    .map(|s| s.admitted())
+                    .sum()
+            })
+            .unwrap_or(0);
+        Ok(RoomStatus {
+            room,
+            joined: counters.joined,
+            waiting: counters.joined.saturating_sub(counters.serving),
+            serving: counters.serving,
+            admitted: counters.admitted,
+            live_passes: view.map(|v| v.live).unwrap_or(0),
+            abandoned: counters.skipped,
+            admitted_last_minute,
+            sold_out: self.parts.sold_out.is_sold_out(item_id),
+        })
+    }
+
+    /// When `item`'s queue opens, for the listing (`None`: no room on).
+    pub fn opens_at(&self, item: &Item) -> Option<DateTime<Utc>> {
+        let room = self.rooms.get(item.id);
+        room.enabled.then(|| room.opens_at(item.starts_at))
+    }
+}
