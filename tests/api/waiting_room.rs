@@ -10,7 +10,10 @@ use seckill::sale::room::shuffle::Shuffle;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json as body, spawn_app, spawn_app_with, TestApp, ADMIN_TOKEN};
+use crate::helpers::{
+    eventually, json as body, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
+    ADMIN_TOKEN,
+};
 
 fn ip_of(user: i64) -> String {
     format!("10.80.{}.{}", user / 250 % 250, user % 250)
@@ -614,4 +617,33 @@ async fn two_instances_admit_each_place_once(db: PgPool) {
     let admissions = one.metric_sum("seckill_queue_admissions_total").await
         + two.metric_sum("seckill_queue_admissions_total").await;
     assert_eq!(admissions, 40.0);
+}
+
+#[sqlx::test]
+async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
+    let item = app.open_item(10).await;
+    open_room(&app, item, json!({ "admitPerSecond": 50 })).await;
+    let shopper = joined(&app, 31, item).await;
+    let admitted = until_state(&app, &shopper, item, "admitted", Duration::from_secs(5)).await;
+    assert_eq!(admitted["stale"], false);
+
+    redis.stop();
+    let stale = eventually("a stale answer", Duration::from_secs(10), || async {
+        let answer = body(poll(&app, &shopper.token, item, &shopper.ticket).await).await;
+        (answer["stale"] == true).then_some(answer)
+    })
+    .await
+    .0;
+    assert_eq!(
+        stale["state"], "waiting",
+        "what it last knew, minus the pass"
+    );
+    assert_eq!(stale["position"], 1);
+    assert!(stale.get("pass").is_none());
+    let token = app.token_for(32).await;
+    let refused = join(&app, &token, item, &ip_of(32)).await;
+    assert_eq!(refused.status(), 503);
 }
