@@ -11,11 +11,15 @@
 //! A purchase, in this order (cheapest refusals first):
 //! 1. **item state** from the in-process [`catalog::Catalog`]: unknown, not started,
 //!    ended, paused, and the [`sold_out::SoldOut`] board (no Redis call, no quota);
+//!    With the item's waiting room on ([`room`]), the request's queue pass is checked
+//!    next (signature, expiry, user, item; no Redis call) and a missing or bad one is
+//!    refused 403 `NOT_ADMITTED`; an idempotent replay is answered before this check;
 //! 2. **the limiter**: the `seckill` policy's rules in one atomic script call (fails
 //!    closed: without Redis there is no stock to sell);
 //! 3. **the reservation** (`lua/reserve_stock.lua`): sale window on the Redis clock,
 //!    one order per user, stock left; decrement, mark the buyer, and record the
-//!    reservation as pending with a deadline. With the policy's `per_item` scope it runs
+//!    reservation as pending with a deadline, and frees the pass's slot in the room's
+//!    live set (the pass is spent here and only here). With the policy's `per_item` scope it runs
 //!    in the limiter's own call (one round trip for steps 2 and 3);
 //! 4. **the success pipeline** (MULTI/EXEC): counter, per-user marker, order hash;
 //! 5. **the commit** through this instance's committer (group commit, on a pool of its

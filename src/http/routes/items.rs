@@ -6,9 +6,10 @@ use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::sale::item::Item;
+use crate::http::ApiError;
+use crate::sale::item::{Item, ItemId};
 use crate::sale::room::WaitingRoom;
-use crate::sale::Items;
+use crate::sale::{Items, SaleError};
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -49,6 +50,11 @@ impl<'a> ItemBody<'a> {
             ..self
         }
     }
+}
+
+/// An item id from a path: one that cannot be an item's is no item (404).
+pub fn item_id(id: i64) -> Result<ItemId, ApiError> {
+    ItemId::try_from(id).map_err(|_| ApiError::from(SaleError::ItemNotFound))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -9,11 +9,10 @@ use crate::configuration::policies::QUEUE_JOIN_POLICY;
 use crate::http::auth::Shopper;
 use crate::http::forwarded::client_ip;
 use crate::http::rate_limit::RateLimitHeaders;
+use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::limiter::{Caller, Limiter};
-use crate::sale::item::ItemId;
 use crate::sale::room::{Answer, WaitingRoom, POLL_EVERY_SECS};
-use crate::sale::SaleError;
 
 /// The header a poll carries its ticket in: a header, so tickets stay out of access logs.
 pub const TICKET_HEADER: &str = "Queue-Ticket";
@@ -88,10 +87,6 @@ impl From<Answer> for QueueBody {
             stale: standing.stale,
         }
     }
-}
-
-fn item_id(id: i64) -> Result<ItemId, ApiError> {
-    ItemId::try_from(id).map_err(|_| ApiError::from(SaleError::ItemNotFound))
 }
 
 /// Joins the item's queue; joining again answers the same place and ticket.

@@ -6,12 +6,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
+use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
-use crate::sale::item::ItemId;
 use crate::sale::room::{RoomEdit, RoomStatus, WaitingRoom};
-use crate::sale::SaleError;
 
 /// An edit: every field optional; `prequeueStartsAt: null` removes the pre-queue.
 /// Bounds are checked by the room's settings (`RoomConfig::edited`), which name the
@@ -76,7 +75,7 @@ pub struct RoomBody {
 }
 
 impl RoomBody {
-    fn new(item: ItemId, status: RoomStatus) -> Self {
+    fn new(item: crate::sale::item::ItemId, status: RoomStatus) -> Self {
         let room = &status.room;
         Self {
             item_id: item.get(),
@@ -100,10 +99,6 @@ impl RoomBody {
             },
         }
     }
-}
-
-fn item_id(id: i64) -> Result<ItemId, ApiError> {
-    ItemId::try_from(id).map_err(|_| ApiError::from(SaleError::ItemNotFound))
 }
 
 #[utoipa::path(get, path = "/admin/api/items/{id}/waiting-room", tag = "admin", operation_id = "waiting_room",
