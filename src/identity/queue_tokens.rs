@@ -49,6 +49,7 @@ pub struct Pass {
     pub user: UserId,
     pub item: i64,
     pub place: u64,
+    /// The pass's `exp` (seconds since the epoch): valid through this second.
     pub expires_at: i64,
 }
 
@@ -167,7 +168,7 @@ impl QueueTokens {
     ) -> Result<Claims, QueueTokenError> {
         let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, validation)
             .map_err(|e| match e.kind() {
-                // Reported only once the signature and the other claims checked out.
+                // Reported only for a token whose signature checked out (our key).
                 ErrorKind::ExpiredSignature => QueueTokenError::Expired,
                 _ => QueueTokenError::Invalid,
             })?

@@ -203,6 +203,22 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
     );
     let listing = body(app.get("/api/items").await).await;
     assert_eq!(listing["items"][0]["waitingRoom"], true);
+    // Turned off: a ticket's poll answers closed, and the sale is as before (no pass).
+    let shopper = joined(&app, 5, item).await;
+    assert_eq!(
+        set_room(&app, item, json!({ "enabled": false }))
+            .await
+            .status(),
+        200
+    );
+    let closed = body(poll(&app, &shopper.token, item, &shopper.ticket).await).await;
+    assert_eq!(closed["state"], "closed");
+    let bought = buy_with(&app, &shopper.token, item, &ip_of(5), None, None).await;
+    assert_eq!(bought.status(), 200);
+    assert_eq!(
+        body(join(&app, &shopper.token, item, &ip_of(5)).await).await["code"],
+        "QUEUE_CLOSED"
+    );
     let anonymous = app
         .client
         .put(app.url(&path))
@@ -547,7 +563,7 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
     open_room(
         &app,
         item,
-        json!({ "order": "fifo", "abandonAfterSecs": 10 }),
+        json!({ "order": "fifo", "abandonAfterSecs": 10, "passTtlSecs": 10 }),
     )
     .await;
     let gone = joined(&app, 21, item).await;
@@ -568,10 +584,20 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
         .await
         .unwrap();
     assert_eq!(resume.status(), 200);
-    until_state(&app, &here, item, "admitted", Duration::from_secs(5)).await;
+    let admitted = until_state(&app, &here, item, "admitted", Duration::from_secs(5)).await;
     let answer = body(poll(&app, &gone.token, item, &gone.ticket).await).await;
     assert_eq!(answer["state"], "expired");
     assert_eq!(app.metric_sum("seckill_queue_abandoned_total").await, 1.0);
+    // An unused pass expires with its place: the poll says so, and it buys nothing.
+    until_state(&app, &here, item, "expired", Duration::from_secs(12)).await;
+    let pass = admitted["pass"].as_str().unwrap();
+    let late = buy_with(&app, &here.token, item, &ip_of(22), Some(pass), None).await;
+    assert_eq!(body(late).await["code"], "NOT_ADMITTED");
+    assert_eq!(
+        app.metric_sum("seckill_queue_passes_total{outcome=\"expired\"}")
+            .await,
+        1.0
+    );
 }
 
 #[sqlx::test]

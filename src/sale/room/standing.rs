@@ -65,7 +65,9 @@ pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
     }
     let place = view.place_of(index);
     let admitted = place.and_then(|place| view.admitted_at_ms(place));
-    let expires = admitted.map(|at| at + situation.room.pass_ttl.as_millis() as i64);
+    // Whole seconds, as the pass's `exp` counts them (see `WaitingRoom::stand`).
+    let expires = admitted
+        .map(|at| (at + situation.room.pass_ttl.as_millis() as i64).div_euclid(1_000) * 1_000);
     let lost = place.is_some_and(|place| view.was_skipped(place))
         || expires.is_some_and(|expires| now >= expires);
     if lost {
@@ -192,7 +194,11 @@ mod tests {
         };
         let admitted = poll(0, now, false, false);
         assert_eq!(admitted.state, QueueState::Admitted);
-        assert_eq!(admitted.pass_expires_ms, Some(START + 1_000 + 120_000));
+        assert_eq!(
+            admitted.pass_expires_ms,
+            Some(START + 1_000 + 120_000),
+            "whole seconds"
+        );
         assert_eq!(
             poll(2, now, false, false).state,
             QueueState::Expired,

@@ -194,7 +194,9 @@ impl WaitingRoom {
                     user,
                     item: item.id.get(),
                     place,
-                    expires_at: expires_ms.div_euclid(1_000),
+                    // A JWT is accepted through the whole second of its `exp`: the
+                    // second before the (whole-second) expiry is the last valid one.
+                    expires_at: expires_ms.div_euclid(1_000) - 1,
                 };
                 match self.tokens.pass(pass) {
                     Ok(signed) => Some(signed),

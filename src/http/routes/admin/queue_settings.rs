@@ -10,6 +10,7 @@ use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
+use crate::sale::item::ItemId;
 use crate::sale::room::{RoomEdit, RoomStatus, WaitingRoom};
 
 /// An edit: every field optional; `prequeueStartsAt: null` removes the pre-queue.
@@ -75,7 +76,7 @@ pub struct RoomBody {
 }
 
 impl RoomBody {
-    fn new(item: crate::sale::item::ItemId, status: RoomStatus) -> Self {
+    fn new(item: ItemId, status: RoomStatus) -> Self {
         let room = &status.room;
         Self {
             item_id: item.get(),
