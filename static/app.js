@@ -1,7 +1,9 @@
-// The shopper page: dev sign-in, the live item list, purchases, "My orders".
+// The shopper page: dev sign-in, the live item list, purchases, "My orders". An item
+// with a waiting room is joined first; its queue is queue.js's.
 import { api, newIdempotencyKey, retryAfterMs } from './api.js';
 import { announce, byId, el, keepInOrder, poll } from './dom.js';
 import { formatCountdown, formatDateTime, formatPrice, formatTime, formatWait, sentence } from './format.js';
+import { dropPanel, joinQueue, purchased, queueButton, queueOpensAt, queuePanel, queuePass, resumeQueue, setShopper, setupQueues } from './queue.js';
 import { ErrorCode, Outcome, OrderState, Phase, orderStateLabel, phaseOf } from './words.js';
 
 const SESSION_KEY = 'seckill.session';
@@ -61,6 +63,7 @@ function saveSession(value) {
   session = value;
   if (value) localStorage.setItem(SESSION_KEY, JSON.stringify(value));
   else localStorage.removeItem(SESSION_KEY);
+  setShopper(value);
   renderSession();
   renderAllCards();
 }
@@ -132,11 +135,12 @@ function createCard(item) {
   refs.stockText = el('span', { class: 'stock-text' });
   refs.meter = el('progress', { class: 'stock-meter', 'aria-hidden': 'true' });
   refs.when = el('p', { class: 'when muted small' });
+  refs.queue = queuePanel(item.id);
   refs.buy = el('button', {
     type: 'button',
     class: 'button button-primary buy',
     'aria-describedby': nameId,
-    onclick: () => buy(item.id),
+    onclick: () => press(item.id),
   });
   refs.outcome = el('p', {
     class: 'item-outcome',
@@ -156,6 +160,7 @@ function createCard(item) {
       el('p', { class: 'stock' }, refs.stockText),
       refs.meter,
       refs.when,
+      refs.queue,
       refs.buy,
       refs.outcome,
     ),
@@ -188,12 +193,31 @@ function renderCard(id) {
 
   const busy = inFlight.has(id);
   let label = 'Buy now';
+  let enabled = phase === Phase.OPEN;
   if (busy) label = 'Buying…';
   else if (!session) label = 'Sign in to buy';
+  else if (item.waitingRoom) ({ label, enabled } = roomButton(id, phase));
   else if (phase.refusal) label = phase.refusal.label;
+  card.li.dataset.waitingRoom = item.waitingRoom ? 'on' : 'off';
   card.buy.textContent = label;
-  card.buy.disabled = busy || !session || phase !== Phase.OPEN;
+  card.buy.disabled = busy || !session || !enabled;
   card.buy.setAttribute('aria-busy', busy ? 'true' : 'false');
+}
+
+/** The button of an item with a waiting room: join the queue, wait, or buy with the pass. */
+function roomButton(id, phase) {
+  const { label, action } = queueButton(id, phase);
+  return { label, enabled: action !== null };
+}
+
+/** The card's button: joins the item's queue, or buys. */
+function press(id) {
+  const item = items.get(id);
+  if (session && item && item.waitingRoom && queueButton(id, phaseOf(item)).action === 'join') {
+    joinQueue(id);
+  } else {
+    buy(id);
+  }
 }
 
 function renderAllCards() {
@@ -223,6 +247,10 @@ async function loadItems() {
     items.set(item.id, item);
     knownNames.set(item.id, item.name);
     if (!cards.has(item.id)) cards.set(item.id, createCard(item));
+    if (item.waitingRoom) {
+      resumeQueue(item.id);
+      queueOpensAt(item.id, item.queueOpensAt);
+    }
     renderCard(item.id);
   }
   keepInOrder(ui.items, list.map((item) => cards.get(item.id).li));
@@ -231,6 +259,7 @@ async function loadItems() {
       card.li.remove();
       cards.delete(id);
       items.delete(id);
+      dropPanel(id);
     }
   }
   ui.itemsEmpty.hidden = cards.size > 0;
@@ -279,6 +308,8 @@ function describe(result, item) {
       return [`${Outcome.PAUSED.label}: the sale of ${name} is paused. Please try again later.`, 'warn'];
     case Outcome.ENDED.code:
       return [`${Outcome.ENDED.label}: the sale of ${name} has ended.`, 'error'];
+    case ErrorCode.NOT_ADMITTED:
+      return [`Not your turn: ${name} is sold through a queue, and this purchase carried no valid pass (it may have run out). The queue panel shows your place.`, 'warn'];
     case ErrorCode.IDEMPOTENCY_IN_PROGRESS:
       return ['Your earlier purchase request is still being processed. Check My orders in a moment.', 'warn'];
     case ErrorCode.ITEM_NOT_FOUND:
@@ -310,10 +341,12 @@ async function buy(id) {
   // A purchase that got no answer is retried with the same key, so it cannot buy twice.
   const key = unansweredKeys.get(id) || newIdempotencyKey();
   unansweredKeys.set(id, key);
+  // An item with a waiting room lets through only a purchase with the pass of a place.
+  const pass = queuePass(id);
   const result = await api('/seckill', {
     method: 'POST',
     token: session.token,
-    headers: { 'Idempotency-Key': key },
+    headers: pass ? { 'Idempotency-Key': key, 'Queue-Pass': pass } : { 'Idempotency-Key': key },
     body: { itemId: id },
   });
   // An answer settles the key, except "being confirmed" (202): a retry with the same key
@@ -321,6 +354,7 @@ async function buy(id) {
   if (result.status !== 0 && result.status < 500 && result.status !== 202) unansweredKeys.delete(id);
 
   inFlight.delete(id);
+  if (pass) purchased(id, result);
   const [text, tone] = describe(result, item);
   const current = cards.get(id);
   if (current) announce(current.outcome, text, tone);
@@ -420,6 +454,12 @@ ui.ordersRefresh.addEventListener('click', loadOrders);
 
 // --- start --------------------------------------------------------------------------
 
+setupQueues({
+  changed: renderCard,
+  unauthenticated: sessionExpired,
+  nameOf: (id) => (items.has(id) ? items.get(id).name : `item ${id}`),
+});
+setShopper(session);
 renderSession();
 poll(async () => {
   await loadItems();
@@ -429,6 +469,7 @@ if (session) loadOrders();
 window.addEventListener('storage', (event) => {
   if (event.key !== SESSION_KEY) return;
   session = loadSession();
+  setShopper(session);
   renderSession();
   renderAllCards();
   if (session) loadOrders();

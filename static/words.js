@@ -22,6 +22,10 @@ export const ErrorCode = Object.freeze({
   IDEMPOTENCY_IN_PROGRESS: 'IDEMPOTENCY_IN_PROGRESS',
   LIMITER_UNAVAILABLE: 'LIMITER_UNAVAILABLE',
   ORDER_FAILED: 'ORDER_FAILED',
+  NOT_ADMITTED: 'NOT_ADMITTED',
+  INVALID_TICKET: 'INVALID_TICKET',
+  QUEUE_NOT_OPEN: 'QUEUE_NOT_OPEN',
+  QUEUE_CLOSED: 'QUEUE_CLOSED',
   /** Made up by api.js: no answer reached the page. */
   NETWORK: 'NETWORK',
 });
@@ -55,6 +59,34 @@ export function orderStateLabel(spelling) {
   const state = ORDER_STATES.find((s) => s.word === spelling);
   return state ? state.label : spelling;
 }
+
+/**
+ * Where a shopper's place in an item's waiting room stands (vocabulary::QueueState): the
+ * `state` of GET /api/items/{id}/queue. `final`: nothing more will happen to the place,
+ * so the page stops asking.
+ */
+export const QueueState = Object.freeze({
+  WAITING: word('waiting', 'In the queue'),
+  ADMITTED: word('admitted', 'Your turn'),
+  SOLD_OUT: word('sold_out', Outcome.SOLD_OUT.label),
+  EXPIRED: word('expired', 'Place expired', { final: true }),
+  CLOSED: word('closed', 'Queue closed', { final: true }),
+});
+
+/** A queue state by its spelling, or undefined for one this page does not know. */
+export function queueStateOf(spelling) {
+  return Object.values(QueueState).find((s) => s.word === spelling);
+}
+
+/** In what order a waiting room admits (vocabulary::RoomOrder), with what it means. */
+export const RoomOrder = Object.freeze({
+  FIFO: word('fifo', 'First come, first served', {
+    hint: 'Places in the order of joining; those who joined before the start are shuffled at the start.',
+  }),
+  RANDOM: word('random', 'Random', {
+    hint: 'Every second’s joiners are shuffled among themselves too: a faster click buys no better place.',
+  }),
+});
 
 /**
  * Where an item's sale stands by this browser's clock (a page's word, not the server's:

@@ -280,9 +280,9 @@ fn every_metric_family_the_docs_name_exists() {
     );
 }
 
-/// The pages' shared words (`static/words.js`) are the server's: every outcome and
-/// order state it spells is a word of `src/vocabulary.rs`, every error code it acts on
-/// is one of the README's error table.
+/// The pages' shared words (`static/words.js`) are the server's: every outcome, order
+/// state, queue state and room order it spells is a word of `src/vocabulary.rs`, every
+/// error code it acts on is one of the README's error table.
 #[test]
 fn the_pages_spell_the_servers_words() {
     let root = root();
@@ -297,7 +297,7 @@ fn the_pages_spell_the_servers_words() {
         &rest[..rest.find("});").unwrap_or(rest.len())]
     };
     let mut unknown = Vec::new();
-    for name in ["Outcome", "OrderState"] {
+    for name in ["Outcome", "OrderState", "QueueState", "RoomOrder"] {
         for spelling in section(name).split("word('").skip(1) {
             let spelling = spelling.split('\'').next().unwrap_or_default();
             if !vocabulary.contains(&format!("=> \"{spelling}\",")) {

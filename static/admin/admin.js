@@ -1,5 +1,6 @@
 // The admin dashboard's entry: live counters and their charts, items (create, pause,
-// resume), orders, the rate-limit rules editor and its audit trail, one module each.
+// resume), an item's waiting room, orders, the rate-limit rules editor and its audit
+// trail, one module each.
 // This one opens the panels when a token is accepted and closes them when the session
 // ends. The token lives in sessionStorage only (session.js).
 import { poll } from '../dom.js';
@@ -11,6 +12,7 @@ import { loadSeries } from './series.js';
 import { whenSessionLost } from './session.js';
 import { signOut, startSignIn } from './signin.js';
 import { loadStats } from './stats.js';
+import { ROOM_SAMPLE_MS, sampleRoom } from './waiting-room.js';
 
 const STATS_EVERY_MS = 2000;
 const SERIES_EVERY_MS = 1000;
@@ -25,7 +27,7 @@ function stop() {
 
 function start() {
   stop();
-  polls = [poll(loadStats, STATS_EVERY_MS), poll(loadSeries, SERIES_EVERY_MS)];
+  polls = [poll(loadStats, STATS_EVERY_MS), poll(loadSeries, SERIES_EVERY_MS), poll(sampleRoom, ROOM_SAMPLE_MS)];
   loadOrders(1);
   loadPolicies();
   loadAudit();

@@ -1,7 +1,8 @@
 // Line charts drawn as inline SVG with DOM calls: no library, nothing but attributes and
 // CSS classes (the Content-Security-Policy allows no inline style). Each line carries the
-// numbers it plots in `data-values` (comma-separated, one per second from the chart's
-// `data-from`), and each chart has a table of its series for screen readers.
+// numbers it plots in `data-values` (comma-separated, one per `data-step` seconds, 1
+// unless said, from the chart's `data-from`), and each chart has a table of its series
+// for screen readers.
 import { formatNumber } from '../format.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -45,12 +46,13 @@ function pathOf(values, x, y) {
 }
 
 /** "−5 min" … "now" along the bottom, one label a minute (fewer when narrow). */
-function timeAxis(points, x, width) {
+function timeAxis(points, step, x, width) {
   const group = svg('g', { class: 'chart-axis', 'aria-hidden': 'true' });
-  const minutes = Math.floor(points / 60);
+  const perMinute = 60 / step;
+  const minutes = Math.floor(points / perMinute);
   const every = width < 420 ? 2 : 1;
   for (let m = 0; m <= minutes; m += every) {
-    const i = points - 1 - m * 60;
+    const i = points - 1 - m * perMinute;
     const label = m === 0 ? 'now' : `−${m} min`;
     const anchor = m === 0 ? 'end' : m === minutes ? 'start' : 'middle';
     group.append(svg('text', { x: x(Math.max(0, i)), y: HEIGHT - 6, 'text-anchor': anchor }, label));
@@ -60,11 +62,13 @@ function timeAxis(points, x, width) {
 
 /**
  * Draws (replaces) a line chart in `figure`.
- *   chart: { name, title, from, lines: [{ key, label, values, tone? }] }
+ *   chart: { name, title, from, step? (seconds a point, 1), kind? ('level': the latest
+ *            value counts, not the total), lines: [{ key, label, values, tone? }] }
  * `tone` is a fixed colour class; without one a line takes the next palette colour.
  * Returns nothing; the figure holds the SVG, a legend and a hidden table.
  */
 export function renderLineChart(figure, chart) {
+  const step = chart.step || 1;
   const width = Math.max(260, Math.round(figure.clientWidth || 600));
   const points = Math.max(1, ...chart.lines.map((l) => l.values.length));
   const max = Math.max(0, ...chart.lines.flatMap((l) => l.values.filter((v) => v !== null)));
@@ -114,9 +118,10 @@ export function renderLineChart(figure, chart) {
       'aria-label': `${chart.title}: ${summary || 'no data'}`,
       'data-chart': chart.name,
       'data-from': chart.from,
+      'data-step': step,
     },
     grid,
-    timeAxis(points, x, width),
+    timeAxis(points, step, x, width),
     plotted,
   );
 

@@ -1,6 +1,7 @@
 // The items table: stock, orders by state, sale window and status of each item, with
-// its pause / resume button. Rows are keyed by item id and kept across polls, so a
-// button keeps its focus.
+// its pause / resume button and a button that shows its waiting room (the panel,
+// waiting-room.js, listens for those by their data-room-item). Rows are keyed by item id
+// and kept across polls, so a button keeps its focus.
 import { announce, byId, el, keepInOrder } from '../dom.js';
 import { formatDateTime, formatNumber, formatPrice } from '../format.js';
 import { ORDER_STATES, operatorPhaseOf } from '../words.js';
@@ -19,6 +20,11 @@ const toggling = new Set();
 /** item id → state → orders, from the last stats answer. */
 let orderStates = {};
 
+/** The items in the table, in its order. */
+export function itemList() {
+  return [...itemRows.values()].map((r) => r.item);
+}
+
 /** The name of an item in the table, if it is there. */
 export function itemName(id) {
   const row = itemRows.get(Number(id));
@@ -35,6 +41,7 @@ function createItemRow(item) {
   r.window = el('td', { class: 'small window-cell', 'data-label': 'Sale window' });
   r.badge = el('span', { class: 'badge' });
   r.toggle = el('button', { type: 'button', class: 'button button-small', onclick: () => togglePause(item.id) });
+  r.room = el('button', { type: 'button', class: 'button button-small button-quiet', dataset: { roomItem: String(item.id) } });
   r.tr = el(
     'tr',
     { dataset: { itemId: String(item.id) } },
@@ -45,7 +52,7 @@ function createItemRow(item) {
     r.orders,
     r.window,
     el('td', { 'data-label': 'Status' }, r.badge),
-    el('td', { class: 'action' }, r.toggle),
+    el('td', { class: 'action' }, el('span', { class: 'row-actions' }, r.room, r.toggle)),
   );
   return r;
 }
@@ -81,6 +88,8 @@ function renderItemRow(item) {
   r.toggle.setAttribute('aria-label', `${item.paused ? 'Resume' : 'Pause'} item ${item.id} (${item.name})`);
   r.toggle.disabled = busy;
   r.toggle.classList.toggle('button-primary', item.paused);
+  r.room.textContent = 'Waiting room';
+  r.room.setAttribute('aria-label', `Waiting room of item ${item.id} (${item.name})`);
   return r;
 }
 

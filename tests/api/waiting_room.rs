@@ -203,6 +203,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
     );
     let listing = body(app.get("/api/items").await).await;
     assert_eq!(listing["items"][0]["waitingRoom"], true);
+    assert!(listing["items"][0]["queueOpensAt"].is_string());
     // Turned off: a ticket's poll answers closed, and the sale is as before (no pass).
     let shopper = joined(&app, 5, item).await;
     assert_eq!(

@@ -26,6 +26,9 @@ pub struct ItemBody<'a> {
     paused: bool,
     /// Whether the item sells through its waiting room (`POST /api/items/{id}/queue`).
     waiting_room: bool,
+    /// With a waiting room on: when joining opens (its pre-queue, or the sale's start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_opens_at: Option<DateTime<Utc>>,
 }
 
 impl<'a> ItemBody<'a> {
@@ -40,13 +43,15 @@ impl<'a> ItemBody<'a> {
             remaining_stock,
             paused: item.paused,
             waiting_room: false,
+            queue_opens_at: None,
         }
     }
 
-    /// The same item, saying whether it sells through its waiting room.
-    pub fn with_waiting_room(self, on: bool) -> Self {
+    /// The same item, saying when its waiting room opens (`None`: no room on).
+    pub fn with_waiting_room(self, opens_at: Option<DateTime<Utc>>) -> Self {
         Self {
-            waiting_room: on,
+            waiting_room: opens_at.is_some(),
+            queue_opens_at: opens_at,
             ..self
         }
     }
@@ -69,7 +74,7 @@ impl<'a> ItemList<'a> {
         let items = listing
             .iter()
             .map(|(item, remaining)| {
-                ItemBody::new(item, *remaining).with_waiting_room(room.is_on(item.id))
+                ItemBody::new(item, *remaining).with_waiting_room(room.opens_at(item))
             })
             .collect();
         Self { items }

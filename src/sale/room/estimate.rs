@@ -3,9 +3,11 @@
 //! The inlet's steps say how many places were admitted when. Over the last
 //! [`WINDOW_SECS`] seconds, each second's admissions are one sample of the rate; the
 //! 25th, 50th and 75th percentiles of those samples give three waits for the places
-//! ahead (the fast rate the short wait, the slow one the long). Before the room has
-//! [`MIN_SAMPLES`] seconds of history (the pre-queue, the first seconds of the sale),
-//! the configured `admitPerSecond` stands in for every sample. A room that admitted
+//! ahead (the fast rate the short wait, the slow one the long). Before the first
+//! admission (the pre-queue, the sale's first instant) the configured `admitPerSecond`
+//! stands in for every sample; from then on only what was measured counts, however
+//! short (a room whose `maxActive` passes are all alive after its first second admits
+//! nothing more, and must not promise the configured rate). A room that admitted
 //! nothing over the whole window (sold out, or every pass alive) gives no estimate: a
 //! number would be invented.
 
@@ -13,8 +15,6 @@ use super::room_view::Step;
 
 /// Seconds of history the estimate looks at.
 pub const WINDOW_SECS: i64 = 30;
-/// Seconds of history needed before the measured rate replaces the configured one.
-pub const MIN_SAMPLES: usize = 5;
 
 /// Admissions per second: the quartiles of the last window's samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,10 +38,8 @@ impl AdmissionRate {
         let start = first.at_ms.max(since);
         let seconds = ((now_ms - start).max(0) as u64)
             .div_ceil(1_000)
-            .min(WINDOW_SECS as u64) as usize;
-        if seconds < MIN_SAMPLES {
-            return Self::flat(configured.into());
-        }
+            .clamp(1, WINDOW_SECS as u64) as usize;
+
         let mut samples = vec![0u64; seconds];
         for step in recent {
             let slot = ((now_ms - step.at_ms) / 1_000) as usize;
@@ -50,7 +48,8 @@ impl AdmissionRate {
             }
         }
         samples.sort_unstable();
-        let quartile = |q: usize| samples[(samples.len() - 1) * q / 4] as f64;
+        // Nearest rank, rounded half up.
+        let quartile = |q: usize| samples[((samples.len() - 1) * q + 2) / 4] as f64;
         Self {
             slow: quartile(1),
             median: quartile(2),
@@ -131,12 +130,20 @@ mod tests {
             .map(|s| step(now - 10_000 + s * 1_000 + 1, 10 * (s as u64 + 1)))
             .collect();
         let rate = AdmissionRate::measured(&steps, now, 1);
-        assert_eq!((rate.slow, rate.median, rate.fast), (30.0, 50.0, 70.0));
+        assert_eq!((rate.slow, rate.median, rate.fast), (30.0, 60.0, 80.0));
         let wait = WaitEstimate::new(700, rate, 0);
         assert_eq!(
             (wait.p25, wait.p50, wait.p75),
-            (Some(10), Some(14), Some(24))
+            (Some(9), Some(12), Some(24))
         );
+    }
+
+    #[test]
+    fn after_the_first_admission_only_what_was_measured_counts() {
+        // Two admitted in the first of two seconds, then nothing (every pass alive).
+        let now = 100_000;
+        let rate = AdmissionRate::measured(&[step(now - 1_500, 2)], now, 50);
+        assert_eq!((rate.slow, rate.fast), (0.0, 2.0));
     }
 
     #[test]
