@@ -25,14 +25,13 @@ pub struct AdmissionRate {
 }
 
 impl AdmissionRate {
-    /// From the steps (in order) as of `now_ms`; `configured` while there is too little
-    /// history.
-    pub fn measured(steps: &[Step], now_ms: i64, configured: u32) -> Self {
+    /// From the steps (in order) as of `now_ms`; `None` before the first step (then the
+    /// configured rate stands in: [`AdmissionRate::flat`]). Computed once per refresh of
+    /// an instance's copy, not per poll (`lobby`).
+    pub fn measured(steps: &[Step], now_ms: i64) -> Option<Self> {
         let since = now_ms - WINDOW_SECS * 1_000;
         let recent = &steps[steps.partition_point(|s| s.at_ms < since)..];
-        let Some(first) = steps.first() else {
-            return Self::flat(configured.into());
-        };
+        let first = steps.first()?;
         // Seconds of history inside the window, the oldest one partly: from the first
         // step ever (or the window's start) to now.
         let start = first.at_ms.max(since);
@@ -50,14 +49,15 @@ impl AdmissionRate {
         samples.sort_unstable();
         // Nearest rank, rounded half up.
         let quartile = |q: usize| samples[((samples.len() - 1) * q + 2) / 4] as f64;
-        Self {
+        Some(Self {
             slow: quartile(1),
             median: quartile(2),
             fast: quartile(3),
-        }
+        })
     }
 
-    fn flat(rate: f64) -> Self {
+    /// The same rate for all three: the configured one, before any admission.
+    pub fn flat(rate: f64) -> Self {
         Self {
             slow: rate,
             median: rate,
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn without_history_the_configured_rate_stands_in() {
-        let rate = AdmissionRate::measured(&[], 0, 50);
+        let rate = AdmissionRate::measured(&[], 0).unwrap_or(AdmissionRate::flat(50.0));
         assert_eq!(
             rate,
             AdmissionRate {
@@ -129,7 +129,7 @@ mod tests {
         let steps: Vec<Step> = (0..10)
             .map(|s| step(now - 10_000 + s * 1_000 + 1, 10 * (s as u64 + 1)))
             .collect();
-        let rate = AdmissionRate::measured(&steps, now, 1);
+        let rate = AdmissionRate::measured(&steps, now).unwrap();
         assert_eq!((rate.slow, rate.median, rate.fast), (30.0, 60.0, 80.0));
         let wait = WaitEstimate::new(700, rate, 0);
         assert_eq!(
@@ -142,7 +142,7 @@ mod tests {
     fn after_the_first_admission_only_what_was_measured_counts() {
         // Two admitted in the first of two seconds, then nothing (every pass alive).
         let now = 100_000;
-        let rate = AdmissionRate::measured(&[step(now - 1_500, 2)], now, 50);
+        let rate = AdmissionRate::measured(&[step(now - 1_500, 2)], now).unwrap();
         assert_eq!((rate.slow, rate.fast), (0.0, 2.0));
     }
 
@@ -150,7 +150,7 @@ mod tests {
     fn a_room_that_admits_nothing_gives_no_estimate() {
         let now = 100_000;
         let steps = vec![step(now - 29_000, 0)];
-        let rate = AdmissionRate::measured(&steps, now, 50);
+        let rate = AdmissionRate::measured(&steps, now).unwrap();
         assert_eq!(WaitEstimate::new(10, rate, 0).p50, None);
     }
 }

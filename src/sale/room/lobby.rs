@@ -84,7 +84,7 @@ impl Lobby {
                             steps: from.steps + update.new_steps.len(),
                         };
                         let base = held.map(|h| h.view.clone()).unwrap_or_default();
-                        let view = base.advanced(update);
+                        let view = base.advanced(update, now_ms);
                         Some((*item, Arc::new(Held { view, read_at: Instant::now(), read })))
                     }
                     Err(e) => {

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::estimate::AdmissionRate;
 use super::shuffle::Shuffle;
 
 /// A sealed round of the draw: the joiners `first .. first + size` placed on the same
@@ -137,6 +138,9 @@ pub struct RoomView {
     pub pending: u64,
     /// Passes admitted, neither used nor expired.
     pub live: u64,
+    /// The admission rate measured from the steps when this copy was read (`None`
+    /// before the first step).
+    pub rate: Option<AdmissionRate>,
 }
 
 impl RoomView {
@@ -185,8 +189,8 @@ impl RoomView {
         place < self.counters.serving && self.skipped.contains(&place)
     }
 
-    /// This view with the counters and the rounds and steps read since.
-    pub fn advanced(&self, update: ViewUpdate) -> Self {
+    /// This view with the counters and the rounds and steps read since, as of `now_ms`.
+    pub fn advanced(&self, update: ViewUpdate, now_ms: i64) -> Self {
         let rounds = if update.new_rounds.is_empty() {
             Arc::clone(&self.rounds)
         } else {
@@ -210,6 +214,7 @@ impl RoomView {
         };
         Self {
             counters: update.counters,
+            rate: AdmissionRate::measured(&steps, now_ms),
             rounds,
             steps,
             skipped,
@@ -284,16 +289,19 @@ mod tests {
             at_ms,
             skipped,
         };
-        let view = base.advanced(ViewUpdate {
-            counters: Counters {
-                drawn: true,
-                mapped: 10,
-                serving: 6,
+        let view = base.advanced(
+            ViewUpdate {
+                counters: Counters {
+                    drawn: true,
+                    mapped: 10,
+                    serving: 6,
+                    ..Default::default()
+                },
+                new_steps: vec![step(0, 3, 100, vec![1]), step(3, 6, 200, vec![])],
                 ..Default::default()
             },
-            new_steps: vec![step(0, 3, 100, vec![1]), step(3, 6, 200, vec![])],
-            ..Default::default()
-        });
+            1_000,
+        );
         assert_eq!(view.admitted_at_ms(0), Some(100));
         assert_eq!(view.admitted_at_ms(1), None);
         assert!(view.was_skipped(1));

@@ -103,7 +103,9 @@ pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
         };
     };
     let ahead = place.saturating_sub(view.counters.serving);
-    let rate = AdmissionRate::measured(&view.steps, now, situation.room.admit_per_second);
+    let rate = view
+        .rate
+        .unwrap_or_else(|| AdmissionRate::flat(situation.room.admit_per_second.into()));
     let until_open = (situation.sale_starts_ms - now).max(0).div_euclid(1_000) as u64;
     Standing {
         place: Some(place),
