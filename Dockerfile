@@ -28,6 +28,10 @@ RUN mkdir -p src loadtest/loadgen/src \
  && cargo build --release --locked --bin seckill \
  && rm -rf src loadtest/loadgen/src
 
+# The commit `seckill_build_info` names: `docker build --build-arg SECKILL_COMMIT=$(git
+# rev-parse --short HEAD)`.
+ARG SECKILL_COMMIT=unknown
+ENV SECKILL_COMMIT=$SECKILL_COMMIT
 # 2. The real sources. migrations/ and lua/ are compiled into the binary
 #    (sqlx::migrate!, include_str!), so the runtime image needs neither.
 COPY .sqlx .sqlx

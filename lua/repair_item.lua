@@ -13,6 +13,9 @@
 -- KEYS[2]  the counter's version (missing = 0)
 -- KEYS[3]  buyers set
 -- KEYS[4]  success counter
+-- KEYS[5]  the item's stock-edit marker: while an operator's stock edit runs (its
+--          Postgres and Redis steps are two), a repair computed from either side alone
+--          would undo half of it; the repair waits for the next round
 -- ARGV[1]  the version the reconciler read
 -- ARGV[2]  the stock it computed from Postgres
 -- ARGV[3]  the number of orders in Postgres (the success counter), or "" to leave the
@@ -22,6 +25,9 @@
 -- Returns 1 when written (and the version bumped), 0 when the counter had moved.
 
 if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then
+  return 0
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2])

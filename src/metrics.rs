@@ -231,6 +231,13 @@ families! {
         &["outcome"],
     )
     .seeded(TokenComparison::labels().map(|outcome| [outcome]));
+    /// Always 1: which build serves (`version` from Cargo.toml, `commit` from
+    /// `SECKILL_COMMIT` at build time, `unknown` without it).
+    build_info: IntGaugeVec = family(
+        "build_info",
+        "The build serving: version and commit",
+        &["version", "commit"],
+    );
     /// Shoppers who joined a waiting room (a second join of the same user is not one).
     queue_joins: IntCounter =
         family("queue_joins_total", "Shoppers who joined a waiting room", &[]);
@@ -257,6 +264,9 @@ families! {
 /// the family `x`), the per-purpose Redis counters resolved once, and the tally.
 pub struct Metrics {
     registry: Registry,
+    /// The process collector's (`process_*`: CPU, memory, file descriptors), without
+    /// the `seckill_` prefix, as every Prometheus user expects them.
+    process: Registry,
     families: Families,
     /// `redis_calls` and `redis_errors` resolved per purpose (indexed by
     /// `RedisPurpose as usize`): the request path increments without a label lookup.
@@ -279,6 +289,17 @@ impl Metrics {
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
         let families = Families::register(&registry)?;
+        families
+            .build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                option_env!("SECKILL_COMMIT").unwrap_or("unknown"),
+            ])
+            .set(1);
+        let process = Registry::new();
+        process.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         let resolve = |family: &IntCounterVec| {
             RedisPurpose::ALL.map(|purpose| family.with_label_values(&[purpose.as_str()]))
         };
@@ -286,6 +307,7 @@ impl Metrics {
             redis_call_counters: resolve(&families.redis_calls),
             redis_error_counters: resolve(&families.redis_errors),
             registry,
+            process,
             families,
             tally: Tally::default(),
         })
@@ -302,7 +324,9 @@ impl Metrics {
     /// The text exposition format for `GET /metrics`.
     pub fn render(&self) -> anyhow::Result<String> {
         let mut buffer = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
+        let mut gathered = self.registry.gather();
+        gathered.extend(self.process.gather());
+        TextEncoder::new().encode(&gathered, &mut buffer)?;
         Ok(String::from_utf8(buffer)?)
     }
 }

@@ -280,6 +280,29 @@ fn every_metric_family_the_docs_name_exists() {
     );
 }
 
+/// The error codes the server declares (`ERROR_CODES`, the OpenAPI enum) are exactly
+/// the README's error table.
+#[test]
+fn every_error_code_is_in_the_readme_and_no_other() {
+    let readme = read(&root().join("README.md"));
+    // The table's rows: `| status | code(s) | when |`.
+    let table: BTreeSet<&str> = readme
+        .lines()
+        .filter_map(|l| {
+            let mut columns = l.split('|').skip(1);
+            let status = columns.next()?.trim();
+            (status.len() == 3 && status.chars().all(|c| c.is_ascii_digit()))
+                .then(|| columns.next())?
+        })
+        .flat_map(|codes| codes.split('`').skip(1).step_by(2))
+        .collect();
+    let declared: BTreeSet<&str> = seckill::http::api_error::ERROR_CODES
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(table, declared);
+}
+
 /// The pages' shared words (`static/words.js`) are the server's: every outcome, order
 /// state, queue state and room order it spells is a word of `src/vocabulary.rs`, every
 /// error code it acts on is one of the README's error table.

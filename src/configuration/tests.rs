@@ -186,7 +186,7 @@ fn zero_windows_bad_names_and_duplicates_are_refused() {
         Policy::parse("seckill", &config),
         Err(PolicyError::NotPositive {
             rule: "user".into(),
-            field: "window_ms"
+            field: "windowMs"
         })
     );
     let mut config = policies::defaults()[SECKILL_POLICY].clone();

@@ -17,10 +17,53 @@ use serde::Serialize;
 use super::rate_limit::RateLimitHeaders;
 use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
+use crate::sale::records::ChangeRefused;
 use crate::sale::room::RoomError;
+use crate::sale::ItemChangeError;
 use crate::sale::OrderError;
 use crate::sale::SaleError;
 use crate::vocabulary::OrderState;
+
+/// Every `code` an answer can carry, sorted: the OpenAPI document's enum, and the
+/// README's error table (`tests/docs.rs` holds the two together).
+pub const ERROR_CODES: &[&str] = &[
+    "ALREADY_PURCHASED",
+    "EDIT_IN_PROGRESS",
+    "IDEMPOTENCY_IN_PROGRESS",
+    "IDEMPOTENCY_MISMATCH",
+    "INTERNAL",
+    "INVALID_TICKET",
+    "ITEM_ARCHIVED",
+    "ITEM_NOT_FOUND",
+    "LIMITER_UNAVAILABLE",
+    "MALFORMED_JSON",
+    "METHOD_NOT_ALLOWED",
+    "NOT_ADMITTED",
+    "NOT_FOUND",
+    "NOT_READY",
+    "ORDER_FAILED",
+    "ORDER_NOT_FOUND",
+    "ORDER_PENDING",
+    "ORDER_STATE",
+    "PAYLOAD_TOO_LARGE",
+    "PRECONDITION_FAILED",
+    "QUEUE_CLOSED",
+    "QUEUE_NOT_OPEN",
+    "QUEUE_UNAVAILABLE",
+    "RANGE_NOT_SATISFIABLE",
+    "RATE_LIMITED",
+    "REQUEST_TIMEOUT",
+    "SALE_ENDED",
+    "SALE_NOT_STARTED",
+    "SALE_PAUSED",
+    "SOLD_OUT",
+    "STOCK_TOO_LOW",
+    "TOO_MANY_PENDING",
+    "UNAUTHENTICATED",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "VALIDATION_FAILED",
+    "VERSION_CONFLICT",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -66,6 +109,9 @@ pub enum ApiError {
     /// Too many purchases of this user with an `Idempotency-Key` are in flight at once.
     #[error("too many purchases in progress, wait for one to finish")]
     TooManyPending,
+    /// An operator's change to an item was not made.
+    #[error(transparent)]
+    ItemChange(#[from] ItemChangeError),
     /// The waiting room refused: its code, status and message are the room's.
     #[error(transparent)]
     Room(#[from] RoomError),
@@ -128,6 +174,9 @@ pub(crate) struct ErrorBody<'a> {
     /// `QUEUE_NOT_OPEN`: when joining opens.
     #[serde(rename = "opensAt", skip_serializing_if = "Option::is_none")]
     opens_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `STOCK_TOO_LOW`: the least the item's stock can be set to now.
+    #[serde(rename = "minStock", skip_serializing_if = "Option::is_none")]
+    min_stock: Option<i64>,
     /// `NOT_ADMITTED`: where to join the item's queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -178,6 +227,9 @@ impl ApiError {
             }
             Self::Sale(SaleError::OrderFailed(cause)) => {
                 tracing::error!(error = %format!("{cause:#}"), "order failed")
+            }
+            Self::ItemChange(ItemChangeError::Refused(ChangeRefused::Failed(cause))) => {
+                tracing::error!(error = %format!("{cause:#}"), "item change failed")
             }
             Self::Room(RoomError::Unavailable(cause)) => {
                 tracing::warn!(error = %format!("{cause:#}"), "waiting room unavailable")
@@ -259,6 +311,25 @@ impl ApiError {
                 let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
                 (status, error.code())
             }
+            Self::ItemChange(error) => match error {
+                ItemChangeError::StockTooLow { min } => {
+                    body.min_stock = Some(*min);
+                    (S::CONFLICT, "STOCK_TOO_LOW")
+                }
+                ItemChangeError::EditInProgress => (S::CONFLICT, "EDIT_IN_PROGRESS"),
+                ItemChangeError::Refused(ChangeRefused::NotFound) => {
+                    (S::NOT_FOUND, "ITEM_NOT_FOUND")
+                }
+                ItemChangeError::Refused(ChangeRefused::Archived) => (S::CONFLICT, "ITEM_ARCHIVED"),
+                ItemChangeError::Refused(ChangeRefused::StockMoved) => {
+                    (S::CONFLICT, "EDIT_IN_PROGRESS")
+                }
+                ItemChangeError::Refused(ChangeRefused::Failed(_)) => {
+                    // The cause is logged (`parts`), never sent.
+                    body.message = Cow::Borrowed("internal error");
+                    (S::INTERNAL_SERVER_ERROR, "INTERNAL")
+                }
+            },
             Self::OrderNotFound => (S::NOT_FOUND, "ORDER_NOT_FOUND"),
             Self::OrderState(state) => {
                 body.state = Some(state.as_str());

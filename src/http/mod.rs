@@ -16,6 +16,7 @@ pub mod forwarded;
 pub mod idempotency;
 pub mod json;
 pub mod openapi;
+pub mod query_params;
 pub mod rate_limit;
 pub mod request_metrics;
 pub mod request_span;
@@ -23,3 +24,4 @@ pub mod routes;
 
 pub use api_error::ApiError;
 pub use json::JsonBody;
+pub use query_params::QueryParams;

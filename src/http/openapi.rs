@@ -18,6 +18,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response,
 use utoipa::{Modify, OpenApi};
 
 use crate::http::routes;
+use crate::vocabulary::OrderState;
 
 /// Routes behind a limiter policy: their answers carry the rate-limit headers, and they
 /// can be refused (429 `RATE_LIMITED`) or find the limiter away (503).
@@ -54,9 +55,15 @@ const OPERATOR: &str = "admin_token";
         routes::admin::create_item,
         routes::admin::pause,
         routes::admin::resume,
+        routes::admin::item_changes::list_items,
+        routes::admin::item_changes::edit_item,
+        routes::admin::item_changes::end_item,
+        routes::admin::item_changes::archive_item,
+        routes::admin::item_changes::item_audit,
         routes::admin::queue_settings::waiting_room,
         routes::admin::queue_settings::update_waiting_room,
         routes::admin::orders,
+        routes::admin::orders_export::orders_csv,
         routes::admin::stats,
         routes::admin::stats_series,
         routes::admin::rules::policies,
@@ -110,14 +117,49 @@ impl Modify for Shared {
                     .build(),
             ),
         );
+        // The words a client may switch on, as enums: generated clients get types.
+        let states: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
+        enumerate(components, "Order", "state", &states);
+        enumerate(
+            components,
+            "Error",
+            "code",
+            crate::http::api_error::ERROR_CODES,
+        );
         for (path, item) in document.paths.paths.iter_mut() {
-            for operation in [&mut item.get, &mut item.post, &mut item.put]
-                .into_iter()
-                .flatten()
+            for operation in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
             {
                 share(path, operation);
             }
         }
+    }
+}
+
+/// Makes `schema`'s string `property` an enum of `words`.
+fn enumerate(
+    components: &mut utoipa::openapi::Components,
+    schema: &str,
+    property: &str,
+    words: &[&str],
+) {
+    if let Some(RefOr::T(utoipa::openapi::schema::Schema::Object(object))) =
+        components.schemas.get_mut(schema)
+    {
+        object.properties.insert(
+            property.to_string(),
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(words.iter().copied()))
+                .build()
+                .into(),
+        );
     }
 }
 
@@ -335,7 +377,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            27,
+            33,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

@@ -210,9 +210,10 @@ pub enum PolicyError {
     BadRuleName(String),
     #[error("policy {policy:?} has two rules named {rule:?}")]
     DuplicateRule { policy: String, rule: String },
-    #[error("rule {rule:?}: {field} must be a positive integer")]
+    /// `field` in the API's spelling (`windowMs`, `threshold`, …).
+    #[error("rule {rule:?}: {field} must be a whole number, 1 or more")]
     NotPositive { rule: String, field: &'static str },
-    #[error("rule {rule:?}: {field} is too large")]
+    #[error("rule {rule:?}: {field} is too large (at most 2^50)")]
     TooLarge { rule: String, field: &'static str },
     #[error("rule {0:?}: a literal key must be 1-64 characters of A-Z a-z 0-9 . _ : -")]
     BadLiteral(String),
@@ -271,11 +272,11 @@ impl Policy {
                 message: rc.message.clone(),
             };
             for (field, value) in [
-                ("window_ms", rule.window_ms),
+                ("windowMs", rule.window_ms),
                 ("threshold", rule.threshold),
                 ("capacity", rule.capacity),
-                ("refill_tokens", rule.refill_tokens),
-                ("refill_ms", rule.refill_ms),
+                ("refillTokens", rule.refill_tokens),
+                ("refillMs", rule.refill_ms),
             ] {
                 if value == 0 {
                     return Err(PolicyError::NotPositive {

@@ -80,7 +80,7 @@ fn invalid_field(error: &PolicyError) -> &'static str {
     match error {
         PolicyError::NotPositive { field, .. } | PolicyError::TooLarge { field, .. } => {
             match *field {
-                "window_ms" | "refill_ms" => "windowMs",
+                "windowMs" | "refillMs" => "windowMs",
                 _ => "threshold",
             }
         }

@@ -109,6 +109,7 @@ mod tests {
             starts_at: Utc::now(),
             ends_at: Utc::now() + chrono::Duration::hours(1),
             paused: false,
+            archived_at: None,
         }
     }
 

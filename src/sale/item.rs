@@ -17,6 +17,9 @@ pub struct Item {
     pub ends_at: DateTime<Utc>,
     /// Paused by an operator: purchases answer 409 `SALE_PAUSED` until resumed.
     pub paused: bool,
+    /// Archived by an operator: its sale is over, and it is gone from the shop and the
+    /// dashboard's default lists (its orders stay).
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// Where an item's sale stands at a given instant.
@@ -60,7 +63,7 @@ pub enum InvalidItem {
     Price,
     #[error("stock must be between 1 and 10000000")]
     Stock,
-    #[error("endsAt must be after startsAt")]
+    #[error("endsAt must be after the sale's start (startsAt)")]
     Window,
     #[error("startsAt must be {}", crate::domain::STORABLE_RANGE)]
     StartOutOfRange,
@@ -81,6 +84,73 @@ impl InvalidItem {
     }
 }
 
+/// A checked edit of an item: each field optional (`PATCH /admin/api/items/{id}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemEdit {
+    pub name: Option<String>,
+    pub price_cents: Option<i64>,
+    pub ends_at: Option<DateTime<Utc>>,
+    /// The new total stock: raised, or lowered to no less than what is sold or held.
+    pub stock: Option<i32>,
+}
+
+impl ItemEdit {
+    /// Checks each field present as a creation would; the end against `starts_at`.
+    pub fn parse(
+        name: Option<&str>,
+        price_cents: Option<i64>,
+        ends_at: Option<DateTime<Utc>>,
+        stock: Option<i64>,
+        starts_at: DateTime<Utc>,
+    ) -> Result<Self, InvalidItem> {
+        Ok(Self {
+            name: name.map(checked_name).transpose()?,
+            price_cents: price_cents.map(checked_price).transpose()?,
+            ends_at: ends_at.map(|at| checked_end(starts_at, at)).transpose()?,
+            stock: stock.map(checked_stock).transpose()?,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn checked_name(name: &str) -> Result<String, InvalidItem> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 || !crate::domain::is_printable(name) {
+        return Err(InvalidItem::Name);
+    }
+    Ok(name.to_string())
+}
+
+fn checked_price(price_cents: i64) -> Result<i64, InvalidItem> {
+    if price_cents < 0 {
+        return Err(InvalidItem::Price);
+    }
+    Ok(price_cents)
+}
+
+fn checked_stock(stock: i64) -> Result<i32, InvalidItem> {
+    i32::try_from(stock)
+        .ok()
+        .filter(|s| (1..=MAX_STOCK).contains(s))
+        .ok_or(InvalidItem::Stock)
+}
+
+fn checked_end(
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+) -> Result<DateTime<Utc>, InvalidItem> {
+    if !crate::domain::is_storable(ends_at) {
+        return Err(InvalidItem::EndOutOfRange);
+    }
+    if ends_at <= starts_at {
+        return Err(InvalidItem::Window);
+    }
+    Ok(ends_at)
+}
+
 impl NewItem {
     pub fn parse(
         name: &str,
@@ -89,28 +159,15 @@ impl NewItem {
         starts_at: DateTime<Utc>,
         ends_at: DateTime<Utc>,
     ) -> Result<Self, InvalidItem> {
-        let name = name.trim();
-        if name.is_empty() || name.chars().count() > 200 || !crate::domain::is_printable(name) {
-            return Err(InvalidItem::Name);
-        }
-        if price_cents < 0 {
-            return Err(InvalidItem::Price);
-        }
-        let stock = i32::try_from(stock)
-            .ok()
-            .filter(|s| (1..=MAX_STOCK).contains(s))
-            .ok_or(InvalidItem::Stock)?;
+        let name = checked_name(name)?;
+        let price_cents = checked_price(price_cents)?;
+        let stock = checked_stock(stock)?;
         if !crate::domain::is_storable(starts_at) {
             return Err(InvalidItem::StartOutOfRange);
         }
-        if !crate::domain::is_storable(ends_at) {
-            return Err(InvalidItem::EndOutOfRange);
-        }
-        if ends_at <= starts_at {
-            return Err(InvalidItem::Window);
-        }
+        let ends_at = checked_end(starts_at, ends_at)?;
         Ok(Self {
-            name: name.to_string(),
+            name,
             price_cents,
             stock,
             starts_at,
@@ -176,6 +233,7 @@ mod tests {
             starts_at: start,
             ends_at: start + Duration::seconds(10),
             paused: false,
+            archived_at: None,
         };
         assert_eq!(
             item.phase(start - Duration::milliseconds(1)),

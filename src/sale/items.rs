@@ -1,6 +1,7 @@
-//! The items on sale as operators run them and shoppers see them: create, pause and
-//! resume, the listing with live stock, and what keeps this instance's view current
-//! (the catalog reload, the sold-out re-read, the warm-up at start-up).
+//! The items on sale as operators run them and shoppers see them: create, edit (stock
+//! included), pause and resume, end, archive, each audited; the listings with live
+//! stock; and what keeps this instance's view current (the catalog reload, the sold-out
+//! re-read, the warm-up at start-up).
 
 use std::sync::Arc;
 
@@ -8,10 +9,29 @@ use chrono::Utc;
 
 use super::catalog::Catalog;
 use super::consistency;
-use super::item::{Item, ItemId, NewItem};
+use super::item::{Item, ItemEdit, ItemId, NewItem};
 use super::parts::SaleParts;
-use super::records::{self, ItemLedger};
-use super::stock::Rebuilds;
+use super::records::{self, AuditEntry, ChangeRefused, ItemFigures, ItemLedger};
+use super::stock::{Adjusted, Rebuilds, StockEdits};
+
+/// Why an operator's change to an item was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemChangeError {
+    #[error(transparent)]
+    Refused(#[from] ChangeRefused),
+    /// Lowering the stock below what is sold or held.
+    #[error("stock can be lowered to {min} at the least: the rest is sold or held by orders and reservations")]
+    StockTooLow { min: i64 },
+    /// Another stock edit of the item is running.
+    #[error("another stock edit of this item is running; try again in a moment")]
+    EditInProgress,
+}
+
+impl From<anyhow::Error> for ItemChangeError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Refused(ChangeRefused::Failed(e))
+    }
+}
 
 pub struct Items {
     parts: SaleParts,
@@ -42,8 +62,9 @@ impl Items {
         self.refresh_sold_out().await
     }
 
-    pub async fn create(&self, new: NewItem) -> anyhow::Result<Item> {
+    pub async fn create(&self, new: NewItem, by: &str) -> anyhow::Result<Item> {
         let item = records::insert_item(&self.parts.pool, &new).await?;
+        records::audit_creation(&self.parts.pool, &item, by).await?;
         let ledger = ItemLedger {
             remaining: item.remaining_stock,
             owed: Vec::new(),
@@ -57,12 +78,144 @@ impl Items {
         Ok(item)
     }
 
-    /// Pauses or resumes an item's sale; `None` when there is no such item. Other
-    /// instances see it at their next catalog reload (within a second).
-    pub async fn set_paused(&self, item: ItemId, paused: bool) -> anyhow::Result<Option<Item>> {
-        let updated = records::set_paused(&self.parts.pool, item, paused).await?;
+    /// Pauses or resumes an item's sale. Other instances see it at their next catalog
+    /// reload (within a second).
+    pub async fn set_paused(
+        &self,
+        item: ItemId,
+        paused: bool,
+        by: &str,
+    ) -> Result<Item, ItemChangeError> {
+        let updated = records::pause_item(&self.parts.pool, item, paused, by).await?;
         self.reload_catalog().await?;
         Ok(updated)
+    }
+
+    /// Ends the item's sale now (`SALE_ENDED` from then on, on every instance within a
+    /// second); with `archive`, archives it too.
+    pub async fn end(
+        &self,
+        item: ItemId,
+        archive: bool,
+        by: &str,
+    ) -> Result<Item, ItemChangeError> {
+        let ended = records::end_item(&self.parts.pool, item, archive, by).await?;
+        self.reload_catalog().await?;
+        tracing::info!(item.id = %item, archive, by, "item ended");
+        Ok(ended)
+    }
+
+    /// Applies an operator's edit. A stock change moves the total and the units left
+    /// together, in Postgres and in Redis, without ever letting Redis offer a unit
+    /// Postgres does not have (see `stock::StockEdits`): lowered, Redis first (refused
+    /// when fewer units are left than the cut); raised, Postgres first.
+    pub async fn edit(
+        &self,
+        id: ItemId,
+        edit: &ItemEdit,
+        by: &str,
+    ) -> Result<Item, ItemChangeError> {
+        let Some(stock) = edit.stock else {
+            let edited = records::edit_item(&self.parts.pool, id, edit, None, by).await?;
+            self.reload_catalog().await?;
+            return Ok(edited);
+        };
+        let edits = StockEdits::new(self.parts.redis.clone());
+        if !edits.begin(id).await? {
+            return Err(ItemChangeError::EditInProgress);
+        }
+        let edited = self.edit_stock(&edits, id, edit, stock, by).await;
+        edits.end(id).await;
+        self.reload_catalog().await?;
+        let edited = edited?;
+        let left = self
+            .live_stock(id)
+            .await
+            .unwrap_or(i64::from(edited.remaining_stock));
+        self.parts.sold_out.announce(id, left <= 0).await;
+        tracing::info!(item.id = %id, stock = edited.total_stock, by, "item stock changed");
+        Ok(edited)
+    }
+
+    async fn edit_stock(
+        &self,
+        edits: &StockEdits,
+        id: ItemId,
+        edit: &ItemEdit,
+        stock: i32,
+        by: &str,
+    ) -> Result<Item, ItemChangeError> {
+        let pool = &self.parts.pool;
+        let current = records::item_by_id(pool, id)
+            .await?
+            .ok_or(ChangeRefused::NotFound)?;
+        let total = current.total_stock;
+        let change = i64::from(stock) - i64::from(total);
+        if change < 0 {
+            match edits.adjust(id, change).await? {
+                Adjusted::TooFew(left) => {
+                    return Err(ItemChangeError::StockTooLow {
+                        min: i64::from(total) - left,
+                    })
+                }
+                Adjusted::Missing => {
+                    // Nothing can be pending in Redis: Postgres's count decides.
+                    let left = i64::from(current.remaining_stock);
+                    if left < -change {
+                        return Err(ItemChangeError::StockTooLow {
+                            min: i64::from(total) - left,
+                        });
+                    }
+                }
+                Adjusted::Applied(_) => {}
+            }
+        }
+        let stored = records::edit_item(pool, id, edit, Some((total, change as i32)), by).await;
+        match stored {
+            Ok(item) => {
+                if change > 0 {
+                    // A failure here leaves Redis short of the new units until the
+                    // reconciler's next round (it counts from Postgres).
+                    if let Err(e) = edits.adjust(id, change).await {
+                        tracing::warn!(item.id = %id, error = %format!("{e:#}"), "raised stock not in redis yet: left to the reconciler");
+                    }
+                }
+                Ok(item)
+            }
+            Err(refused) => {
+                if change < 0 {
+                    // The units Redis gave up come back.
+                    edits.adjust(id, -change).await?;
+                }
+                Err(refused.into())
+            }
+        }
+    }
+
+    /// The item's audited changes, newest first.
+    pub async fn audit(&self, id: ItemId) -> anyhow::Result<Vec<AuditEntry>> {
+        records::item_audit(&self.parts.pool, id).await
+    }
+
+    /// Every item (archived ones with `archived`) with its orders' figures and its live
+    /// stock (Postgres's count where Redis has none), for the operators.
+    pub async fn with_figures(&self, archived: bool) -> anyhow::Result<Vec<(ItemFigures, i64)>> {
+        let figures = records::items_with_figures(&self.parts.pool, archived).await?;
+        let ids: Vec<_> = figures.iter().map(|f| f.item.id).collect();
+        let live = self
+            .parts
+            .redis
+            .remaining(&ids)
+            .await
+            .unwrap_or_else(|_| vec![None; ids.len()]);
+        Ok(figures
+            .into_iter()
+            .zip(live)
+            .map(|(f, live)| {
+                let left = live.unwrap_or(i64::from(f.item.remaining_stock));
+                (f, left)
+            })
+            .collect())
     }
 
     /// One item's live stock from Redis.

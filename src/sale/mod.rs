@@ -53,7 +53,7 @@ pub mod stock;
 pub mod sweeper;
 
 pub use error::{Outcome, Replayable, SaleError};
-pub use items::Items;
+pub use items::{ItemChangeError, Items};
 pub use orders::{OrderError, OrderLife, Orders};
 pub use parts::SaleParts;
 pub use purchase::{Purchase, PurchaseFailure, PurchaseOptions, Purchases};

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::item::ItemId;
 use super::parts::SaleParts;
-use super::records::{self, GiveBack, Moved, Order, OrderFilter, Transition};
+use super::records::{self, GiveBack, Moved, Order, OrderFilter, OrderLine, Transition};
 use super::sweeper::Sweeper;
 use crate::domain::UserId;
 use crate::vocabulary::OrderState;
@@ -130,8 +130,20 @@ impl Orders {
     }
 
     /// One page of the operators' search, and how many match in all.
-    pub async fn search(&self, filter: &OrderFilter) -> anyhow::Result<(Vec<Order>, i64)> {
-        records::search_orders(&self.parts.pool, filter).await
+    /// A page of orders with their items' names and amounts, and how many match.
+    pub async fn search(&self, filter: &OrderFilter) -> anyhow::Result<(Vec<OrderLine>, i64)> {
+        records::search_order_lines(&self.parts.pool, filter).await
+    }
+
+    /// The next `limit` orders of an export, after `cursor` (see
+    /// `records::order_lines_after`).
+    pub async fn lines_after(
+        &self,
+        filter: &OrderFilter,
+        cursor: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+        limit: i64,
+    ) -> anyhow::Result<Vec<OrderLine>> {
+        records::order_lines_after(&self.parts.pool, filter, cursor, limit).await
     }
 
     /// Orders of each item by state, for the dashboard: item id → state → count.

@@ -180,7 +180,7 @@ impl Reconciler {
             return Ok(());
         };
         let pending_orders: Vec<_> = snapshot.pending.iter().map(|r| r.order).collect();
-        let (orders, committed_pending) = records::order_counts(
+        let (total, orders, committed_pending) = records::order_counts(
             &self.parts.pool,
             item.id,
             &pending_orders,
@@ -188,7 +188,9 @@ impl Reconciler {
         )
         .await?;
         let uncommitted = snapshot.pending.len() as i64 - committed_pending;
-        let expected = i64::from(item.total_stock) - orders - uncommitted;
+        // The stored total, not the catalog's: an operator's stock edit reaches this
+        // instance's catalog up to a second later.
+        let expected = i64::from(total) - orders - uncommitted;
         // With nothing pending, every buyer holds an order and the counter counts them.
         // Counts, not members: comparing a big set member by member would cost Redis and
         // Postgres a full read every round.

@@ -11,13 +11,20 @@ use crate::domain::UserId;
 use crate::vocabulary::OrderState;
 
 mod commit;
+mod item_edits;
 mod life_cycle;
+mod order_lines;
 
 pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
+pub use item_edits::{
+    audit_creation, edit_item, end_item, item_audit, items_with_figures, pause_item, AuditEntry,
+    ChangeRefused, ItemFigures,
+};
 pub use life_cycle::{
     expire_due, mark_returned, order_state_counts, owing_items, states_by_item, transition,
     unreturned, GiveBack, Moved, Transition,
 };
+pub use order_lines::{order_lines_after, search_order_lines, OrderLine};
 
 struct ItemRow {
     id: i64,
@@ -28,6 +35,7 @@ struct ItemRow {
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
     paused: bool,
+    archived_at: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<ItemRow> for Item {
@@ -43,6 +51,7 @@ impl TryFrom<ItemRow> for Item {
             starts_at: row.starts_at,
             ends_at: row.ends_at,
             paused: row.paused,
+            archived_at: row.archived_at,
         })
     }
 }
@@ -88,7 +97,7 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
         ItemRow,
         r#"INSERT INTO items (name, price_cents, total_stock, remaining_stock, starts_at, ends_at)
            VALUES ($1, $2, $3, $3, $4, $5)
-           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused"#,
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at"#,
         item.name,
         item.price_cents,
         item.stock,
@@ -100,10 +109,23 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
     row.try_into()
 }
 
+pub async fn item_by_id(pool: &PgPool, id: ItemId) -> anyhow::Result<Option<Item>> {
+    sqlx::query_as!(
+        ItemRow,
+        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at \
+         FROM items WHERE id = $1",
+        id.get()
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(Item::try_from)
+    .transpose()
+}
+
 pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
     sqlx::query_as!(
         ItemRow,
-        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused FROM items"
+        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at FROM items"
     )
     .fetch_all(pool)
     .await?
@@ -112,70 +134,11 @@ pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
     .collect()
 }
 
-/// Pauses or resumes a sale; `None` when there is no such item.
-pub async fn set_paused(pool: &PgPool, item: ItemId, paused: bool) -> anyhow::Result<Option<Item>> {
-    sqlx::query_as!(
-        ItemRow,
-        r#"UPDATE items SET paused = $2 WHERE id = $1
-           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused"#,
-        item.get(),
-        paused
-    )
-    .fetch_optional(pool)
-    .await?
-    .map(Item::try_from)
-    .transpose()
-}
-
-/// A page of orders, newest first, with optional filters; and how many match in all.
-pub async fn search_orders(
-    pool: &PgPool,
-    filter: &OrderFilter,
-) -> anyhow::Result<(Vec<Order>, i64)> {
-    let orders = sqlx::query_as!(
-        OrderRow,
-        r#"SELECT id, user_id, item_id, created_at, state, pay_by FROM orders
-           WHERE ($1::bigint IS NULL OR item_id = $1)
-             AND ($2::bigint IS NULL OR user_id = $2)
-             AND ($3::timestamptz IS NULL OR created_at >= $3)
-             AND ($4::timestamptz IS NULL OR created_at < $4)
-             AND ($7::text IS NULL OR state = $7)
-           ORDER BY created_at DESC, id
-           LIMIT $5 OFFSET $6"#,
-        filter.item.map(ItemId::get),
-        filter.user.map(UserId::get),
-        filter.from,
-        filter.to,
-        filter.per_page,
-        (filter.page - 1) * filter.per_page,
-        filter.state.map(OrderState::as_str),
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(Order::try_from)
-    .collect::<anyhow::Result<Vec<_>>>()?;
-    let total = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "count!" FROM orders
-           WHERE ($1::bigint IS NULL OR item_id = $1)
-             AND ($2::bigint IS NULL OR user_id = $2)
-             AND ($3::timestamptz IS NULL OR created_at >= $3)
-             AND ($4::timestamptz IS NULL OR created_at < $4)
-             AND ($5::text IS NULL OR state = $5)"#,
-        filter.item.map(ItemId::get),
-        filter.user.map(UserId::get),
-        filter.from,
-        filter.to,
-        filter.state.map(OrderState::as_str),
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok((orders, total))
-}
-
 /// Which orders an operator wants to see. `page` starts at 1.
 #[derive(Debug, Clone)]
 pub struct OrderFilter {
+    /// One order, by id.
+    pub order: Option<Uuid>,
     pub item: Option<ItemId>,
     pub user: Option<UserId>,
     pub from: Option<DateTime<Utc>>,
@@ -230,14 +193,17 @@ pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Re
 /// Orders of `item` that hold a unit in Redis (`returned_at IS NULL`: the live ones,
 /// and dead ones whose unit Redis has not got back yet, less those Redis says it has
 /// back, `returning`), and how many of `among` are among them.
+/// The item's total stock as stored now (an operator may have changed it since the
+/// catalog was read), its orders holding a unit, and how many of those are `among`.
 pub async fn order_counts(
     pool: &PgPool,
     item: ItemId,
     among: &[Uuid],
     returning: &[Uuid],
-) -> anyhow::Result<(i64, i64)> {
+) -> anyhow::Result<(i32, i64, i64)> {
     let row = sqlx::query!(
-        r#"SELECT count(*) AS "orders!", count(*) FILTER (WHERE id = ANY($2)) AS "among!"
+        r#"SELECT (SELECT total_stock FROM items WHERE id = $1) AS "total!",
+               count(*) AS "orders!", count(*) FILTER (WHERE id = ANY($2)) AS "among!"
            FROM orders WHERE item_id = $1 AND returned_at IS NULL AND NOT (id = ANY($3))"#,
         item.get(),
         among,
@@ -245,7 +211,7 @@ pub async fn order_counts(
     )
     .fetch_one(pool)
     .await?;
-    Ok((row.orders, row.among))
+    Ok((row.total, row.orders, row.among))
 }
 
 pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {

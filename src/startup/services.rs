@@ -210,7 +210,7 @@ async fn seed_demo_item(pool: &sqlx::PgPool, items: &Items) -> anyhow::Result<()
         now + chrono::Duration::days(1),
     )
     .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
-    items.create(demo).await?;
+    items.create(demo, "seed").await?;
     Ok(())
 }
 

@@ -55,6 +55,8 @@ pub struct Sums {
     pub orders: i64,
     /// Requests let through because the limiter could not ask Redis, every policy.
     pub fail_open: i64,
+    /// The purchases' other outcomes, by their word (`vocabulary::Outcome`).
+    pub outcomes: BTreeMap<String, i64>,
 }
 
 impl Sums {
@@ -70,6 +72,8 @@ impl Sums {
                 sums.orders = value;
             } else if field == FAIL_OPEN {
                 sums.fail_open = value;
+            } else if let Some(outcome) = field.strip_prefix(OUTCOME) {
+                sums.outcomes.insert(outcome.to_string(), value);
             }
         }
         sums
@@ -224,6 +228,7 @@ mod tests {
             ("reject:ip", 2),
             ("orders", 4),
             ("fail_open", 1),
+            ("outcome:sold_out", 3),
             ("from_a_later_version", 9),
         ];
         let sums = Sums::from_fields(fields.iter().map(|(f, v)| (f.to_string(), *v)).collect());
@@ -234,6 +239,7 @@ mod tests {
                 rejections: [("ip".to_string(), 2)].into(),
                 orders: 4,
                 fail_open: 1,
+                outcomes: [("sold_out".to_string(), 3)].into(),
             }
         );
     }

@@ -150,12 +150,12 @@ async fn invalid_rules_are_refused_and_change_nothing(db: PgPool) {
         (
             json!({ "rules": [{ "name": "user", "windowMs": 0 }] }),
             "windowMs",
-            "window_ms must be a positive integer",
+            "windowMs must be a whole number, 1 or more",
         ),
         (
             json!({ "rules": [{ "name": "user", "threshold": 0 }] }),
             "threshold",
-            "threshold must be a positive integer",
+            "threshold must be a whole number, 1 or more",
         ),
         (
             json!({ "rules": [{ "name": "user", "windowMs": -5 }] }),

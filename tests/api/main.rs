@@ -14,6 +14,7 @@ mod hardening;
 mod health;
 mod helpers;
 mod identity;
+mod item_admin;
 mod life_cycle;
 mod limiter_engine;
 mod limiter_http;

@@ -21,7 +21,7 @@ pub struct Probe {
     status: &'static str,
 }
 
-#[utoipa::path(get, path = "/health/live", tag = "operations",
+#[utoipa::path(get, path = "/health/live", operation_id = "checkLiveness", tag = "operations",
     responses((status = 200, description = "The process serves", body = Probe)))]
 pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(Probe { status: "live" })
@@ -31,7 +31,7 @@ pub async fn live() -> HttpResponse {
 #[derive(Clone, Copy)]
 pub struct ReadinessTimeout(pub Duration);
 
-#[utoipa::path(get, path = "/health/ready", tag = "operations", responses(
+#[utoipa::path(get, path = "/health/ready", operation_id = "checkReadiness", tag = "operations", responses(
     (status = 200, description = "Redis and Postgres both answered", body = Probe),
     (status = 503, description = "`NOT_READY`: `down` lists the stores that did not answer", body = crate::http::api_error::ErrorBody),
 ))]

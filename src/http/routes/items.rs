@@ -83,7 +83,7 @@ impl<'a> ItemList<'a> {
 
 /// `GET /api/items`: every item whose sale has not ended (sold-out ones included),
 /// with live remaining stock.
-#[utoipa::path(get, path = "/api/items", tag = "shopper",
+#[utoipa::path(get, path = "/api/items", operation_id = "listShopItems", tag = "shopper",
     responses((status = 200, description = "Items whose sale has not ended", body = ItemList)))]
 pub async fn list(items: web::Data<Items>, room: web::Data<WaitingRoom>) -> HttpResponse {
     let listing = items.listing().await;

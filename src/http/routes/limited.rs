@@ -12,7 +12,7 @@ pub struct Allowed {
     allowed: bool,
 }
 
-#[utoipa::path(get, path = "/api/limited", tag = "limiter",
+#[utoipa::path(get, path = "/api/limited", operation_id = "checkLimit", tag = "limiter",
     params(
         ("policy" = Option<crate::limiter::Algorithm>, Query, description = "The algorithm to decide with (each keeps its own quota); the policy's own when absent"),
         ("X-Client-Id" = Option<String>, Header, description = "The caller's id, 1 to 64 of `A-Z a-z 0-9 . _ : -`; the client IP when absent", pattern = r"^[A-Za-z0-9._:-]{1,64}$"),

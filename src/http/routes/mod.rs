@@ -72,7 +72,13 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
         web::scope("/admin/api")
             .wrap(actix_web::middleware::from_fn(require_admin))
             .service(operator.resource("/me", [get(admin::me)]))
-            .service(operator.resource("/items", [post(admin::create_item)]))
+            .service(
+                operator.resource("/items", [get(admin::list_items), post(admin::create_item)]),
+            )
+            .service(operator.resource("/items/{id}", [patch(admin::edit_item)]))
+            .service(operator.resource("/items/{id}/end", [post(admin::end_item)]))
+            .service(operator.resource("/items/{id}/archive", [post(admin::archive_item)]))
+            .service(operator.resource("/items/{id}/audit", [get(admin::item_audit)]))
             .service(operator.resource("/items/{id}/pause", [post(admin::pause)]))
             .service(operator.resource("/items/{id}/resume", [post(admin::resume)]))
             .service(operator.resource(
@@ -80,6 +86,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
                 [get(admin::waiting_room), put(admin::update_waiting_room)],
             ))
             .service(operator.resource("/orders", [get(admin::orders)]))
+            .service(operator.resource("/orders.csv", [get(admin::orders_csv)]))
             .service(operator.resource("/stats", [get(admin::stats)]))
             .service(operator.resource("/stats/series", [get(admin::stats_series)]))
             .service(operator.resource("/policies", [get(admin::policies)]))
@@ -172,6 +179,15 @@ where
     F::Output: Responder + 'static,
 {
     route(Method::POST, handler)
+}
+
+fn patch<F, Args>(handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    route(Method::PATCH, handler)
 }
 
 fn put<F, Args>(handler: F) -> (Method, Route)

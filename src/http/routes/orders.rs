@@ -60,7 +60,7 @@ impl OrderList {
     }
 }
 
-#[utoipa::path(post, path = "/api/orders/{id}/pay", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(post, path = "/api/orders/{id}/pay", operation_id = "payOrder", tag = "shopper", security(("shopper_jwt" = [])),
     params(
         ("id" = Uuid, Path, description = "The order"),
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[A-Za-z0-9_-]{1,64}$",
@@ -84,7 +84,7 @@ pub async fn pay(
     Ok(HttpResponse::Ok().json(OrderBody::from(&order)))
 }
 
-#[utoipa::path(post, path = "/api/orders/{id}/cancel", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(post, path = "/api/orders/{id}/cancel", operation_id = "cancelOrder", tag = "shopper", security(("shopper_jwt" = [])),
     params(("id" = Uuid, Path, description = "The order")),
     responses(
         (status = 200, description = "The order, cancelled: its unit is back on sale", body = OrderBody),
@@ -102,7 +102,7 @@ pub async fn cancel(
 
 /// `GET /api/orders/mine`: the shopper's orders, newest first, from Postgres, behind
 /// the `orders_read` limiter policy (with its headers).
-#[utoipa::path(get, path = "/api/orders/mine", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(get, path = "/api/orders/mine", operation_id = "listMyOrders", tag = "shopper", security(("shopper_jwt" = [])),
     responses((status = 200, description = "The caller's orders, newest first", body = OrderList)))]
 pub async fn my_orders(
     shopper: Shopper,

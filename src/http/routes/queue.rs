@@ -90,7 +90,7 @@ impl From<Answer> for QueueBody {
 }
 
 /// Joins the item's queue; joining again answers the same place and ticket.
-#[utoipa::path(post, path = "/api/items/{id}/queue", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(post, path = "/api/items/{id}/queue", operation_id = "joinQueue", tag = "shopper", security(("shopper_jwt" = [])),
     description = "Joins the item's waiting room, behind the `queue_join` policy (per user and per IP). \
         Opens at the room's `prequeueStartsAt` (or the sale's start); those who join before the start \
         are shuffled at the start.",
@@ -125,7 +125,7 @@ pub async fn join(
 }
 
 /// Where the caller stands: answered from this instance's copy of the room, no Redis call.
-#[utoipa::path(get, path = "/api/items/{id}/queue", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(get, path = "/api/items/{id}/queue", operation_id = "pollQueue", tag = "shopper", security(("shopper_jwt" = [])),
     params(("id" = i64, Path, description = "The item"),
         ("Queue-Ticket" = String, Header, description = "The ticket the join answered")),
     responses(

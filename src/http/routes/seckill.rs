@@ -32,7 +32,7 @@ pub struct PurchaseRequest {
 /// The purchase. Extractors run in argument order: the token is checked (401) before
 /// the body is read (400), and the body before the `Idempotency-Key` (400). Then the
 /// answers that need no Redis; the rest is the sale's, once per key.
-#[utoipa::path(post, path = "/seckill", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(post, path = "/seckill", operation_id = "purchase", tag = "shopper", security(("shopper_jwt" = [])),
     description = "Buys one unit of an item: decided by the `seckill` policy's three rules \
         (`api` across all instances, `user`, `ip`) in one Redis call, then an atomic \
         reservation, then the order's commit to Postgres. One order per user per item.",

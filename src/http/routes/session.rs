@@ -29,11 +29,14 @@ pub struct SessionResponse {
     expires_at: DateTime<Utc>,
 }
 
-#[utoipa::path(post, path = "/api/session", tag = "shopper",
+#[utoipa::path(post, path = "/api/session", operation_id = "createSession", tag = "shopper",
     description = "The development login: a token for any user id. Served only in local mode \
         (`SECKILL_ENVIRONMENT=local` or `SECKILL_DEV_LOGIN=true`); elsewhere the path does not exist.",
     request_body = SessionRequest,
-    responses((status = 200, description = "A shopper token", body = SessionResponse)))]
+    responses(
+        (status = 200, description = "A shopper token", body = SessionResponse),
+        (status = 404, description = "`NOT_FOUND`: the development login is off (production)", body = crate::http::api_error::ErrorBody),
+    ))]
 pub async fn create(
     body: JsonBody<SessionRequest>,
     keys: web::Data<TokenKeys>,
@@ -57,7 +60,7 @@ pub struct Me {
 }
 
 /// `GET /api/me`: who the bearer token says the caller is.
-#[utoipa::path(get, path = "/api/me", tag = "shopper", security(("shopper_jwt" = [])),
+#[utoipa::path(get, path = "/api/me", operation_id = "getShopper", tag = "shopper", security(("shopper_jwt" = [])),
     responses((status = 200, description = "The caller", body = Me)))]
 pub async fn me(shopper: Shopper) -> HttpResponse {
     HttpResponse::Ok().json(Me { user_id: shopper.0 })

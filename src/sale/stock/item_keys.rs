@@ -108,6 +108,11 @@ impl ItemKeys {
     pub fn in_doubt(&self) -> String {
         format!("{}:in-doubt", self.base)
     }
+    /// Held while an operator's stock edit runs (`stock::StockEdits`): the reconciler's
+    /// drift repair stays off the counter meanwhile.
+    pub fn stock_edit(&self) -> String {
+        format!("{}:stock-edit", self.base)
+    }
     /// The waiting room's counters (hash: joined, pre, sealed0, mapped, serving,
     /// admitted, skipped, credit, credit_at, may_return, may_return_until; see
     /// `sale::room`).

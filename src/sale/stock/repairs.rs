@@ -161,6 +161,7 @@ impl Repairs {
             .key(keys.version())
             .key(keys.buyers())
             .key(keys.success())
+            .key(keys.stock_edit())
             .arg(snapshot.version)
             .arg(stock);
         match sold {

@@ -103,6 +103,7 @@ async fn the_drift_repair_refuses_after_the_stock_moved_and_came_back() {
         starts_at: now - chrono::Duration::minutes(1),
         ends_at: now + chrono::Duration::hours(1),
         paused: false,
+        archived_at: None,
     };
     let ledger = seckill::sale::records::ItemLedger {
         remaining: 10,

@@ -4,9 +4,13 @@
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
 //! edits and audit.
 
+pub mod item_changes;
+pub mod orders_export;
 pub mod queue_settings;
 pub mod rules;
 
+pub use item_changes::{archive_item, edit_item, end_item, item_audit, list_items};
+pub use orders_export::orders_csv;
 pub use queue_settings::{update_waiting_room, waiting_room};
 pub use rules::{audit, policies, policy, update_policy};
 
@@ -15,19 +19,20 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use validator::Validate;
 
-use super::items::{ItemBody, ItemList};
-use super::orders::OrderList;
+use super::items::{item_id, ItemBody, ItemList};
+use super::orders::OrderBody;
 use crate::domain::UserId;
 use crate::http::ApiError;
 use crate::http::JsonBody;
+use crate::http::QueryParams;
 use crate::identity::Admin;
 use crate::sale::item::{ItemId, NewItem};
-use crate::sale::records::OrderFilter;
+use crate::sale::records::{OrderFilter, OrderLine};
 use crate::sale::room::WaitingRoom;
-use crate::sale::{Items, Orders, SaleError};
+use crate::sale::{Items, Orders};
 use crate::stats::series::Series;
 use crate::stats::{LiveStats, MAX_SERIES_SECS};
-use crate::vocabulary::OrderState;
+use crate::vocabulary::{OrderState, Outcome};
 
 /// The operator a token belongs to.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -36,7 +41,7 @@ pub struct Operator {
 }
 
 /// `GET /admin/api/me`: checks a token (the dashboard's sign-in).
-#[utoipa::path(get, path = "/admin/api/me", tag = "admin", operation_id = "operator",
+#[utoipa::path(get, path = "/admin/api/me", operation_id = "getOperator", tag = "admin",
     responses((status = 200, description = "The token's operator", body = Operator)))]
 pub async fn me(admin: Admin) -> HttpResponse {
     HttpResponse::Ok().json(Operator { name: admin.name })
@@ -57,7 +62,7 @@ pub struct CreateItemRequest {
 }
 
 /// `POST /admin/api/items`.
-#[utoipa::path(post, path = "/admin/api/items", tag = "admin", request_body = CreateItemRequest,
+#[utoipa::path(post, path = "/admin/api/items", operation_id = "createItem", tag = "admin", request_body = CreateItemRequest,
     responses((status = 201, description = "The item, on sale from `startsAt`", body = crate::http::routes::items::ItemBody)))]
 pub async fn create_item(
     admin: Admin,
@@ -73,13 +78,13 @@ pub async fn create_item(
         request.ends_at,
     )
     .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
-    let item = items.create(new).await?;
+    let item = items.create(new, &admin.name).await?;
     tracing::info!(admin = %admin.name, item.id = %item.id, "admin created an item");
     Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
 }
 
 /// `POST /admin/api/items/{id}/pause` and `…/resume`.
-#[utoipa::path(post, path = "/admin/api/items/{id}/pause", tag = "admin",
+#[utoipa::path(post, path = "/admin/api/items/{id}/pause", operation_id = "pauseItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
         (status = 200, description = "The item, paused: purchases answer `SALE_PAUSED`", body = crate::http::routes::items::ItemBody),
@@ -93,7 +98,7 @@ pub async fn pause(
     set_paused(admin, id.into_inner(), true, &items).await
 }
 
-#[utoipa::path(post, path = "/admin/api/items/{id}/resume", tag = "admin",
+#[utoipa::path(post, path = "/admin/api/items/{id}/resume", operation_id = "resumeItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
         (status = 200, description = "The item, on sale again", body = crate::http::routes::items::ItemBody),
@@ -113,11 +118,8 @@ async fn set_paused(
     paused: bool,
     items: &Items,
 ) -> Result<HttpResponse, ApiError> {
-    let id = ItemId::try_from(id).map_err(|_| SaleError::ItemNotFound)?;
-    let item = items
-        .set_paused(id, paused)
-        .await?
-        .ok_or(SaleError::ItemNotFound)?;
+    let id = item_id(id)?;
+    let item = items.set_paused(id, paused, &admin.name).await?;
     tracing::info!(admin = %admin.name, item.id = %item.id, paused, "admin changed a sale");
     let remaining = items
         .live_stock(item.id)
@@ -130,6 +132,8 @@ async fn set_paused(
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct OrdersQuery {
+    /// One order, by id.
+    order: Option<uuid::Uuid>,
     item: Option<i64>,
     user: Option<i64>,
     from: Option<DateTime<Utc>>,
@@ -143,15 +147,31 @@ pub struct OrdersQuery {
 /// The last page `GET /admin/api/orders` serves: 20 million orders at 200 a page.
 const MAX_PAGE: i64 = 100_000;
 
-/// `GET /admin/api/orders?item=&user=&from=&to=&page=&perPage=`: newest first.
-#[utoipa::path(get, path = "/admin/api/orders", tag = "admin", params(OrdersQuery),
-    responses((status = 200, description = "One page of orders, newest first", body = OrderPage)))]
+/// `GET /admin/api/orders?order=&item=&user=&from=&to=&state=&page=&perPage=`: newest
+/// first, each with its item's name, its amount and when it was paid.
+#[utoipa::path(get, path = "/admin/api/orders", operation_id = "listOrders", tag = "admin", params(OrdersQuery),
+    responses(
+        (status = 200, description = "One page of orders, newest first", body = OrderPage),
+        (status = 400, description = "`VALIDATION_FAILED`: `field` names the query parameter", body = crate::http::api_error::ErrorBody),
+    ))]
 pub async fn orders(
     _admin: Admin,
-    query: web::Query<OrdersQuery>,
+    query: QueryParams<OrdersQuery>,
     orders: web::Data<Orders>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = query.into_inner();
+    let filter = order_filter(query.into_inner())?;
+    let (page, per_page) = (filter.page, filter.per_page);
+    let (found, total) = orders.search(&filter).await?;
+    Ok(HttpResponse::Ok().json(OrderPage {
+        orders: found.iter().map(AdminOrderBody::from).collect(),
+        page,
+        per_page,
+        total,
+    }))
+}
+
+/// The filter an orders query asks for, each parameter checked and named when wrong.
+pub(super) fn order_filter(q: OrdersQuery) -> Result<OrderFilter, ApiError> {
     let page = q.page.unwrap_or(1);
     let per_page = q.per_page.unwrap_or(50);
     // Bounded so that the offset, (page - 1) × perPage, always fits: an unbounded page
@@ -168,7 +188,8 @@ pub async fn orders(
             "perPage must be between 1 and 200",
         ));
     }
-    let filter = OrderFilter {
+    Ok(OrderFilter {
+        order: q.order,
         item: q
             .item
             .map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
@@ -192,14 +213,30 @@ pub async fn orders(
             .transpose()?,
         page,
         per_page,
-    };
-    let (found, total) = orders.search(&filter).await?;
-    Ok(HttpResponse::Ok().json(OrderPage {
-        orders: OrderList::new(&found),
-        page,
-        per_page,
-        total,
-    }))
+    })
+}
+
+/// An order as operators see it: the shopper's fields plus the item's name, the
+/// amount and the payment time.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdminOrderBody {
+    #[serde(flatten)]
+    order: OrderBody,
+    item_name: String,
+    amount_cents: i64,
+    paid_at: Option<DateTime<Utc>>,
+}
+
+impl From<&OrderLine> for AdminOrderBody {
+    fn from(line: &OrderLine) -> Self {
+        Self {
+            order: OrderBody::from(&line.order),
+            item_name: line.item_name.clone(),
+            amount_cents: line.amount_cents,
+            paid_at: line.paid_at,
+        }
+    }
 }
 
 /// `instant` from the query's `field`, if Postgres can store it (see `domain::is_storable`).
@@ -217,8 +254,7 @@ fn storable(field: &str, instant: DateTime<Utc>) -> Result<DateTime<Utc>, ApiErr
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderPage {
-    #[serde(flatten)]
-    orders: OrderList,
+    orders: Vec<AdminOrderBody>,
     page: i64,
     per_page: i64,
     /// Orders matching the filter, over all pages.
@@ -234,11 +270,11 @@ pub struct StatsQuery {
 
 /// `GET /admin/api/stats?window=60`: the last `window` seconds summed over every
 /// instance, plus live stock.
-#[utoipa::path(get, path = "/admin/api/stats", tag = "admin", params(StatsQuery),
+#[utoipa::path(get, path = "/admin/api/stats", operation_id = "getStats", tag = "admin", params(StatsQuery),
     responses((status = 200, description = "Counters summed over every instance, and live stock", body = Stats)))]
 pub async fn stats(
     _admin: Admin,
-    query: web::Query<StatsQuery>,
+    query: QueryParams<StatsQuery>,
     live: web::Data<LiveStats>,
     items: web::Data<Items>,
     orders: web::Data<Orders>,
@@ -251,8 +287,14 @@ pub async fn stats(
     let sums = live.sums(window).await?;
     let listing = items.listing().await;
     let ids: Vec<_> = listing.iter().map(|(item, _)| item.id).collect();
+    let outcome = |o: Outcome| sums.outcomes.get(o.label()).copied().unwrap_or(0);
     Ok(HttpResponse::Ok().json(Stats {
         window_seconds: window,
+        // Every admitted purchase passes every rule once: one rule's count is theirs.
+        admitted: sums.passes.values().copied().max().unwrap_or(0),
+        sold_out: outcome(Outcome::SoldOut),
+        already_purchased: outcome(Outcome::AlreadyPurchased),
+        errors: outcome(Outcome::OrderFailed) + outcome(Outcome::LimiterUnavailable),
         passes: sums.passes,
         rejections: sums.rejections,
         orders: sums.orders,
@@ -271,11 +313,11 @@ pub struct SeriesQuery {
 
 /// `GET /admin/api/stats/series?window=300`: the last `window` whole seconds, one point
 /// per second, summed over every instance: the dashboard's charts.
-#[utoipa::path(get, path = "/admin/api/stats/series", tag = "admin", params(SeriesQuery),
+#[utoipa::path(get, path = "/admin/api/stats/series", operation_id = "getStatsSeries", tag = "admin", params(SeriesQuery),
     responses((status = 200, description = "Per-second purchases by outcome, limiter refusals by who answered them, and stock per item", body = Series)))]
 pub async fn stats_series(
     _admin: Admin,
-    query: web::Query<SeriesQuery>,
+    query: QueryParams<SeriesQuery>,
     live: web::Data<LiveStats>,
 ) -> Result<HttpResponse, ApiError> {
     let window = query.window.unwrap_or(MAX_SERIES_SECS);
@@ -286,7 +328,16 @@ pub async fn stats_series(
 #[serde(rename_all = "camelCase")]
 pub struct Stats<'a> {
     window_seconds: u64,
-    /// Admissions of the sale's policy, by dimension (rule name).
+    /// Purchases the limiter let through, each counted once.
+    admitted: i64,
+    /// Purchases answered `SOLD_OUT` (from memory or after the limiter).
+    sold_out: i64,
+    /// Purchases answered `ALREADY_PURCHASED`.
+    already_purchased: i64,
+    /// Purchases answered `ORDER_FAILED` or `LIMITER_UNAVAILABLE`.
+    errors: i64,
+    /// Admissions of the sale's policy, by dimension (rule name): every admitted
+    /// purchase counts once in each (see `admitted`).
     passes: std::collections::BTreeMap<String, i64>,
     /// Its refusals, by the dimension that refused.
     rejections: std::collections::BTreeMap<String, i64>,

@@ -102,7 +102,7 @@ impl RoomBody {
     }
 }
 
-#[utoipa::path(get, path = "/admin/api/items/{id}/waiting-room", tag = "admin", operation_id = "waiting_room",
+#[utoipa::path(get, path = "/admin/api/items/{id}/waiting-room", operation_id = "getWaitingRoom", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
         (status = 200, description = "The room's settings and figures", body = RoomBody),
@@ -117,7 +117,7 @@ pub async fn waiting_room(
     Ok(HttpResponse::Ok().json(RoomBody::new(item, room.status(item)?)))
 }
 
-#[utoipa::path(put, path = "/admin/api/items/{id}/waiting-room", tag = "admin", operation_id = "update_waiting_room",
+#[utoipa::path(put, path = "/admin/api/items/{id}/waiting-room", operation_id = "updateWaitingRoom", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     request_body = RoomRequest,
     responses(

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::ApiError;
 use crate::http::JsonBody;
+use crate::http::QueryParams;
 use crate::identity::Admin;
 use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig, Scope};
 use crate::rules::edit::PolicyEdit;
@@ -70,7 +71,7 @@ pub struct Policies {
 }
 
 /// `GET /admin/api/policies`.
-#[utoipa::path(get, path = "/admin/api/policies", tag = "admin",
+#[utoipa::path(get, path = "/admin/api/policies", operation_id = "listPolicies", tag = "admin",
     responses((status = 200, description = "Every policy with its version", body = Policies)))]
 pub async fn policies(
     _admin: Admin,
@@ -86,7 +87,7 @@ pub async fn policies(
 
 /// `GET /admin/api/policies/{name}`: one policy, its version also as the `ETag` (e.g.
 /// `"3"`) to send back in `If-Match` with an edit.
-#[utoipa::path(get, path = "/admin/api/policies/{name}", tag = "admin",
+#[utoipa::path(get, path = "/admin/api/policies/{name}", operation_id = "getPolicy", tag = "admin",
     params(("name" = String, Path, description = "The policy (`seckill`, `limited`, …)")),
     responses(
         (status = 200, description = "The policy", body = PolicyView,
@@ -129,7 +130,7 @@ fn versioned(name: &str, stored: &StoredPolicy) -> HttpResponse {
 /// `version` in the body, refused with 409 `VERSION_CONFLICT` (naming the current
 /// version) unless the policy is still at that version; without either, applied to
 /// whatever is stored.
-#[utoipa::path(put, path = "/admin/api/policies/{name}", tag = "admin",
+#[utoipa::path(put, path = "/admin/api/policies/{name}", operation_id = "updatePolicy", tag = "admin",
     params(
         ("name" = String, Path, description = "The policy"),
         ("If-Match" = Option<String>, Header, description = "The version the edit was made from, e.g. `\"3\"`, or `*`"),
@@ -230,11 +231,11 @@ impl From<AuditEntry> for AuditView {
 }
 
 /// `GET /admin/api/audit?policy=`: the latest 100 rule changes.
-#[utoipa::path(get, path = "/admin/api/audit", tag = "admin", params(AuditQuery),
+#[utoipa::path(get, path = "/admin/api/audit", operation_id = "listPolicyAudit", tag = "admin", params(AuditQuery),
     responses((status = 200, description = "The latest 100 policy changes, newest first", body = Audit)))]
 pub async fn audit(
     _admin: Admin,
-    query: web::Query<AuditQuery>,
+    query: QueryParams<AuditQuery>,
     rules: web::Data<RuleStore>,
 ) -> Result<HttpResponse, ApiError> {
     let policy = query

@@ -1,0 +1,288 @@
+//! An item's life after its creation, in Postgres: edits, the end, the archive, and the
+//! audit of every operator's change (`item_audit`). Each change is one transaction: the
+//! item's row locked, the change checked against what is stored, applied, audited.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::types::Json;
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::ItemRow;
+use crate::sale::item::{Item, ItemEdit, ItemId};
+
+/// One audited change.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub action: String,
+    pub changed_by: String,
+    pub changed_at: DateTime<Utc>,
+    pub old: Option<Value>,
+    pub new: Value,
+}
+
+/// Why a change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeRefused {
+    #[error("no such item")]
+    NotFound,
+    #[error("the item is archived")]
+    Archived,
+    /// The stored total moved since the caller read it (another stock edit).
+    #[error("the item's stock changed meanwhile")]
+    StockMoved,
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for ChangeRefused {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+/// The fields of an item an audit entry shows, in the API's spelling.
+fn fields(item: &Item) -> Value {
+    json!({
+        "name": item.name,
+        "priceCents": item.price_cents,
+        "stock": item.total_stock,
+        "startsAt": item.starts_at,
+        "endsAt": item.ends_at,
+        "paused": item.paused,
+        "archivedAt": item.archived_at,
+    })
+}
+
+async fn locked(tx: &mut Transaction<'_, Postgres>, id: ItemId) -> Result<Item, ChangeRefused> {
+    let row = sqlx::query_as!(
+        ItemRow,
+        "SELECT id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, \
+         archived_at FROM items WHERE id = $1 FOR UPDATE",
+        id.get()
+    )
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or(ChangeRefused::NotFound)?;
+    Ok(Item::try_from(row)?)
+}
+
+async fn record(
+    tx: &mut Transaction<'_, Postgres>,
+    item: ItemId,
+    action: &str,
+    by: &str,
+    old: Option<&Item>,
+    new: &Item,
+) -> Result<(), ChangeRefused> {
+    sqlx::query!(
+        "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
+         VALUES ($1, $2, $3, $4, $5)",
+        item.get(),
+        action,
+        by,
+        old.map(|old| Json(fields(old))) as _,
+        Json(fields(new)) as _,
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records an item's creation (its first audit entry).
+pub async fn audit_creation(pool: &PgPool, item: &Item, by: &str) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    record(&mut tx, item.id, "create", by, None, item)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Applies `edit`; a stock change adds `stock_delta` to the total and the remaining
+/// count, and only if the stored total is still `expected_total`.
+pub async fn edit_item(
+    pool: &PgPool,
+    id: ItemId,
+    edit: &ItemEdit,
+    stock: Option<(i32, i32)>,
+    by: &str,
+) -> Result<Item, ChangeRefused> {
+    let mut tx = pool.begin().await?;
+    let old = locked(&mut tx, id).await?;
+    if old.archived_at.is_some() {
+        return Err(ChangeRefused::Archived);
+    }
+    let delta = match stock {
+        Some((expected_total, _)) if expected_total != old.total_stock => {
+            return Err(ChangeRefused::StockMoved)
+        }
+        Some((_, delta)) => delta,
+        None => 0,
+    };
+    let row = sqlx::query_as!(
+        ItemRow,
+        r#"UPDATE items SET name = COALESCE($2, name), price_cents = COALESCE($3, price_cents),
+               ends_at = COALESCE($4, ends_at), total_stock = total_stock + $5,
+               remaining_stock = remaining_stock + $5
+           WHERE id = $1
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at"#,
+        id.get(),
+        edit.name,
+        edit.price_cents,
+        edit.ends_at,
+        delta,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let new = Item::try_from(row)?;
+    record(&mut tx, id, "edit", by, Some(&old), &new).await?;
+    tx.commit().await?;
+    Ok(new)
+}
+
+/// Ends the sale now (an item not started yet starts and ends now); with `archive`,
+/// archives it too. Ending an ended item or archiving an archived one changes nothing.
+pub async fn end_item(
+    pool: &PgPool,
+    id: ItemId,
+    archive: bool,
+    by: &str,
+) -> Result<Item, ChangeRefused> {
+    let mut tx = pool.begin().await?;
+    let old = locked(&mut tx, id).await?;
+    if old.archived_at.is_some() {
+        return if archive {
+            Ok(old)
+        } else {
+            Err(ChangeRefused::Archived)
+        };
+    }
+    let row = sqlx::query_as!(
+        ItemRow,
+        r#"UPDATE items SET
+               starts_at = LEAST(starts_at, now() - interval '1 millisecond'),
+               ends_at = LEAST(ends_at, now()),
+               archived_at = CASE WHEN $2 THEN now() ELSE archived_at END
+           WHERE id = $1
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at"#,
+        id.get(),
+        archive,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let new = Item::try_from(row)?;
+    if new != old {
+        let action = if archive { "archive" } else { "end" };
+        record(&mut tx, id, action, by, Some(&old), &new).await?;
+    }
+    tx.commit().await?;
+    Ok(new)
+}
+
+/// Pauses or resumes a sale, audited; `None` when there is no such item.
+pub async fn pause_item(
+    pool: &PgPool,
+    id: ItemId,
+    paused: bool,
+    by: &str,
+) -> Result<Item, ChangeRefused> {
+    let mut tx = pool.begin().await?;
+    let old = locked(&mut tx, id).await?;
+    let row = sqlx::query_as!(
+        ItemRow,
+        r#"UPDATE items SET paused = $2 WHERE id = $1
+           RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at"#,
+        id.get(),
+        paused
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let new = Item::try_from(row)?;
+    if new != old {
+        let action = if paused { "pause" } else { "resume" };
+        record(&mut tx, id, action, by, Some(&old), &new).await?;
+    }
+    tx.commit().await?;
+    Ok(new)
+}
+
+/// The item's audit, newest first (at most 500 entries).
+pub async fn item_audit(pool: &PgPool, id: ItemId) -> anyhow::Result<Vec<AuditEntry>> {
+    let rows = sqlx::query!(
+        r#"SELECT action, changed_by, changed_at, old_values AS "old: Json<Value>",
+               new_values AS "new!: Json<Value>"
+           FROM item_audit WHERE item_id = $1 ORDER BY changed_at DESC, id DESC LIMIT 500"#,
+        id.get()
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| AuditEntry {
+            action: row.action,
+            changed_by: row.changed_by,
+            changed_at: row.changed_at,
+            old: row.old.map(|j| j.0),
+            new: row.new.0,
+        })
+        .collect())
+}
+
+/// An item with what it sold: the operators' list.
+#[derive(Debug, Clone)]
+pub struct ItemFigures {
+    pub item: Item,
+    /// Live orders (awaiting payment or paid).
+    pub sold: i64,
+    /// Orders awaiting payment.
+    pub held: i64,
+    pub revenue_cents: i64,
+    /// When the last unit went, if every unit has gone: the last live order's time.
+    pub sold_out_at: Option<DateTime<Utc>>,
+}
+
+/// Every item (archived ones only with `archived`), newest first, at most 500, with
+/// their orders' figures.
+pub async fn items_with_figures(pool: &PgPool, archived: bool) -> anyhow::Result<Vec<ItemFigures>> {
+    let rows = sqlx::query!(
+        r#"SELECT i.id, i.name, i.price_cents, i.total_stock, i.remaining_stock, i.starts_at,
+               i.ends_at, i.paused, i.archived_at,
+               count(o.id) FILTER (WHERE o.state IN ('pending_payment', 'paid')) AS "sold!",
+               count(o.id) FILTER (WHERE o.state = 'pending_payment') AS "held!",
+               (count(o.id) FILTER (WHERE o.state = 'paid') * i.price_cents)::BIGINT AS "revenue!",
+               max(o.created_at) FILTER (WHERE o.state IN ('pending_payment', 'paid')) AS last_sale
+           FROM items i LEFT JOIN orders o ON o.item_id = i.id
+           WHERE $1 OR i.archived_at IS NULL
+           GROUP BY i.id
+           ORDER BY i.created_at DESC, i.id DESC
+           LIMIT 500"#,
+        archived
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            let item = Item::try_from(ItemRow {
+                id: row.id,
+                name: row.name,
+                price_cents: row.price_cents,
+                total_stock: row.total_stock,
+                remaining_stock: row.remaining_stock,
+                starts_at: row.starts_at,
+                ends_at: row.ends_at,
+                paused: row.paused,
+                archived_at: row.archived_at,
+            })?;
+            let sold_out_at = (row.sold >= i64::from(item.total_stock))
+                .then_some(row.last_sale)
+                .flatten();
+            Ok(ItemFigures {
+                item,
+                sold: row.sold,
+                held: row.held,
+                revenue_cents: row.revenue,
+                sold_out_at,
+            })
+        })
+        .collect()
+}
