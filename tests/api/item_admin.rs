@@ -75,6 +75,41 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
         body(patch(&app, 999_999, json!({ "name": "x" })).await).await["code"],
         "ITEM_NOT_FOUND"
     );
+    for path in [
+        "/admin/api/items/999999/end",
+        "/admin/api/items/999999/archive",
+    ] {
+        let missing = admin(&app, reqwest::Method::POST, path, None).await;
+        assert_eq!(
+            (
+                missing.status().as_u16(),
+                body(missing).await["code"].clone()
+            ),
+            (404, json!("ITEM_NOT_FOUND")),
+            "{path}"
+        );
+        let anonymous = app.client.post(app.url(path)).send().await.unwrap();
+        assert_eq!(anonymous.status(), 401, "{path}");
+    }
+    let missing = admin(
+        &app,
+        reqwest::Method::GET,
+        "/admin/api/items/999999/audit",
+        None,
+    )
+    .await;
+    assert_eq!(missing.status(), 404);
+    let bad = admin(
+        &app,
+        reqwest::Method::GET,
+        "/admin/api/items?archived=maybe",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (bad.status().as_u16(), body(bad).await["field"].clone()),
+        (400, json!("archived"))
+    );
 
     let edited = patch(&app, item, json!({ "name": "Renamed", "priceCents": 2500 })).await;
     assert_eq!(edited.status(), 200);
