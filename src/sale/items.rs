@@ -197,10 +197,15 @@ impl Items {
         records::item_audit(&self.parts.pool, id).await
     }
 
-    /// Every item (archived ones with `archived`) with its orders' figures and its live
-    /// stock (Postgres's count where Redis has none), for the operators.
-    pub async fn with_figures(&self, archived: bool) -> anyhow::Result<Vec<(ItemFigures, i64)>> {
-        let figures = records::items_with_figures(&self.parts.pool, archived).await?;
+    /// Every item (archived ones with `archived`; only `only` when given) with its
+    /// orders' figures and its live stock (Postgres's count where Redis has none), for
+    /// the operators.
+    pub async fn with_figures(
+        &self,
+        archived: bool,
+        only: Option<ItemId>,
+    ) -> anyhow::Result<Vec<(ItemFigures, i64)>> {
+        let figures = records::items_with_figures(&self.parts.pool, archived, only).await?;
         let ids: Vec<_> = figures.iter().map(|f| f.item.id).collect();
         let live = self
             .parts

@@ -241,9 +241,13 @@ pub struct ItemFigures {
     pub sold_out_at: Option<DateTime<Utc>>,
 }
 
-/// Every item (archived ones only with `archived`), newest first, at most 500, with
-/// their orders' figures.
-pub async fn items_with_figures(pool: &PgPool, archived: bool) -> anyhow::Result<Vec<ItemFigures>> {
+/// Every item (archived ones only with `archived`; only `only` when given), newest
+/// first, at most 500, with their orders' figures.
+pub async fn items_with_figures(
+    pool: &PgPool,
+    archived: bool,
+    only: Option<ItemId>,
+) -> anyhow::Result<Vec<ItemFigures>> {
     let rows = sqlx::query!(
         r#"SELECT i.id, i.name, i.price_cents, i.total_stock, i.remaining_stock, i.starts_at,
                i.ends_at, i.paused, i.archived_at,
@@ -252,11 +256,12 @@ pub async fn items_with_figures(pool: &PgPool, archived: bool) -> anyhow::Result
                (count(o.id) FILTER (WHERE o.state = 'paid') * i.price_cents)::BIGINT AS "revenue!",
                max(o.created_at) FILTER (WHERE o.state IN ('pending_payment', 'paid')) AS last_sale
            FROM items i LEFT JOIN orders o ON o.item_id = i.id
-           WHERE $1 OR i.archived_at IS NULL
+           WHERE ($1 OR i.archived_at IS NULL) AND ($2::bigint IS NULL OR i.id = $2)
            GROUP BY i.id
            ORDER BY i.created_at DESC, i.id DESC
            LIMIT 500"#,
-        archived
+        archived,
+        only.map(ItemId::get),
     )
     .fetch_all(pool)
     .await?;

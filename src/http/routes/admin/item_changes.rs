@@ -71,7 +71,9 @@ pub async fn list_items(
     items: web::Data<Items>,
     room: web::Data<WaitingRoom>,
 ) -> Result<HttpResponse, ApiError> {
-    let listed = items.with_figures(query.archived.unwrap_or(false)).await?;
+    let listed = items
+        .with_figures(query.archived.unwrap_or(false), None)
+        .await?;
     let body = AdminItemList {
         items: listed
             .iter()
@@ -87,7 +89,7 @@ async fn one(
     room: &WaitingRoom,
     id: crate::sale::item::ItemId,
 ) -> Result<HttpResponse, ApiError> {
-    let listed = items.with_figures(true).await?;
+    let listed = items.with_figures(true, Some(id)).await?;
     let (figures, left) = listed
         .iter()
         .find(|(f, _)| f.item.id == id)
