@@ -34,7 +34,8 @@
 #   table: constant limiter_only ceiling_limited seckill_off seckill_one seckill_three
 #   seckill_three_2x refused refused_api sold_out stampede ledger_2x orders evalsha
 #   orders_open_1000 orders_max_open orders_max_open_2x orders_open_durable
-#   cluster_one_sale cluster_many_sales)
+#   cluster_one_sale cluster_many_sales queue_fairness queue_fairness_direct queue_fifo
+#   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness; `queue` names all seven)
 #   BENCH_CLUSTER_PORT=7401 (the first of the 6 ports of cluster_one_sale's own cluster)
 #   BENCH_OPEN_RATES="1000 1500 2000 3000 4000 5000 6000 8000 10000 12000" (integers/s)
 #   BENCH_OPEN_STEP_SECONDS=3 BENCH_OPEN_MAX_IN_FLIGHT=1024 (sends beyond it are dropped)
@@ -48,13 +49,18 @@
 #   BENCH_PAIRS=3 (how many times each app scenario that has a ceiling runs, alternating
 #   with it: app, ceiling, app, ceiling, ...; its ratio is reported as the median of the
 #   pairs with their range, its row in the table is the run with the median req/s)
+#   BENCH_QUEUE_HUMANS=18000 BENCH_QUEUE_OPERATORS=10 BENCH_QUEUE_PER_OPERATOR=200 (the
+#   waiting room's fairness crowd, scenarios-queue.sh) BENCH_QUEUE_MAX_ACTIVE=500 (its room's
+#   maxActive)
+#   BENCH_BUILD=0 (use the release binaries already built instead of building them)
 #
 # This file is the driver: its knobs, then the jobs in order. The jobs live in
 # scripts/bench/: setup.sh (services, build, limiter configs, clean-up), servers.sh (app
 # instances and the ceiling), load.sh (loadgen runs, items, CPU, pairs), one file per
 # group of scenarios (scenarios-limiter.sh, scenarios-stampede.sh, scenarios-orders.sh
-# with orders-open.sh, cluster.sh, durable.sh), and report.py for the tables (results.py
-# reads the runs, ratios.py the last table).
+# with orders-open.sh, scenarios-queue.sh, cluster.sh, durable.sh), and report.py for the
+# tables (results.py reads the runs, ratios.py the ratios, waiting_room.py the waiting
+# room's figures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -119,6 +125,8 @@ want() {
 . scripts/bench/scenarios-stampede.sh
 # shellcheck source=scripts/bench/scenarios-orders.sh
 . scripts/bench/scenarios-orders.sh
+# shellcheck source=scripts/bench/scenarios-queue.sh
+. scripts/bench/scenarios-queue.sh
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
 # shellcheck source=scripts/bench/durable.sh
@@ -133,6 +141,8 @@ scenarios_stampede
 scenario_orders_closed
 scenario_evalsha
 scenarios_orders_open
+# 14: the waiting room.
+scenarios_queue
 # 12-13: on a Redis Cluster of the bench's own.
 scenarios_cluster
 # 11: durability's cost (last: it starts a Postgres cluster of its own).

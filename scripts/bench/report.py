@@ -2,11 +2,12 @@
 orders here, then the ratios with their targets (ratios.py).
 
 Run by scripts/bench.sh with its output folder and settings as arguments; reads the
-runs through results.py.
+runs through results.py; the waiting room's table comes from waiting_room.py.
 """
 import sys
 
 import ratios
+import waiting_room
 from results import Results, non200, read
 
 out, conc, secs, st_users, st_rate, st_cap, p99_bound, step_secs, open_cap, only = sys.argv[1:11]
@@ -101,3 +102,6 @@ if shown:
 
 ratios.report(res, steps, evalsha, conc=conc, st_rate=st_rate, p99_bound=p99_bound,
               pg_main=pg_main, pg_durable=pg_durable)
+
+# The waiting room (scenarios-queue.sh): its own table, from its scenarios' reports.
+waiting_room.report(out)

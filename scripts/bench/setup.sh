@@ -17,8 +17,12 @@ bench_setup() {
   # The Postgres server the next start_instances creates its database on (the durable
   # scenario points it at its own cluster, whose databases go with it).
   DB_BASE=$DB_BASE_URL
-  log "building release binaries"
-  cargo build --release --locked --workspace --bins >&2
+  if [ "${BENCH_BUILD:-1}" = 0 ]; then
+    log "BENCH_BUILD=0: using the release binaries already built"
+  else
+    log "building release binaries"
+    cargo build --release --locked --workspace --bins >&2
+  fi
   # BENCH_APP: another build of the app (e.g. `--no-default-features`, glibc malloc).
   APP=${BENCH_APP:-target/release/seckill}
   LOADGEN=target/release/loadgen

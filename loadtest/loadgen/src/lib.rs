@@ -16,6 +16,8 @@
 //! - `run`: [`run`] and [`run_with`], all of the above in order.
 //! - [`slowloris`]: a tool of its own (`src/bin/slowloris.rs`) that borrows `setup`,
 //!   `client` and `report`.
+//! - [`queue`]: the waiting room's bench (`src/bin/queue.rs`), which borrows `setup`,
+//!   `client`, `ledger`, `report` and `stores`.
 
 mod client;
 mod config;
@@ -23,6 +25,7 @@ mod ledger;
 mod limit_checks;
 mod phases;
 mod progress;
+pub mod queue;
 mod report;
 mod request;
 mod run;
