@@ -1,10 +1,20 @@
-// The shopper page: dev sign-in, the live item list, purchases, "My orders". An item
-// with a waiting room is joined first; its queue is queue.js's.
+// The shopper page: dev sign-in, the live item list, purchases and what follows them on
+// the item's card (pay by when, Pay, Cancel), "My orders". An item with a waiting room is
+// joined first; its queue is queue.js's.
 import { api, newIdempotencyKey, retryAfterMs } from './api.js';
-import { announce, byId, el, keepInOrder, poll } from './dom.js';
-import { formatCountdown, formatDateTime, formatPrice, formatTime, formatWait, sentence } from './format.js';
+import { announce, byId, confirmDialog, el, keepInOrder, poll } from './dom.js';
+import {
+  formatClock,
+  formatCountdown,
+  formatDateTime,
+  formatNumber,
+  formatPrice,
+  formatTime,
+  formatWait,
+  sentence,
+} from './format.js';
 import { dropPanel, joinQueue, purchased, queueButton, queueOpensAt, queuePanel, queuePass, resumeQueue, setShopper, setupQueues } from './queue.js';
-import { ErrorCode, Outcome, OrderState, Phase, orderStateLabel, phaseOf } from './words.js';
+import { ErrorCode, Outcome, OrderState, Phase, inShop, isLiveOrder, orderStateLabel, phaseOf } from './words.js';
 
 const SESSION_KEY = 'seckill.session';
 const ITEMS_EVERY_MS = 2000;
@@ -42,6 +52,15 @@ const inFlight = new Set();
 const unansweredKeys = new Map();
 /** Names of items seen on this page, for orders of items that left the listing. */
 const knownNames = new Map();
+/**
+ * item id → the shopper's live order of it (awaiting payment or paid), newest first from
+ * My orders, or straight from a purchase's answer: its card shows it instead of Buy now.
+ */
+const liveOrders = new Map();
+/** item id → when the limiter lets a purchase of it through again (ms, wall clock). */
+const refusedUntil = new Map();
+/** Order ids with a payment or a cancellation on the wire. */
+const changing = new Set();
 
 // --- session ------------------------------------------------------------------------
 
@@ -77,6 +96,8 @@ function renderSession() {
   if (!signedIn) {
     ui.orders.replaceChildren();
     ui.ordersEmpty.hidden = true;
+    liveOrders.clear();
+    refusedUntil.clear();
   }
 }
 
@@ -136,6 +157,29 @@ function createCard(item) {
   refs.meter = el('progress', { class: 'stock-meter', 'aria-hidden': 'true' });
   refs.when = el('p', { class: 'when muted small' });
   refs.queue = queuePanel(item.id);
+  // The shopper's order of the item: when to pay by, the time left, Pay and Cancel.
+  refs.heldTitle = el('p', { class: 'held-title' });
+  refs.heldTimer = el('p', { class: 'held-timer small', role: 'timer' });
+  refs.pay = el('button', {
+    type: 'button',
+    class: 'button button-primary button-small',
+    text: 'Pay',
+    onclick: () => payHeld(item.id),
+  });
+  refs.cancel = el('button', {
+    type: 'button',
+    class: 'button button-small',
+    text: 'Cancel',
+    onclick: () => cancelHeld(item.id),
+  });
+  refs.heldActions = el('div', { class: 'held-actions' }, refs.pay, refs.cancel);
+  refs.held = el(
+    'div',
+    { class: 'held', role: 'group', 'aria-labelledby': nameId, hidden: true },
+    refs.heldTitle,
+    refs.heldTimer,
+    refs.heldActions,
+  );
   refs.buy = el('button', {
     type: 'button',
     class: 'button button-primary buy',
@@ -161,11 +205,41 @@ function createCard(item) {
       refs.meter,
       refs.when,
       refs.queue,
+      refs.held,
       refs.buy,
       refs.outcome,
     ),
   );
   return refs;
+}
+
+/** The card's order box: "Purchased — pay by 14:35" with the time left, or "Paid". */
+function renderHeld(card, order) {
+  card.held.hidden = !order;
+  if (!order) return;
+  const paid = order.state === OrderState.PAID.word;
+  card.held.dataset.state = order.state;
+  card.held.dataset.orderId = order.orderId;
+  card.heldActions.hidden = paid;
+  if (paid) {
+    card.heldTitle.textContent = OrderState.PAID.label;
+    card.heldTimer.textContent = 'Your order is paid: the item is yours.';
+    card.heldTimer.removeAttribute('role');
+    return;
+  }
+  card.heldTimer.setAttribute('role', 'timer');
+  const left = Date.parse(order.payBy) - Date.now();
+  card.heldTitle.textContent = order.payBy ? `Purchased — pay by ${formatClock(order.payBy)}` : 'Purchased — awaiting payment';
+  card.heldTimer.textContent = !order.payBy
+    ? ''
+    : left > 0
+      ? `${formatCountdown(left)} left to pay. Unpaid by then, the order expires and the unit goes back on sale.`
+      : 'Payment time is up.';
+  const busy = changing.has(order.orderId);
+  card.pay.disabled = busy || left <= 0;
+  card.cancel.disabled = busy || left <= 0;
+  card.pay.setAttribute('aria-label', `Pay for ${knownNames.get(order.itemId) || 'this item'}`);
+  card.cancel.setAttribute('aria-label', `Cancel the order of ${knownNames.get(order.itemId) || 'this item'}`);
 }
 
 function renderCard(id) {
@@ -178,7 +252,7 @@ function renderCard(id) {
   card.name.textContent = item.name;
   card.price.textContent = formatPrice(item.priceCents);
   const remaining = Math.max(0, Number(item.remainingStock));
-  card.stockText.textContent = `${remaining} of ${item.totalStock} left`;
+  card.stockText.textContent = `${formatNumber(remaining)} of ${formatNumber(item.totalStock)} left`;
   card.meter.max = Math.max(1, Number(item.totalStock));
   card.meter.value = remaining;
 
@@ -187,18 +261,29 @@ function renderCard(id) {
   card.badge.className = `badge badge-${phase.word}`;
 
   card.when.textContent =
-    phase === Phase.UPCOMING
+    Date.parse(item.startsAt) > now
       ? `Sale opens ${formatDateTime(item.startsAt)}`
       : `Sale ends ${formatDateTime(item.endsAt)}`;
 
+  const order = session ? liveOrders.get(id) : undefined;
+  renderHeld(card, order);
+
   const busy = inFlight.has(id);
+  const until = refusedUntil.get(id);
   let label = 'Buy now';
   let enabled = phase === Phase.OPEN;
   if (busy) label = 'Buying…';
   else if (!session) label = 'Sign in to buy';
+  else if (order) ({ label, enabled } = { label: 'Purchased', enabled: false });
   else if (item.waitingRoom) ({ label, enabled } = roomButton(id, phase));
   else if (phase.refusal) label = phase.refusal.label;
+  // The limiter refused: nothing gets through before it said (a countdown, not a guess).
+  if (!busy && session && !order && until > now && enabled) {
+    label = `Try again in ${formatCountdown(until - now)}`;
+    enabled = false;
+  }
   card.li.dataset.waitingRoom = item.waitingRoom ? 'on' : 'off';
+  card.li.dataset.held = order ? order.state : 'none';
   card.buy.textContent = label;
   card.buy.disabled = busy || !session || !enabled;
   card.buy.setAttribute('aria-busy', busy ? 'true' : 'false');
@@ -224,6 +309,16 @@ function renderAllCards() {
   for (const id of cards.keys()) renderCard(id);
 }
 
+/** A card leaves the page (its sale ended, or the listing no longer has it). */
+function dropCard(id) {
+  const card = cards.get(id);
+  if (card) card.li.remove();
+  cards.delete(id);
+  items.delete(id);
+  dropPanel(id);
+  ui.itemsEmpty.hidden = cards.size > 0;
+}
+
 let itemsRequest = 0;
 let itemsApplied = 0;
 async function loadItems() {
@@ -239,7 +334,9 @@ async function loadItems() {
     return;
   }
   announce(ui.itemsError, '');
-  const list = Array.isArray(result.data && result.data.items) ? result.data.items : [];
+  // The shop shows what is on sale or still to come; an ended sale is over for shoppers.
+  const all = Array.isArray(result.data && result.data.items) ? result.data.items : [];
+  const list = all.filter((item) => inShop(item));
   const seen = new Set();
   // Keyed update: cards keep their elements (focus, in-flight state, outcome) across polls.
   for (const item of list) {
@@ -254,27 +351,55 @@ async function loadItems() {
     renderCard(item.id);
   }
   keepInOrder(ui.items, list.map((item) => cards.get(item.id).li));
-  for (const [id, card] of cards) {
-    if (!seen.has(id) && !inFlight.has(id)) {
-      card.li.remove();
-      cards.delete(id);
-      items.delete(id);
-      dropPanel(id);
-    }
+  for (const id of [...cards.keys()]) {
+    if (!seen.has(id) && !inFlight.has(id)) dropCard(id);
   }
   ui.itemsEmpty.hidden = cards.size > 0;
   ui.itemsStatus.textContent = `Stock updated ${formatTime(new Date())}`;
 }
 
-// Countdowns and phase changes between polls.
+// Countdowns (the start, the time left to pay, the limiter's wait) and phase changes
+// between polls.
 setInterval(() => {
-  for (const [id, item] of items) {
-    const phase = phaseOf(item);
-    if (phase === Phase.UPCOMING || cards.get(id)?.li.dataset.phase !== phase.word) renderCard(id);
+  const now = Date.now();
+  let due = false;
+  for (const [id, until] of refusedUntil) {
+    if (until > now) continue;
+    refusedUntil.delete(id);
+    const card = cards.get(id);
+    if (card && !card.outcome.hidden && card.outcome.classList.contains('tone-warn')) {
+      announce(card.outcome, 'You can try again now.', 'info');
+    }
   }
+  for (const [id, item] of items) {
+    if (!inShop(item, now) && !inFlight.has(id)) {
+      dropCard(id);
+      continue;
+    }
+    const order = liveOrders.get(id);
+    if (order && order.state === OrderState.PENDING_PAYMENT.word && Date.parse(order.payBy) <= now) due = true;
+    renderCard(id);
+  }
+  if (tickCountdowns() || due) loadOrdersSoon();
 }, 1000);
 
 // --- purchases ----------------------------------------------------------------------
+
+/** Said when no answer the page understands came back: the order may exist. */
+const UNCONFIRMED =
+  'We could not confirm your purchase: an order may have been placed. Check My orders; trying again is safe, it will not buy twice.';
+
+/**
+ * Whether an answer leaves it open that an order was placed: no answer at all, an answer
+ * that is not the API's (a proxy's 502 page), or a server error the API does not explain.
+ * The answers that say no order was made (ORDER_FAILED, LIMITER_UNAVAILABLE) are not.
+ */
+function unconfirmed(result) {
+  if (result.ok || result.status === 202) return false;
+  const { code } = result.error;
+  if (result.status === 0 || code.startsWith('HTTP_')) return true;
+  return result.status >= 500 && code !== ErrorCode.ORDER_FAILED && code !== ErrorCode.LIMITER_UNAVAILABLE;
+}
 
 /** The outcome of a purchase in words, and its tone. */
 function describe(result, item) {
@@ -288,6 +413,13 @@ function describe(result, item) {
   if (result.ok) {
     return [`Order placed for ${name}. Order id: ${result.data.orderId}`, 'ok'];
   }
+  if (unconfirmed(result)) {
+    const why =
+      result.status === 0
+        ? 'No answer reached this page.'
+        : `The server answered with an error, HTTP ${result.status}.`;
+    return [`${UNCONFIRMED} (${why})`, 'error'];
+  }
   const { code, message } = result.error;
   switch (code) {
     case ErrorCode.RATE_LIMITED: {
@@ -296,7 +428,7 @@ function describe(result, item) {
         wait === null
           ? 'Please wait a moment before trying again.'
           : `You can try again in ${formatWait(wait)} (at ${formatTime(new Date(Date.now() + wait))}).`;
-      return [`${message}. ${when}`, 'warn'];
+      return [`${sentence(message)} ${when}`, 'warn'];
     }
     case Outcome.SOLD_OUT.code:
       return [`${Outcome.SOLD_OUT.label}: ${name} has no stock left.`, 'error'];
@@ -320,10 +452,8 @@ function describe(result, item) {
     case ErrorCode.ORDER_FAILED:
     {
       const text = sentence(message);
-      return [/try again|retry/i.test(text) ? text : `${text} Please try again.`, 'error'];
+      return [`No order was placed. ${/try again|retry/i.test(text) ? text : `${text} Please try again.`}`, 'error'];
     }
-    case ErrorCode.NETWORK:
-      return [`${message} Your order was not confirmed; pressing Buy now again is safe.`, 'error'];
     default:
       return [message, 'error'];
   }
@@ -349,9 +479,10 @@ async function buy(id) {
     headers: pass ? { 'Idempotency-Key': key, 'Queue-Pass': pass } : { 'Idempotency-Key': key },
     body: { itemId: id },
   });
-  // An answer settles the key, except "being confirmed" (202): a retry with the same key
-  // is answered from the order once its commit lands.
-  if (result.status !== 0 && result.status < 500 && result.status !== 202) unansweredKeys.delete(id);
+  // An answer settles the key, except one that leaves the order open (no answer, not the
+  // API's, a server error) and "being confirmed" (202): a retry with the same key is
+  // answered from the order once its commit lands.
+  if (!unconfirmed(result) && result.status !== 202 && result.status < 500) unansweredKeys.delete(id);
 
   inFlight.delete(id);
   if (pass) purchased(id, result);
@@ -363,10 +494,87 @@ async function buy(id) {
   } else if (result.status === 202) {
     setTimeout(loadOrders, 5000);
   } else if (result.ok) {
+    if (result.data && result.data.orderId) liveOrders.set(id, { ...result.data, itemId: id });
+    loadOrders();
+  } else if (result.error.code === ErrorCode.RATE_LIMITED) {
+    const wait = retryAfterMs(result);
+    if (wait !== null) refusedUntil.set(id, Date.now() + wait);
+  } else if (result.error.code === Outcome.ALREADY_PURCHASED.code || unconfirmed(result)) {
+    // The order the server knows of (or that may have landed) shows on the card.
     loadOrders();
   }
   renderCard(id);
   loadItems();
+}
+
+// --- the order on the card: pay, cancel ---------------------------------------------
+
+async function payHeld(id) {
+  const order = liveOrders.get(id);
+  if (!order) return;
+  const done = await changeOrder(order.orderId, 'pay', cards.get(id)?.outcome);
+  if (done) {
+    const card = cards.get(id);
+    if (card) announce(card.outcome, `Paid: ${knownNames.get(id) || 'the item'} is yours.`, 'ok');
+  }
+}
+
+async function cancelHeld(id) {
+  const order = liveOrders.get(id);
+  if (!order) return;
+  const name = knownNames.get(id) || 'this item';
+  const done = await cancelOrder(order.orderId, name, cards.get(id)?.outcome);
+  if (done) {
+    const card = cards.get(id);
+    if (card) announce(card.outcome, `Order cancelled: the unit of ${name} is back on sale.`, 'info');
+  }
+}
+
+/** Cancels an order once the shopper has said yes in the page's own confirmation. */
+async function cancelOrder(orderId, name, line) {
+  const sure = await confirmDialog({
+    title: `Cancel your order of ${name}?`,
+    text: 'The unit goes back on sale at once, and someone else may buy it. This cannot be undone.',
+    yes: 'Cancel the order',
+    no: 'Keep the order',
+  });
+  return sure ? changeOrder(orderId, 'cancel', line) : false;
+}
+
+/**
+ * Pays or cancels an order; a payment carries an Idempotency-Key so a retry is safe.
+ * A refusal is said on `line` (the card's outcome, or My orders'). True when done.
+ */
+async function changeOrder(orderId, what, line = ui.ordersError) {
+  if (!session || changing.has(orderId)) return false;
+  changing.add(orderId);
+  renderAllCards();
+  const headers = what === 'pay' ? { 'Idempotency-Key': `pay-${orderId}` } : {};
+  const result = await api(`/api/orders/${encodeURIComponent(orderId)}/${what}`, {
+    method: 'POST',
+    token: session.token,
+    headers,
+  });
+  changing.delete(orderId);
+  if (result.ok && result.data) {
+    const order = result.data;
+    if (isLiveOrder(order)) liveOrders.set(order.itemId, order);
+    else if (liveOrders.get(order.itemId)?.orderId === order.orderId) liveOrders.delete(order.itemId);
+  } else if (result.status === 401) {
+    sessionExpired();
+    return false;
+  } else if (line) {
+    const text =
+      result.error.code === ErrorCode.ORDER_STATE
+        ? `This order is ${orderStateLabel(result.error.state).toLowerCase()} now: nothing was changed.`
+        : result.status === 0 || result.error.code.startsWith('HTTP_')
+          ? `We could not confirm that: ${result.error.message} My orders shows where the order stands.`
+          : result.error.message;
+    announce(line, text, 'error');
+  }
+  renderAllCards();
+  await loadOrders();
+  return result.ok;
 }
 
 // --- my orders ----------------------------------------------------------------------
@@ -387,18 +595,38 @@ async function loadOrders() {
   }
   announce(ui.ordersError, '');
   const orders = Array.isArray(result.data && result.data.orders) ? result.data.orders : [];
+  // Newest first: an item's newest live order is the one its card shows.
+  liveOrders.clear();
+  for (const order of orders) {
+    if (!isLiveOrder(order) || liveOrders.has(order.itemId)) continue;
+    liveOrders.set(order.itemId, order);
+    // The purchase landed: a key kept for its retry must not answer a later purchase.
+    unansweredKeys.delete(order.itemId);
+  }
   ui.orders.replaceChildren(...orders.map(orderRow));
   ui.ordersEmpty.hidden = orders.length > 0;
   tickCountdowns();
+  renderAllCards();
+}
+
+/** A deadline just passed: the list again, once, a moment later (the sweeper's turn). */
+let reloadTimer = null;
+function loadOrdersSoon() {
+  if (reloadTimer !== null) return;
+  reloadTimer = setTimeout(() => {
+    reloadTimer = null;
+    loadOrders();
+  }, 2000);
 }
 
 /** One order: its state, and for an unpaid one the time left to pay and its buttons. */
 function orderRow(order) {
   const pending = order.state === OrderState.PENDING_PAYMENT.word;
+  const name = order.itemName || knownNames.get(order.itemId) || `Item #${order.itemId}`;
   return el(
     'li',
     { class: 'order', dataset: { orderId: order.orderId, state: order.state } },
-    el('span', { class: 'order-item', text: knownNames.get(order.itemId) || `Item #${order.itemId}` }),
+    el('span', { class: 'order-item', text: name }),
     el('span', { class: 'order-id' }, 'Order ', el('code', { text: order.orderId })),
     el('span', { class: `order-state state-${order.state}`, text: orderStateLabel(order.state) }),
     pending && order.payBy
@@ -409,33 +637,19 @@ function orderRow(order) {
           'span',
           { class: 'order-actions' },
           el('button', { type: 'button', class: 'button', text: 'Pay', onclick: () => changeOrder(order.orderId, 'pay') }),
-          el('button', { type: 'button', class: 'button button-quiet', text: 'Cancel', onclick: () => changeOrder(order.orderId, 'cancel') }),
+          el('button', {
+            type: 'button',
+            class: 'button button-quiet',
+            text: 'Cancel',
+            onclick: () => cancelOrder(order.orderId, name, ui.ordersError),
+          }),
         )
       : null,
     el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
   );
 }
 
-/** Pays or cancels an order; a payment carries an Idempotency-Key so a retry is safe. */
-async function changeOrder(orderId, what) {
-  if (!session) return;
-  const headers = what === 'pay' ? { 'Idempotency-Key': `pay-${orderId}` } : {};
-  const result = await api(`/api/orders/${encodeURIComponent(orderId)}/${what}`, {
-    method: 'POST',
-    token: session.token,
-    headers,
-  });
-  if (!result.ok) {
-    if (result.status === 401) {
-      sessionExpired();
-      return;
-    }
-    announce(ui.ordersError, result.error.message, 'error');
-  }
-  await loadOrders();
-}
-
-/** Time left to pay, once a second; a deadline that passes refreshes the list. */
+/** Time left to pay in My orders; true when a deadline has passed. */
 function tickCountdowns() {
   let due = false;
   for (const node of ui.orders.querySelectorAll('.order-countdown')) {
@@ -445,10 +659,6 @@ function tickCountdowns() {
   }
   return due;
 }
-
-setInterval(() => {
-  if (tickCountdowns()) loadOrders();
-}, 1000);
 
 ui.ordersRefresh.addEventListener('click', loadOrders);
 

@@ -101,3 +101,39 @@ export function poll(fn, ms) {
     document.removeEventListener('visibilitychange', onVisibility);
   };
 }
+
+let dialogs = 0;
+
+/**
+ * Asks a yes/no question in a modal <dialog> of the page, for a step that cannot be
+ * undone (window.confirm cannot be styled, and a test cannot answer it as a person
+ * would). Resolves true when `yes` is pressed; `no`, Escape or closing answers false.
+ * The safe answer has the focus; the browser gives it back where it was on closing.
+ */
+export function confirmDialog({ title, text, yes, no = 'Go back' }) {
+  return new Promise((resolve) => {
+    const n = ++dialogs;
+    const yesButton = el('button', { type: 'button', class: 'button button-danger', text: yes });
+    const noButton = el('button', { type: 'button', class: 'button', text: no });
+    const dialog = el(
+      'dialog',
+      { class: 'dialog confirm-dialog', 'aria-labelledby': `confirm-${n}-title`, 'aria-describedby': `confirm-${n}-text` },
+      el('h2', { id: `confirm-${n}-title`, text: title }),
+      el('p', { id: `confirm-${n}-text`, text }),
+      el('div', { class: 'dialog-actions' }, noButton, yesButton),
+    );
+    let answer = false;
+    yesButton.addEventListener('click', () => {
+      answer = true;
+      dialog.close();
+    });
+    noButton.addEventListener('click', () => dialog.close());
+    dialog.addEventListener('close', () => {
+      dialog.remove();
+      resolve(answer);
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    noButton.focus();
+  });
+}

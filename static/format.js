@@ -21,9 +21,52 @@ export function formatDateTime(iso) {
   return Number.isNaN(d.getTime()) ? String(iso) : dateTimeFormat.format(d);
 }
 
+const shortFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+/** "Dec 2, 2026, 6:24 – 7:25 PM": a span of time as short as its ends allow. */
+export function formatDateRange(fromIso, toIso) {
+  const from = new Date(fromIso);
+  const to = new Date(toIso);
+  if (Number.isNaN(from.getTime()) || Number.isNaN(to.getTime())) return `${fromIso} – ${toIso}`;
+  return from <= to ? shortFormat.formatRange(from, to) : `${shortFormat.format(from)} – ${shortFormat.format(to)}`;
+}
+
 const timeFormat = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
 export function formatTime(date) {
   return timeFormat.format(date);
+}
+
+const clockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
+/** "14:35" (or "02:35 PM"): a time of day to the minute, in the reader's way. */
+export function formatClock(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : clockFormat.format(d);
+}
+
+const percentFormat = new Intl.NumberFormat(undefined, { style: 'percent', maximumFractionDigits: 1 });
+/** 0.256 → "25.6%" in the reader's way; anything not a number counts as 0. */
+export function formatPercent(share) {
+  return percentFormat.format(Number(share) || 0);
+}
+
+/** "45 s", "4 min 12 s", "2 h 5 min", "3 d 4 h": a span of time, two units at most. */
+export function formatDuration(ms) {
+  const total = Math.max(0, Math.round(ms / 1000));
+  const units = [
+    ['d', 86400],
+    ['h', 3600],
+    ['min', 60],
+    ['s', 1],
+  ];
+  const parts = [];
+  let rest = total;
+  for (const [name, size] of units) {
+    const n = Math.floor(rest / size);
+    rest -= n * size;
+    if (n > 0 || (parts.length > 0 && parts.length < 2)) parts.push(n > 0 ? `${n} ${name}` : null);
+    if (parts.length >= 2) break;
+  }
+  const shown = parts.filter(Boolean);
+  return shown.length ? shown.join(' ') : '0 s';
 }
 
 /** "2d 03:04:05", "03:04:05" or "04:05" for a positive number of milliseconds. */

@@ -19,6 +19,11 @@ export const ErrorCode = Object.freeze({
   SALE_PAUSED: 'SALE_PAUSED',
   SALE_ENDED: 'SALE_ENDED',
   ITEM_NOT_FOUND: 'ITEM_NOT_FOUND',
+  ITEM_ARCHIVED: 'ITEM_ARCHIVED',
+  STOCK_TOO_LOW: 'STOCK_TOO_LOW',
+  EDIT_IN_PROGRESS: 'EDIT_IN_PROGRESS',
+  ORDER_STATE: 'ORDER_STATE',
+  INTERNAL: 'INTERNAL',
   IDEMPOTENCY_IN_PROGRESS: 'IDEMPOTENCY_IN_PROGRESS',
   LIMITER_UNAVAILABLE: 'LIMITER_UNAVAILABLE',
   ORDER_FAILED: 'ORDER_FAILED',
@@ -53,6 +58,11 @@ export const OrderState = Object.freeze({
 
 /** Every order state, in the server's order. */
 export const ORDER_STATES = Object.freeze(Object.values(OrderState));
+
+/** A live order holds its unit: the shopper has the item (vocabulary's `is_live`). */
+export function isLiveOrder(order) {
+  return Boolean(order) && (order.state === OrderState.PENDING_PAYMENT.word || order.state === OrderState.PAID.word);
+}
 
 /** An order state's label; a state this page does not know shows as the server spells it. */
 export function orderStateLabel(spelling) {
@@ -89,6 +99,25 @@ export const RoomOrder = Object.freeze({
 });
 
 /**
+ * What an operator did to an item (the `action` of GET /admin/api/items/{id}/audit), in
+ * the past tense an audit line reads.
+ */
+export const ItemAction = Object.freeze({
+  CREATE: word('create', 'Created'),
+  EDIT: word('edit', 'Edited'),
+  END: word('end', 'Sale ended'),
+  ARCHIVE: word('archive', 'Archived'),
+  PAUSE: word('pause', 'Paused'),
+  RESUME: word('resume', 'Resumed'),
+});
+
+/** An item action's label; one this page does not know shows as the server spells it. */
+export function itemActionLabel(spelling) {
+  const action = Object.values(ItemAction).find((a) => a.word === spelling);
+  return action ? action.label : spelling;
+}
+
+/**
  * Where an item's sale stands by this browser's clock (a page's word, not the server's:
  * `word` is the CSS spelling of `data-phase` and of the `badge-…` class). `refusal` is
  * the outcome a purchase meets in it.
@@ -99,19 +128,26 @@ export const Phase = Object.freeze({
   PAUSED: word('paused', Outcome.PAUSED.label, { refusal: Outcome.PAUSED }),
   SOLD_OUT: word('sold-out', Outcome.SOLD_OUT.label, { refusal: Outcome.SOLD_OUT }),
   ENDED: word('ended', Outcome.ENDED.label, { refusal: Outcome.ENDED }),
+  /** Only operators see an archived item (the shop no longer lists it). */
+  ARCHIVED: word('archived', 'Archived', { refusal: Outcome.ENDED }),
 });
 
-/** What a shopper can do with an item now: an ended sale is over, one not begun waits. */
+/**
+ * What a shopper can do with an item now: an ended sale is over; a paused one says so
+ * whether or not it has begun (a countdown to a start that will not sell would mislead);
+ * one not begun waits.
+ */
 export function phaseOf(item, now = Date.now()) {
+  if (item.archivedAt) return Phase.ARCHIVED;
   if (Date.parse(item.endsAt) <= now) return Phase.ENDED;
-  if (Date.parse(item.startsAt) > now) return Phase.UPCOMING;
   if (item.paused) return Phase.PAUSED;
+  if (Date.parse(item.startsAt) > now) return Phase.UPCOMING;
   if (Number(item.remainingStock) <= 0) return Phase.SOLD_OUT;
   return Phase.OPEN;
 }
 
-/** The same seen by an operator: a pause shows before the start (it is theirs to lift). */
-export function operatorPhaseOf(item, now = Date.now()) {
+/** Whether the shop shows the item: on sale, sold out, paused or still to come. */
+export function inShop(item, now = Date.now()) {
   const phase = phaseOf(item, now);
-  return item.paused && phase !== Phase.ENDED ? Phase.PAUSED : phase;
+  return phase !== Phase.ENDED && phase !== Phase.ARCHIVED;
 }

@@ -1,11 +1,12 @@
-// The admin dashboard's entry: live counters and their charts, items (create, pause,
-// resume), an item's waiting room, orders, the rate-limit rules editor and its audit
-// trail, one module each.
+// The admin dashboard's entry: live counters and their charts, items (create, edit,
+// pause, resume, end, archive, their history), an item's waiting room, orders (and their
+// export), the rate-limit rules editor and its audit trail, one module each.
 // This one opens the panels when a token is accepted and closes them when the session
 // ends. The token lives in sessionStorage only (session.js).
 import { poll } from '../dom.js';
 import { loadAudit } from './audit.js';
 import './create-item.js';
+import { loadItems } from './items.js';
 import { loadOrders } from './orders.js';
 import { loadPolicies } from './policies.js';
 import { loadSeries } from './series.js';
@@ -15,6 +16,7 @@ import { loadStats } from './stats.js';
 import { ROOM_SAMPLE_MS, sampleRoom } from './waiting-room.js';
 
 const STATS_EVERY_MS = 2000;
+const ITEMS_EVERY_MS = 2000;
 const SERIES_EVERY_MS = 1000;
 
 /** Stop functions of the panels' polls. */
@@ -27,7 +29,12 @@ function stop() {
 
 function start() {
   stop();
-  polls = [poll(loadStats, STATS_EVERY_MS), poll(loadSeries, SERIES_EVERY_MS), poll(sampleRoom, ROOM_SAMPLE_MS)];
+  polls = [
+    poll(loadStats, STATS_EVERY_MS),
+    poll(loadItems, ITEMS_EVERY_MS),
+    poll(loadSeries, SERIES_EVERY_MS),
+    poll(sampleRoom, ROOM_SAMPLE_MS),
+  ];
   loadOrders(1);
   loadPolicies();
   loadAudit();

@@ -63,7 +63,9 @@ function timeAxis(points, step, x, width) {
 /**
  * Draws (replaces) a line chart in `figure`.
  *   chart: { name, title, from, step? (seconds a point, 1), kind? ('level': the latest
- *            value counts, not the total), lines: [{ key, label, values, tone? }] }
+ *            value counts, not the total), max? (the y axis's top at least: 100 for
+ *            percentages), unit? (written after every number: '%'),
+ *            lines: [{ key, label, values, tone? }] }
  * `tone` is a fixed colour class; without one a line takes the next palette colour.
  * Returns nothing; the figure holds the SVG, a legend and a hidden table.
  */
@@ -71,7 +73,9 @@ export function renderLineChart(figure, chart) {
   const step = chart.step || 1;
   const width = Math.max(260, Math.round(figure.clientWidth || 600));
   const points = Math.max(1, ...chart.lines.map((l) => l.values.length));
-  const max = Math.max(0, ...chart.lines.flatMap((l) => l.values.filter((v) => v !== null)));
+  const max = Math.max(chart.max || 0, ...chart.lines.flatMap((l) => l.values.filter((v) => v !== null)));
+  const unit = chart.unit || '';
+  const show = (v) => `${formatNumber(v)}${unit}`;
   const yTicks = ticks(max);
   const top = yTicks[yTicks.length - 1];
   const plotW = width - PAD.left - PAD.right;
@@ -83,7 +87,7 @@ export function renderLineChart(figure, chart) {
   for (const t of yTicks) {
     grid.append(
       svg('line', { x1: PAD.left, x2: width - PAD.right, y1: y(t), y2: y(t) }),
-      svg('text', { x: PAD.left - 6, y: y(t) + 4, 'text-anchor': 'end' }, formatNumber(t)),
+      svg('text', { x: PAD.left - 6, y: y(t) + 4, 'text-anchor': 'end' }, show(t)),
     );
   }
 
@@ -106,7 +110,7 @@ export function renderLineChart(figure, chart) {
     plotted.append(path);
   }
 
-  const summary = lines.map((l) => `${l.label} ${formatNumber(chart.kind === 'level' ? l.last ?? 0 : l.total)}`).join(', ');
+  const summary = lines.map((l) => `${l.label} ${show(chart.kind === 'level' ? l.last ?? 0 : l.total)}`).join(', ');
   const picture = svg(
     'svg',
     {
@@ -132,16 +136,16 @@ export function renderLineChart(figure, chart) {
     const item = document.createElement('li');
     const swatch = document.createElement('span');
     swatch.className = `swatch series-${l.tone}`;
-    const figureText = chart.kind === 'level' ? (l.last === null ? '–' : formatNumber(l.last)) : formatNumber(l.total);
+    const figureText = chart.kind === 'level' ? (l.last === null ? '–' : show(l.last)) : show(l.total);
     item.append(swatch, `${l.label} `, Object.assign(document.createElement('strong'), { textContent: figureText }));
     legend.append(item);
   }
 
-  figure.replaceChildren(picture, legend, table(chart, lines));
+  figure.replaceChildren(picture, legend, table(chart, lines, show));
 }
 
 /** Per series: the 5-minute total (or the latest level) and the busiest second. */
-function table(chart, lines) {
+function table(chart, lines, show) {
   const level = chart.kind === 'level';
   const node = document.createElement('table');
   const caption = document.createElement('caption');
@@ -162,9 +166,9 @@ function table(chart, lines) {
     th.scope = 'row';
     th.textContent = l.label;
     const first = document.createElement('td');
-    first.textContent = level ? (l.last === null ? '–' : formatNumber(l.last)) : formatNumber(l.total);
+    first.textContent = level ? (l.last === null ? '–' : show(l.last)) : show(l.total);
     const second = document.createElement('td');
-    second.textContent = known.length ? formatNumber(level ? Math.min(...known) : Math.max(...known)) : '–';
+    second.textContent = known.length ? show(level ? Math.min(...known) : Math.max(...known)) : '–';
     row.append(th, first, second);
     body.append(row);
   }

@@ -3,9 +3,8 @@
 import { announce, byId, fieldError } from '../dom.js';
 import { dateToLocalInput, formatNumber, localInputToIso } from '../format.js';
 import { ErrorCode } from '../words.js';
-import { addItem } from './items.js';
+import { addItem, loadItems } from './items.js';
 import { adminApi } from './session.js';
-import { loadStats } from './stats.js';
 
 const ui = {
   form: byId('create-form'),
@@ -72,7 +71,7 @@ async function submit(event) {
     announce(ui.result, `Created item ${item.id}: ${item.name} (${formatNumber(item.totalStock)} units).`, 'ok');
     fields.name.value = '';
     addItem(item);
-    loadStats();
+    loadItems();
     return;
   }
   if (result.status === 401) return;

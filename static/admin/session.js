@@ -52,3 +52,35 @@ export async function loadPanel(path, errorLine, what) {
   announce(errorLine, '');
   return result.data;
 }
+
+/**
+ * GETs a file with the token (which a plain link cannot send): resolves to
+ * { ok: true, blob, name } with the name the server suggests (Content-Disposition), or
+ * { ok: false, status, message }. A 401 ends the session.
+ */
+export async function adminDownload(path, fallbackName) {
+  let res;
+  try {
+    res = await fetch(path, { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+  } catch {
+    return { ok: false, status: 0, message: 'Could not reach the server. Check your connection and try again.' };
+  }
+  if (res.status === 401 && token) lost();
+  if (!res.ok) {
+    let message = `Unexpected answer from the server (HTTP ${res.status}).`;
+    try {
+      const body = await res.json();
+      if (body && typeof body.message === 'string') message = body.message;
+    } catch {
+      // Not our JSON envelope: the status says enough.
+    }
+    return { ok: false, status: res.status, message };
+  }
+  const disposition = res.headers.get('Content-Disposition') || '';
+  const named = /filename="?([^";]+)"?/i.exec(disposition);
+  try {
+    return { ok: true, blob: await res.blob(), name: named ? named[1] : fallbackName };
+  } catch {
+    return { ok: false, status: res.status, message: 'The download broke off before its end. Try again.' };
+  }
+}

@@ -1,9 +1,8 @@
-// The live-traffic panel: the tiles (orders, passes, rejections, fail-open events) and
-// the limiter's decisions per dimension over the last minute. Its answer also carries
-// the items and their orders by state, which it hands to the items table.
+// The live-traffic panel over the last minute: the tiles (purchases the limiter let
+// through, each counted once; orders; sold-out and already-purchased answers; refusals,
+// per dimension; errors; fail-open events) and the limiter's decisions per dimension.
 import { byId, el } from '../dom.js';
 import { formatNumber, formatTime } from '../format.js';
-import { showItems } from './items.js';
 import { loadPanel } from './session.js';
 
 const WINDOW_S = 60;
@@ -13,9 +12,13 @@ const DIMENSIONS = ['api', 'user', 'ip'];
 const ui = {
   updated: byId('stats-updated'),
   error: byId('stats-error'),
+  admitted: byId('stat-admitted'),
   orders: byId('stat-orders'),
-  passes: byId('stat-passes'),
-  rejections: byId('stat-rejections'),
+  soldOut: byId('stat-sold-out'),
+  alreadyPurchased: byId('stat-already-purchased'),
+  refused: byId('stat-refused'),
+  refusedDetail: byId('stat-refused-detail'),
+  errors: byId('stat-errors'),
   failOpen: byId('stat-fail-open'),
   dimensionRows: byId('dimension-rows'),
 };
@@ -34,21 +37,28 @@ function dimensionRow(dimension, passes, rejections) {
   );
 }
 
+/** A count of the answer, or a dash when this server does not give it. */
+const count = (value) => (value === undefined || value === null ? '–' : formatNumber(value));
+
 export async function loadStats() {
   const s = await loadPanel(`/admin/api/stats?window=${WINDOW_S}`, ui.error, 'the live counters');
   if (!s) return;
   const passes = s.passes || {};
   const rejections = s.rejections || {};
   const dims = [...new Set([...DIMENSIONS, ...Object.keys(passes), ...Object.keys(rejections)])];
-  const sum = (o) => Object.values(o).reduce((a, b) => a + (Number(b) || 0), 0);
-  ui.orders.textContent = formatNumber(s.orders);
-  ui.passes.textContent = formatNumber(sum(passes));
-  ui.rejections.textContent = formatNumber(sum(rejections));
-  ui.failOpen.textContent = formatNumber(s.failOpen);
+  const refused = Object.values(rejections).reduce((a, b) => a + (Number(b) || 0), 0);
+  ui.admitted.textContent = count(s.admitted);
+  ui.orders.textContent = count(s.orders);
+  ui.soldOut.textContent = count(s.soldOut);
+  ui.alreadyPurchased.textContent = count(s.alreadyPurchased);
+  ui.refused.textContent = formatNumber(refused);
+  ui.refusedDetail.textContent = dims.map((d) => `${d} ${formatNumber(rejections[d])}`).join(' · ');
+  ui.errors.textContent = count(s.errors);
+  ui.errors.classList.toggle('alarm', Number(s.errors) > 0);
+  ui.failOpen.textContent = count(s.failOpen);
   ui.failOpen.classList.toggle('alarm', Number(s.failOpen) > 0);
   ui.dimensionRows.replaceChildren(
     ...dims.map((d) => dimensionRow(d, Number(passes[d]) || 0, Number(rejections[d]) || 0)),
   );
-  showItems(Array.isArray(s.items) ? s.items : [], s.ordersByState || {});
   ui.updated.textContent = `Updated ${formatTime(new Date())}`;
 }
