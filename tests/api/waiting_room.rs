@@ -374,17 +374,21 @@ async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
 }
 
 #[sqlx::test]
-async fn a_pass_survives_a_429_and_a_sold_out_answer(db: PgPool) {
+async fn a_pass_survives_a_429_and_the_room_never_admits_past_the_stock(db: PgPool) {
     // The user rule: 1 purchase attempt per 2 s.
     let app = spawn_app_with(&db, |s| {
         let rule = &mut s.limiter.policies.get_mut("seckill").unwrap().rules[1];
         (rule.threshold, rule.window_ms) = (1, 2_000);
     })
     .await;
-    let item = app.open_item(1).await;
+    let item = app.open_item(2).await;
     let other_item = app.open_item(5).await;
-    open_room(&app, item, json!({ "admitPerSecond": 50 })).await;
-    let (a, b) = (joined(&app, 11, item).await, joined(&app, 12, item).await);
+    open_room(&app, item, json!({ "order": "fifo", "admitPerSecond": 50 })).await;
+    let (a, b, c) = (
+        joined(&app, 11, item).await,
+        joined(&app, 12, item).await,
+        joined(&app, 13, item).await,
+    );
     let pass_a = until_state(&app, &a, item, "admitted", Duration::from_secs(5)).await["pass"]
         .as_str()
         .unwrap()
@@ -393,6 +397,16 @@ async fn a_pass_survives_a_429_and_a_sold_out_answer(db: PgPool) {
         .as_str()
         .unwrap()
         .to_string();
+    // Two units, two live passes: the third place waits, however long.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let answer = body(poll(&app, &c.token, item, &c.ticket).await).await;
+        assert_eq!(
+            (answer["state"].as_str(), answer["ahead"].as_u64()),
+            (Some("waiting"), Some(0))
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // B spends its quota elsewhere: its purchase with the pass is refused 429 ...
     assert_eq!(
@@ -403,35 +417,39 @@ async fn a_pass_survives_a_429_and_a_sold_out_answer(db: PgPool) {
     );
     let limited = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
     assert_eq!(limited.status(), 429);
-    // ... A buys the last unit; B, once its quota is back, hears sold out ...
+    // ... A buys; B, once its quota is back, buys with the same pass: its unit waited.
     assert_eq!(
         buy_with(&app, &a.token, item, &ip_of(11), Some(&pass_a), None)
             .await
             .status(),
         200
     );
-    let sold_out = eventually("B's quota back", Duration::from_secs(5), || async {
-        let response = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
-        (response.status() != 429).then_some(response)
-    })
-    .await
-    .0;
-    assert_eq!(body(sold_out).await["code"], "SOLD_OUT");
-    // ... and its poll says sold out, with A's unpaid order as the unit that may return.
-    let answer = until_state(&app, &b, item, "sold_out", Duration::from_secs(5)).await;
+    eventually(
+        "B's quota back and its unit bought",
+        Duration::from_secs(5),
+        || async {
+            let response = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
+            (response.status() != 429).then_some(())?;
+            assert_eq!(response.status(), 200);
+            Some(())
+        },
+    )
+    .await;
+    // Sold out: C's poll says so, with the two unpaid orders as units that may return.
+    let answer = until_state(&app, &c, item, "sold_out", Duration::from_secs(5)).await;
     assert_eq!(answer["likely"], false);
     eventually("mayReturn counted", Duration::from_secs(5), || async {
-        let answer = body(poll(&app, &b.token, item, &b.ticket).await).await;
-        (answer["mayReturn"] == 1 && answer["mayReturnUntil"].is_string()).then_some(())
+        let answer = body(poll(&app, &c.token, item, &c.ticket).await).await;
+        (answer["mayReturn"] == 2 && answer["mayReturnUntil"].is_string()).then_some(())
     })
     .await;
-    let late = app.token_for(13).await;
+    let late = app.token_for(14).await;
     assert_eq!(
-        body(join(&app, &late, item, &ip_of(13)).await).await["code"],
+        body(join(&app, &late, item, &ip_of(14)).await).await["code"],
         "SOLD_OUT"
     );
 
-    // A cancels: the unit comes back, B is admitted again and its pass still buys.
+    // A cancels: the unit comes back and C, who kept the place, is admitted and buys.
     let orders = body(
         app.client
             .get(app.url("/api/orders/mine"))
@@ -458,20 +476,18 @@ async fn a_pass_survives_a_429_and_a_sold_out_answer(db: PgPool) {
         .await
         .unwrap();
     assert_eq!(cancel.status(), 200);
-    until_state(&app, &b, item, "admitted", Duration::from_secs(10)).await;
-    eventually(
-        "B buys the returned unit",
-        Duration::from_secs(10),
-        || async {
-            let response = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
-            (response.status() == 200).then_some(())
-        },
-    )
-    .await;
+    let admitted = until_state(&app, &c, item, "admitted", Duration::from_secs(10)).await;
+    let pass_c = admitted["pass"].as_str().unwrap();
+    assert_eq!(
+        buy_with(&app, &c.token, item, &ip_of(13), Some(pass_c), None)
+            .await
+            .status(),
+        200
+    );
     assert_eq!(
         app.metric_sum("seckill_queue_passes_total{outcome=\"used\"}")
             .await,
-        2.0
+        3.0
     );
 }
 

@@ -4,8 +4,10 @@
 //!    in random order, every [`ROUND`] the joiners since the last round; each round is
 //!    recorded in Postgres (`waiting_room_rounds`) for an audit to replay;
 //! 2. **admit**: `admitPerSecond` earns credit (at most a second's worth is kept); the
-//!    step admits up to the credit, never more than `maxActive` live passes, nothing
-//!    while the item is sold out or paused; places whose shopper went quiet are skipped;
+//!    step admits up to the credit, never more than `maxActive` live passes nor more
+//!    live passes than units left (an admitted place holds its unit until its pass is
+//!    used or expires), nothing while the item is paused; places whose shopper went
+//!    quiet are skipped;
 //! 3. every [`MAY_RETURN_EVERY`] steps, the units unpaid orders hold (Postgres) for the
 //!    polls' `mayReturn`.
 //!
@@ -145,9 +147,19 @@ impl Inlet {
             Some(at) => (counters.credit + rate * (now_ms - at).max(0) as f64 / 1_000.0).min(rate),
             None => 0.0,
         };
-        let selling = !item.paused && fresh.stock.is_some_and(|stock| stock > 0);
-        let slots = u64::from(room.max_active).saturating_sub(fresh.live);
-        let quota = if selling {
+        // Never more live passes than units left: each unused pass holds one, so what
+        // a shopper does after admission (polling sooner, buying faster) cannot take
+        // another admitted shopper's unit. Reservations in flight have taken theirs from
+        // the counter already; a used pass has left the live set.
+        let unheld = fresh
+            .stock
+            .unwrap_or(0)
+            .saturating_sub(fresh.live as i64)
+            .max(0) as u64;
+        let slots = u64::from(room.max_active)
+            .saturating_sub(fresh.live)
+            .min(unheld);
+        let quota = if !item.paused {
             (credit.floor() as u64).min(slots)
         } else {
             0
