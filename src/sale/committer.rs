@@ -159,6 +159,7 @@ mod tests {
             id: Uuid::now_v7(),
             user: UserId::try_from(user).unwrap(),
             item: ItemId::try_from(1).unwrap(),
+            price_cents: 100,
         }
     }
 

@@ -352,6 +352,7 @@ impl Purchases {
             id: order_id,
             user,
             item: item.id,
+            price_cents: item.price_cents,
         };
         let timer = self.parts.metrics.order_commit.start_timer();
         let start_by = tokio::time::Instant::now() + self.commit_timeout;

@@ -328,6 +328,13 @@ async fn orders_show_names_and_amounts_and_export_as_csv(db: PgPool) {
     let app = spawn_app(&db).await;
     let item = app.open_item(10).await;
     let (_, order) = app.buy(7, item).await;
+    // The amount is the price paid: a later price change does not move it.
+    assert_eq!(
+        patch(&app, item, json!({ "priceCents": 2500 }))
+            .await
+            .status(),
+        200
+    );
     let page = body(
         admin(
             &app,

@@ -56,6 +56,8 @@ pub struct NewOrder {
     pub id: Uuid,
     pub user: UserId,
     pub item: ItemId,
+    /// The item's price when it was bought: the order's amount from then on.
+    pub price_cents: i64,
 }
 
 /// The check that keeps an item's stock from going below zero.
@@ -200,13 +202,14 @@ async fn commit_batch(
         .map_err(failed)?;
     let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user.get()).collect();
+    let prices: Vec<i64> = orders.iter().map(|o| o.price_cents).collect();
     let write = async {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
         let row = sqlx::query!(
             r#"WITH inserted AS (
-                 INSERT INTO orders (id, user_id, item_id, state, pay_by)
-                 SELECT id, user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond'
-                 FROM UNNEST($1::uuid[], $2::bigint[]) AS o (id, user_id)
+                 INSERT INTO orders (id, user_id, item_id, state, pay_by, price_cents)
+                 SELECT id, user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond', price_cents
+                 FROM UNNEST($1::uuid[], $2::bigint[], $5::bigint[]) AS o (id, user_id, price_cents)
                  ON CONFLICT (user_id, item_id) WHERE state IN ('pending_payment', 'paid') DO NOTHING
                  RETURNING id, created_at, pay_by
                ), taken AS (
@@ -222,6 +225,7 @@ async fn commit_batch(
             &users,
             item.get(),
             pay_within.as_millis() as f64,
+            &prices,
         )
         .fetch_one(&mut *tx)
         .await

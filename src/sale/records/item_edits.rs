@@ -236,6 +236,7 @@ pub struct ItemFigures {
     pub sold: i64,
     /// Orders awaiting payment.
     pub held: i64,
+    /// Paid orders' amounts (the price each was bought at).
     pub revenue_cents: i64,
     /// When the last unit went, if every unit has gone: the last live order's time.
     pub sold_out_at: Option<DateTime<Utc>>,
@@ -253,7 +254,7 @@ pub async fn items_with_figures(
                i.ends_at, i.paused, i.archived_at,
                count(o.id) FILTER (WHERE o.state IN ('pending_payment', 'paid')) AS "sold!",
                count(o.id) FILTER (WHERE o.state = 'pending_payment') AS "held!",
-               (count(o.id) FILTER (WHERE o.state = 'paid') * i.price_cents)::BIGINT AS "revenue!",
+               coalesce(sum(COALESCE(o.price_cents, i.price_cents)) FILTER (WHERE o.state = 'paid'), 0)::BIGINT AS "revenue!",
                max(o.created_at) FILTER (WHERE o.state IN ('pending_payment', 'paid')) AS last_sale
            FROM items i LEFT JOIN orders o ON o.item_id = i.id
            WHERE ($1 OR i.archived_at IS NULL) AND ($2::bigint IS NULL OR i.id = $2)

@@ -17,7 +17,8 @@ use crate::vocabulary::OrderState;
 pub struct OrderLine {
     pub order: Order,
     pub item_name: String,
-    /// The item's price now (an order is one unit).
+    /// The price it was bought at (one unit); the item's price for orders older than
+    /// that record.
     pub amount_cents: i64,
     pub paid_at: Option<DateTime<Utc>>,
 }
@@ -67,7 +68,7 @@ pub async fn search_order_lines(
     let lines = sqlx::query_as!(
         LineRow,
         r#"SELECT o.id, o.user_id, o.item_id, o.created_at, o.state, o.pay_by, o.state_changed_at,
-               i.name AS item_name, i.price_cents AS amount_cents
+               i.name AS item_name, COALESCE(o.price_cents, i.price_cents) AS "amount_cents!"
            FROM orders o JOIN items i ON i.id = o.item_id
            WHERE ($1::bigint IS NULL OR o.item_id = $1)
              AND ($2::bigint IS NULL OR o.user_id = $2)
@@ -122,7 +123,7 @@ pub async fn order_lines_after(
     sqlx::query_as!(
         LineRow,
         r#"SELECT o.id, o.user_id, o.item_id, o.created_at, o.state, o.pay_by, o.state_changed_at,
-               i.name AS item_name, i.price_cents AS amount_cents
+               i.name AS item_name, COALESCE(o.price_cents, i.price_cents) AS "amount_cents!"
            FROM orders o JOIN items i ON i.id = o.item_id
            WHERE ($1::bigint IS NULL OR o.item_id = $1)
              AND ($2::bigint IS NULL OR o.user_id = $2)
