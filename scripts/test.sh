@@ -20,10 +20,19 @@ cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/
 # The HTTP suite again, on a Redis Cluster of 3 masters and 3 replicas (127.0.0.1:7001-7006,
 # data in .local/redis-cluster): every script, pipeline, read across items and the
 # sold-out subscription must work there too. In a subshell, so the cluster setting does
-# not reach the checks below.
+# not reach the checks below. Left out: tests whose Redis is their own or whose work is
+# Postgres's (the CSV export of 100 000 orders, validation, an item's audit), and the
+# waiting room's slow timers (abandonment, the pre-queue's draw); its scripts still run
+# there through the tests of two instances, passes, 429s and sold out.
 (
   eval "$(scripts/services.sh cluster-up)"
-  cargo test --locked -p seckill --test api --no-fail-fast --features seckill/failpoints
+  cargo test --locked -p seckill --test api --no-fail-fast --features seckill/failpoints -- \
+    --skip item_admin::orders_show_names_and_amounts_and_export_as_csv \
+    --skip item_admin::an_edit_is_checked_field_by_field_applied_and_audited \
+    --skip waiting_room::settings_are_bounded_named_and_read_back \
+    --skip waiting_room::a_shopper_who_stops_polling_is_skipped \
+    --skip waiting_room::the_pre_queue_is_drawn_at_the_start_and_the_draw_replays \
+    --skip waiting_room::without_redis_polls_say_stale_and_hand_out_no_pass
 )
 
 # The API contract under attack: /api/openapi.json validated, then schemathesis against a

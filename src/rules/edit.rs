@@ -1,5 +1,5 @@
 //! A policy edit as an operator makes it: what may change (the algorithm, the switch,
-//! the scope where the policy's callers allow it, each named rule's window, threshold
+//! the fail mode, the scope where the policy's callers allow it, each named rule's window, threshold
 //! and message; never a key source), how it merges
 //! onto the stored policy, and what a refused edit tells its author, down to the field
 //! (in the dashboard's spelling) it points at.
@@ -8,7 +8,7 @@ use serde::Deserialize;
 use validator::Validate;
 
 use crate::configuration::policies::{check_scope, ScopeNotAllowed};
-use crate::limiter::policy::{Algorithm, PolicyConfig, PolicyError, RuleConfig, Scope};
+use crate::limiter::policy::{Algorithm, FailMode, PolicyConfig, PolicyError, RuleConfig, Scope};
 
 /// An edit of one policy. `version`, when given, is the version it was made from: the
 /// edit is refused unless the policy is still at it.
@@ -19,6 +19,8 @@ pub struct PolicyEdit {
     pub algorithm: Option<Algorithm>,
     pub enabled: Option<bool>,
     pub scope: Option<Scope>,
+    /// What the limiter does when it cannot ask Redis: `open` or `closed`.
+    pub fail_mode: Option<FailMode>,
     pub rules: Vec<RuleEdit>,
 }
 
@@ -104,6 +106,9 @@ impl PolicyEdit {
         }
         if let Some(scope) = self.scope {
             config.scope = scope;
+        }
+        if let Some(fail_mode) = self.fail_mode {
+            config.fail_mode = fail_mode;
         }
         // The merged scope, not only an edited one: a policy stored as `per_item` by
         // hand is refused here too, before an edit of its rules could bless it.

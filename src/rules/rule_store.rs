@@ -218,6 +218,9 @@ impl RuleStore {
 
 /// Polls the version key every `every` and reloads the rules when it moves; also
 /// reloads every 30 s regardless, in case the key itself was lost.
+/// How often the watcher rereads Postgres while Redis cannot tell it the rules' version.
+const OUTAGE_RELOAD: Duration = Duration::from_secs(5);
+
 pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration) {
     let mut seen: Option<i64> = None;
     let mut since_reload = Duration::ZERO;
@@ -230,6 +233,17 @@ pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration
             Err(e) => {
                 // Every half second while Redis is down: not worth a warning each.
                 tracing::debug!(error = %format!("{e:#}"), "rule version unavailable");
+                // Without the version, Postgres is read on a timer of its own: a change
+                // made during the outage (a fail mode opened, say) must apply during it.
+                if since_reload >= OUTAGE_RELOAD {
+                    let applied = store.apply(&limiter).await;
+                    if applied.is_ok() {
+                        since_reload = Duration::ZERO;
+                    }
+                    ticks.report(
+                        applied.map_err(|e| e.context("could not reload rate-limit rules")),
+                    );
+                }
                 continue;
             }
         };

@@ -771,3 +771,41 @@ async fn a_stale_if_match_conflicts_and_an_edit_without_a_version_still_stands(d
     assert_eq!(disagreeing.status(), 400);
     assert_eq!(stored_policy(&app, "limited").await["version"], 4);
 }
+
+/// A fail mode is an operator's edit like any other, and one made while Redis is down
+/// reaches every instance during the outage (the watcher rereads Postgres on a timer
+/// when Redis cannot give it the rules' version).
+#[sqlx::test]
+async fn a_fail_mode_changed_during_an_outage_applies_on_every_instance(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let url = redis.url();
+    let one = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
+    let two = spawn_app_from(one.settings.clone()).await;
+    let limited = |app: &TestApp| {
+        let request = app
+            .client
+            .get(app.url("/api/limited"))
+            .header("X-Client-Id", "fail-mode-test");
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    redis.stop();
+    assert_eq!(limited(&two).await, 200, "`limited` fails open by default");
+    let closed = one
+        .client
+        .put(one.url("/admin/api/policies/limited"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({ "failMode": "closed", "rules": [] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 200);
+    assert_eq!(json(closed).await["failMode"], "closed");
+    eventually(
+        "the other instance fails closed",
+        Duration::from_secs(10),
+        || async { (limited(&two).await == 503).then_some(()) },
+    )
+    .await;
+    let audit = json(admin_get(&one, "/admin/api/audit?policy=limited").await).await;
+    assert_eq!(audit["entries"][0]["new"]["failMode"], "closed", "{audit}");
+}

@@ -291,7 +291,10 @@ async fn with_an_api_limit_of_50_exactly_50_of_150_concurrent_purchases_pass(db:
 async fn five_hundred_concurrent_buyers_of_one_hundred_units_get_exactly_one_hundred_orders(
     db: PgPool,
 ) {
-    let app = spawn_app(&db).await;
+    // What is asserted is exactness, not speed: 500 requests at once on a 2-core machine
+    // shared with the rest of the suite may keep a limiter call past the default 250 ms
+    // (a 503 `LIMITER_UNAVAILABLE` the cluster pass once saw 27 times).
+    let app = spawn_app_with(&db, |s| s.limiter.timeout_ms = 5_000).await;
     let item = app.open_item(100).await;
     let tokens = tokens(&app, 1..=500).await;
     let ips: Vec<String> = (1..=500)
