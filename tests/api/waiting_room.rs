@@ -29,6 +29,18 @@ async fn set_room(app: &TestApp, item: i64, settings: Value) -> reqwest::Respons
         .expect("request sent")
 }
 
+/// `GET /admin/api/items/{item}/waiting-room` as the admin.
+async fn get_room(app: &TestApp, item: i64) -> Value {
+    let path = format!("/admin/api/items/{item}/waiting-room");
+    let response = app
+        .client
+        .get(app.url(&path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await;
+    body(response.expect("request sent")).await
+}
+
 /// Turns the room on and waits until `app` has read it (its listing says so).
 async fn open_room(app: &TestApp, item: i64, settings: Value) {
     let mut settings = settings;
@@ -138,15 +150,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
     let app = spawn_app(&db).await;
     let item = app.open_item(10).await;
     let path = format!("/admin/api/items/{item}/waiting-room");
-    let fresh = body(
-        app.client
-            .get(app.url(&path))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let fresh = get_room(&app, item).await;
     assert_eq!(
         (fresh["enabled"].clone(), fresh["version"].clone()),
         (json!(false), json!(0))
@@ -188,15 +192,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
         ),
         (Some("random"), Some(7), Some(1))
     );
-    let read = body(
-        app.client
-            .get(app.url(&path))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let read = get_room(&app, item).await;
     assert_eq!(
         (read["enabled"].clone(), read["maxActive"].clone()),
         (json!(true), json!(500))
