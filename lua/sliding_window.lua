@@ -18,11 +18,13 @@
 -- ARGV[1]          now in ms, or "" to read the Redis server clock (TIME)
 -- ARGV[2]          unique request id (the member added on admission; never a bare
 --                  timestamp, so two requests in the same millisecond both count)
--- ARGV[1 + 2i]     window of rule i in ms (> 0)
--- ARGV[2 + 2i]     threshold of rule i (> 0)
+-- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules (see below)
+-- ARGV[2 + 2i]     window of rule i in ms (> 0)
+-- ARGV[3 + 2i]     threshold of rule i (> 0)
 --
--- Returns exactly what the response headers and the denial cache need:
---   admitted: {1, t, remaining, next, late}
+-- Returns exactly what the response headers and the denial cache need (the contract
+-- every algorithm's script keeps, in src/limiter/backend.rs):
+--   admitted: {1, t, remaining, next, late, 0, near, shadow}
 --                                 t = the rule with the fewest requests left after this
 --                                 one (1-based; the first on ties), remaining = that count,
 --                                 next = when remaining is 0, ms until t admits again
@@ -34,6 +36,14 @@
 --   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
 --          whole milliseconds from that millisecond, so the caller (the denial cache)
 --          subtracts it to know exactly when they end
+--   0    = the delay a shaper asks for (this algorithm never delays)
+--   near = bit i-1 set: rule i's count, this request included, is above 80 % of its
+--          threshold (envoy's near_limit)
+--   shadow = bit i-1 set: shadow rule i would have refused
+--
+-- Shadow rules (m+1..n) see only what the enforced rules admitted, and decide it as
+-- they would if enforced: one that has room records the request, one that is full
+-- writes nothing and sets its bit. They are never named as a refusing rule.
 --
 -- Cost: a rule that admits costs one ZCOUNT while deciding; a refusing one also one
 -- ZRANGE by rank (O(log n), the threshold-th newest entry is the one whose expiry opens
@@ -43,6 +53,7 @@
 -- and is skipped.
 
 local n = #KEYS
+local m = tonumber(ARGV[3])
 local now = tonumber(ARGV[1])
 -- Microseconds past the millisecond `now` stands for: waits count from that
 -- millisecond, so they end this much sooner after the call than they read.
@@ -59,12 +70,13 @@ local tightest, least, tightest_threshold = 0, 0, 0
 -- Pass 1 reads only. The windows are kept for pass 2 so ARGV is parsed once, the live
 -- counts for the TTL check of a refusal (nil: the rule was skipped).
 local windows, counts = {}, {}
+local near = 0
 
-for i = 1, n do
-  local window = tonumber(ARGV[1 + 2 * i])
+for i = 1, m do
+  local window = tonumber(ARGV[2 + 2 * i])
   windows[i] = window
   if refusing == 0 or longest < window then
-    local threshold = tonumber(ARGV[2 + 2 * i])
+    local threshold = tonumber(ARGV[3 + 2 * i])
     local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
     counts[i] = count
     if count >= threshold then
@@ -79,13 +91,14 @@ for i = 1, n do
       if tightest == 0 or left < least then
         tightest, least, tightest_threshold = i, left, threshold
       end
+      if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
     end
   end
 end
 
 if refusing > 0 then
   -- No entry is written; only a TTL that falls short of the window (see the header).
-  for i = 1, n do
+  for i = 1, m do
     if counts[i] and counts[i] > 0 then
       local ttl = redis.call('PTTL', KEYS[i])
       if ttl >= 0 then
@@ -100,12 +113,31 @@ if refusing > 0 then
   return {0, refusing, wait, longest, late}
 end
 
--- Pass 2: every rule admits. Trim, record, and let the key expire with its window.
+-- Every enforced rule admits; each shadow rule decides as if enforced.
+local shadow = 0
+local record = {}
+for i = 1, n do record[i] = i <= m end
+for i = m + 1, n do
+  local window = tonumber(ARGV[2 + 2 * i])
+  local threshold = tonumber(ARGV[3 + 2 * i])
+  windows[i] = window
+  local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+  if count >= threshold then
+    shadow = shadow + 2 ^ (i - 1)
+  else
+    record[i] = true
+    if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
+  end
+end
+
+-- Pass 2: trim, record, and let the key expire with its window.
 local member = ARGV[2]
 for i = 1, n do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - windows[i])
-  redis.call('ZADD', KEYS[i], now, member)
-  redis.call('PEXPIRE', KEYS[i], windows[i])
+  if record[i] then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - windows[i])
+    redis.call('ZADD', KEYS[i], now, member)
+    redis.call('PEXPIRE', KEYS[i], windows[i])
+  end
 end
 local next_ms = 0
 if least == 0 then
@@ -116,4 +148,4 @@ if least == 0 then
   next_ms = tonumber(nth[2]) + windows[tightest] - now
   if next_ms < 1 then next_ms = 1 end
 end
-return {1, tightest, least, next_ms, late}
+return {1, tightest, least, next_ms, late, 0, near, shadow}

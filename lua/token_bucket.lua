@@ -17,12 +17,14 @@
 --
 -- KEYS[i]          hash of rule i (all keys of a policy share one hash tag)
 -- ARGV[1]          now in ms, or "" to read the Redis server clock (TIME)
--- ARGV[2]          unused (keeps the calling convention of sliding_window.lua)
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2]
+-- ARGV[2]          unused (the sliding log's request id)
+-- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules (see below)
+-- ARGV[1 + 3i], ARGV[2 + 3i], ARGV[3 + 3i]
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
 --
--- Returns exactly what the response headers and the denial cache need:
---   admitted: {1, t, remaining, next, late}
+-- Returns exactly what the response headers and the denial cache need (the contract
+-- every algorithm's script keeps, in src/limiter/backend.rs):
+--   admitted: {1, t, remaining, next, late, 0, near, shadow}
 --                                 t = the rule with the fewest whole tokens left after
 --                                 this request (1-based; the first on ties), remaining =
 --                                 that count, next = when remaining is 0, ms until t holds
@@ -34,6 +36,14 @@
 --   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
 --          whole milliseconds from that millisecond, so the caller (the denial cache)
 --          subtracts it to know exactly when they end
+--   0    = the delay a shaper asks for (this algorithm never delays)
+--   near = bit i-1 set: rule i is left with less than 20 % of its capacity in whole
+--          tokens (envoy's near_limit)
+--   shadow = bit i-1 set: shadow rule i would have refused
+--
+-- Shadow rules (m+1..n) see only what the enforced rules admitted, and decide it as
+-- they would if enforced: one holding a token spends it, one without writes nothing
+-- and sets its bit. They are never named as a refusing rule.
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
 -- missing key and a full bucket are the same thing. The one write a refusal may make:
@@ -51,6 +61,7 @@
 -- so far covers that, a later rule cannot change the reply and is skipped.
 
 local n = #KEYS
+local m = tonumber(ARGV[3])
 local now = tonumber(ARGV[1])
 -- Microseconds past the millisecond `now` stands for: waits count from that
 -- millisecond, so they end this much sooner after the call than they read.
@@ -82,28 +93,36 @@ local levels, stamps, refills = {}, {}, {}
 -- bucket's time never moves back (or the ahead instance would refill the skew again on
 -- its next call), so waits count from the bucket's time, and no rule can be skipped.
 local skewed = ARGV[1] ~= ''
+local near = 0
 
-for i = 1, n do
-  local refill_tokens = tonumber(ARGV[3 * i + 1])
-  local refill_ms = tonumber(ARGV[3 * i + 2])
+-- Reads rule i's level and time (into `levels`, `stamps`, `refills`).
+local function read(i, capacity, refill_tokens, refill_ms)
+  local full = capacity * refill_ms
+  local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at', 'scale')
+  local level = tonumber(state[1])
+  local at = tonumber(state[2])
+  if level == nil or at == nil then
+    level, at = full, now
+  else
+    local scale = tonumber(state[3])
+    if scale and scale ~= refill_ms then level = rescale(level, scale, refill_ms) end
+    local elapsed = now - at
+    if elapsed > 0 then level = level + elapsed * refill_tokens end
+    if level > full then level = full end
+    if at < now then at = now end
+    refills[i] = (at - now) + math.floor((full - level + refill_tokens - 1) / refill_tokens)
+  end
+  levels[i], stamps[i] = level, at
+end
+
+for i = 1, m do
+  local capacity = tonumber(ARGV[1 + 3 * i])
+  local refill_tokens = tonumber(ARGV[2 + 3 * i])
+  local refill_ms = tonumber(ARGV[3 + 3 * i])
   if refusing == 0 or skewed
       or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
-    local full = tonumber(ARGV[3 * i]) * refill_ms
-    local state = redis.call('HMGET', KEYS[i], 'tokens', 'refilled_at', 'scale')
-    local level = tonumber(state[1])
-    local at = tonumber(state[2])
-    if level == nil or at == nil then
-      level, at = full, now
-    else
-      local scale = tonumber(state[3])
-      if scale and scale ~= refill_ms then level = rescale(level, scale, refill_ms) end
-      local elapsed = now - at
-      if elapsed > 0 then level = level + elapsed * refill_tokens end
-      if level > full then level = full end
-      if at < now then at = now end
-      refills[i] = (at - now) + math.floor((full - level + refill_tokens - 1) / refill_tokens)
-    end
-    levels[i], stamps[i] = level, at
+    read(i, capacity, refill_tokens, refill_ms)
+    local level, at = levels[i], stamps[i]
     if level < refill_ms then
       -- ceil((refill_ms - level) / refill_tokens) in integers, from the bucket's time
       local w = (at - now) + math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
@@ -112,17 +131,18 @@ for i = 1, n do
     elseif refusing == 0 then
       local left = math.floor(level / refill_ms) - 1
       if tightest == 0 or left < least then tightest, least = i, left end
+      if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
     end
   end
 end
 
 if refusing > 0 then
   -- Nothing is written; only a TTL that falls short of the refill (see the header).
-  for i = 1, n do
+  for i = 1, m do
     if refills[i] and refills[i] > 0 then
       local ttl = redis.call('PTTL', KEYS[i])
-      local refill_tokens = tonumber(ARGV[3 * i + 1])
-      local empty = math.floor((tonumber(ARGV[3 * i]) * tonumber(ARGV[3 * i + 2])
+      local refill_tokens = tonumber(ARGV[2 + 3 * i])
+      local empty = math.floor((tonumber(ARGV[1 + 3 * i]) * tonumber(ARGV[3 + 3 * i])
         + refill_tokens - 1) / refill_tokens)
       if ttl >= 0 and refills[i] - ttl > math.max(2, math.floor(empty / 100)) then
         redis.call('PEXPIRE', KEYS[i], refills[i])
@@ -132,22 +152,41 @@ if refusing > 0 then
   return {0, refusing, wait, longest, late}
 end
 
+-- Every enforced rule admits; each shadow rule decides as if enforced.
+local shadow = 0
+local record = {}
+for i = 1, n do record[i] = i <= m end
+for i = m + 1, n do
+  local capacity = tonumber(ARGV[1 + 3 * i])
+  local refill_ms = tonumber(ARGV[3 + 3 * i])
+  read(i, capacity, tonumber(ARGV[2 + 3 * i]), refill_ms)
+  if levels[i] < refill_ms then
+    shadow = shadow + 2 ^ (i - 1)
+  else
+    record[i] = true
+    local left = math.floor(levels[i] / refill_ms) - 1
+    if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
+  end
+end
+
 for i = 1, n do
-  local capacity = tonumber(ARGV[3 * i])
-  local refill_tokens = tonumber(ARGV[3 * i + 1])
-  local refill_ms = tonumber(ARGV[3 * i + 2])
-  local level = levels[i] - refill_ms
-  redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i], 'scale', refill_ms)
-  local ttl = (stamps[i] - now)
-    + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
-  if ttl < 1 then ttl = 1 end
-  redis.call('PEXPIRE', KEYS[i], ttl)
+  if record[i] then
+    local capacity = tonumber(ARGV[1 + 3 * i])
+    local refill_tokens = tonumber(ARGV[2 + 3 * i])
+    local refill_ms = tonumber(ARGV[3 + 3 * i])
+    local level = levels[i] - refill_ms
+    redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i], 'scale', refill_ms)
+    local ttl = (stamps[i] - now)
+      + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
+    if ttl < 1 then ttl = 1 end
+    redis.call('PEXPIRE', KEYS[i], ttl)
+  end
 end
 local next_ms = 0
 if least == 0 then
-  local refill_tokens = tonumber(ARGV[3 * tightest + 1])
-  local refill_ms = tonumber(ARGV[3 * tightest + 2])
+  local refill_tokens = tonumber(ARGV[2 + 3 * tightest])
+  local refill_ms = tonumber(ARGV[3 + 3 * tightest])
   next_ms = (stamps[tightest] - now)
     + math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
 end
-return {1, tightest, least, next_ms, late}
+return {1, tightest, least, next_ms, late, 0, near, shadow}

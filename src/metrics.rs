@@ -130,6 +130,20 @@ families! {
         "Refusals answered from the local denial cache without asking Redis",
         &["policy", "dimension"],
     );
+    /// Admissions that left a rule above 80 % of its quota used (envoy's `near_limit`):
+    /// alerts can fire on it before refusals start.
+    limiter_near_limit: IntCounterVec = family(
+        "limiter_near_limit_total",
+        "Admissions that left a rule above 80 % of its quota used",
+        &["policy", "dimension"],
+    );
+    /// Requests a shadow rule would have refused (it never refuses; see
+    /// `limiter::backend`).
+    limiter_shadow_refusals: IntCounterVec = family(
+        "limiter_shadow_refusals_total",
+        "Requests a shadow rule would have refused",
+        &["policy", "dimension"],
+    );
     /// Round trip of one limiter script call.
     limiter_latency: HistogramVec =
         family("limiter_duration_seconds", "Limiter script round trip", &["policy", "algorithm"])

@@ -28,6 +28,10 @@ pub enum Counted {
         rule: String,
         decision: Decision,
     },
+    /// An admission that left a rule above 80 % of its quota used.
+    NearLimit { policy: String, rule: String },
+    /// A request a shadow rule would have refused.
+    ShadowRefusal { policy: String, rule: String },
     /// A request let through because the limiter could not ask Redis.
     FailOpen { policy: String },
     /// A purchase that ended so.

@@ -2,15 +2,40 @@
 //!
 //! Scripts are compiled into the binary from `lua/` and wrapped in `redis::Script`,
 //! which sends EVALSHA and falls back to EVAL (loading the script) after a Redis
-//! restart. Both scripts share one calling convention, documented in their headers.
+//! restart.
+//!
+//! # The contract every algorithm's script keeps
+//!
+//! - `KEYS[i]`: rule i's state (all of a policy's keys share one hash tag).
+//! - `ARGV[1]`: now in ms, or `""` to read the Redis clock (`TIME`); `ARGV[2]`: a
+//!   request id unique across instances (the sliding log's member; others ignore it);
+//!   `ARGV[3]`: `m`, the number of enforced rules: rules `1..m` are enforced, the rest
+//!   are shadow rules. Then each rule's parameters, as many per rule as the algorithm
+//!   takes ([`params`]).
+//! - All-or-nothing: a request is admitted only if every enforced rule admits it, and
+//!   then every enforced rule records it. A refusal writes nothing but the TTL
+//!   extension its script's header documents (a rule edit that lengthened what a key
+//!   must keep).
+//! - Shadow rules are decided only after the enforced rules admitted; each records the
+//!   request as it would if enforced (if it has room) and reports whether it would have
+//!   refused. A shadow rule is never the refusing rule, so the denial cache never
+//!   learns from one.
+//! - Replies: admitted `{1, t, remaining, next, late, delay, near, shadow}`, refused
+//!   `{0, r, wait, longest, late}` (see [`Decision`]; `late` is the µs past the
+//!   millisecond the Redis clock read, 0 with an app clock). Every wait is exact for
+//!   the state it read: until it ends, only admissions change a key, and they only
+//!   make it later. That is what lets the denial cache repeat a refusal.
+//! - A rule edit is read against state written under the old rule; each script says
+//!   how it converts (the token bucket keeps tokens, GCRA and the shaper keep time,
+//!   the counters keep counts).
 
 use redis::{Script, ScriptInvocation};
 
 use super::policy::{Algorithm, Rule};
 
+/// One compiled script per algorithm (indexed by `Algorithm as usize`).
 pub struct ScriptBackend {
-    sliding_window: Script,
-    token_bucket: Script,
+    scripts: [Script; Algorithm::ALL.len()],
 }
 
 /// What a script answered (see the reply format in the scripts' headers), with rule
@@ -26,14 +51,22 @@ pub struct Reply {
 /// The decision itself: exactly what the response headers and the denial cache need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Every rule admitted and recorded the request. `tightest` is the rule with the
-    /// fewest requests left (the first on ties), `remaining` that count after this one;
-    /// when that is 0, `next_slot_ms` is how long until `tightest` admits again (this
-    /// request took its last slot), else 0.
+    /// Every enforced rule admitted and recorded the request. `tightest` is the
+    /// enforced rule with the fewest requests left (the first on ties), `remaining` that
+    /// count after this one; when that is 0, `next_slot_ms` is how long until `tightest`
+    /// admits again (this request took its last slot), else 0.
     Admitted {
         tightest: usize,
         remaining: i64,
         next_slot_ms: i64,
+        /// How long the answer waits for its departure slot (the shaper; 0 for the
+        /// others).
+        delay_ms: i64,
+        /// Bit `i`: rule `i` is left above 80 % of its quota used (envoy's
+        /// `near_limit`).
+        near_limit: u32,
+        /// Bit `i`: shadow rule `i` would have refused.
+        shadow_refused: u32,
     },
     /// Nothing was written. `rule` is the first refusing rule and `retry_after_ms` its
     /// own wait; `longest_retry_after_ms` is the longest wait among the refusing rules:
@@ -45,21 +78,22 @@ pub enum Decision {
     },
 }
 
-const SLIDING_WINDOW: &str = include_str!("../../lua/sliding_window.lua");
-const TOKEN_BUCKET: &str = include_str!("../../lua/token_bucket.lua");
-
-fn source(algorithm: Algorithm) -> &'static str {
+/// The script deciding `algorithm`.
+pub fn source(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::SlidingWindow => SLIDING_WINDOW,
-        Algorithm::TokenBucket => TOKEN_BUCKET,
+        Algorithm::SlidingWindow => include_str!("../../lua/sliding_window.lua"),
+        Algorithm::TokenBucket => include_str!("../../lua/token_bucket.lua"),
+        Algorithm::FixedWindow => include_str!("../../lua/fixed_window.lua"),
+        Algorithm::SlidingWindowCounter => include_str!("../../lua/sliding_window_counter.lua"),
+        Algorithm::Gcra => include_str!("../../lua/gcra.lua"),
+        Algorithm::LeakyBucket => include_str!("../../lua/leaky_bucket.lua"),
     }
 }
 
 impl Default for ScriptBackend {
     fn default() -> Self {
         Self {
-            sliding_window: Script::new(SLIDING_WINDOW),
-            token_bucket: Script::new(TOKEN_BUCKET),
+            scripts: Algorithm::ALL.map(|algorithm| Script::new(source(algorithm))),
         }
     }
 }
@@ -73,24 +107,19 @@ impl Default for ScriptBackend {
 /// arguments between them (their counts are its last two arguments). It answers
 /// `{decision}` or `{decision, follow_up_reply}`, so a refusal still writes nothing.
 pub struct FollowUp {
-    sliding_window: Script,
-    token_bucket: Script,
+    scripts: [Script; Algorithm::ALL.len()],
 }
 
 impl FollowUp {
     pub fn new(source_code: &str) -> Self {
-        let compose = |algorithm| Script::new(&compose(source(algorithm), source_code));
         Self {
-            sliding_window: compose(Algorithm::SlidingWindow),
-            token_bucket: compose(Algorithm::TokenBucket),
+            scripts: Algorithm::ALL
+                .map(|algorithm| Script::new(&compose(source(algorithm), source_code))),
         }
     }
 
     fn script(&self, algorithm: Algorithm) -> &Script {
-        match algorithm {
-            Algorithm::SlidingWindow => &self.sliding_window,
-            Algorithm::TokenBucket => &self.token_bucket,
-        }
+        &self.scripts[algorithm as usize]
     }
 }
 
@@ -116,19 +145,18 @@ impl ScriptBackend {
     }
 
     fn script(&self, algorithm: Algorithm) -> &Script {
-        match algorithm {
-            Algorithm::SlidingWindow => &self.sliding_window,
-            Algorithm::TokenBucket => &self.token_bucket,
-        }
+        &self.scripts[algorithm as usize]
     }
 
-    /// The script call deciding `rules` (`keys[i]` belongs to `rules[i]`); send it with
+    /// The script call deciding `rules` (`keys[i]` belongs to `rules[i]`; the first
+    /// `enforced` are enforced, the rest shadow rules); send it with
     /// `RedisStore::call` and read the reply with [`decode`].
     pub fn invocation<'a>(
         &'a self,
         algorithm: Algorithm,
         keys: &[String],
         rules: &[Rule],
+        enforced: usize,
         now_ms: Option<i64>,
         member: &str,
     ) -> ScriptInvocation<'a> {
@@ -136,7 +164,7 @@ impl ScriptBackend {
         for key in keys {
             invocation.key(key.as_str());
         }
-        push_args(&mut invocation, algorithm, rules, now_ms, member);
+        push_args(&mut invocation, algorithm, rules, enforced, now_ms, member);
         invocation
     }
 
@@ -146,6 +174,7 @@ impl ScriptBackend {
         algorithm: Algorithm,
         keys: &[String],
         rules: &[Rule],
+        enforced: usize,
         now_ms: Option<i64>,
         member: &str,
         then: &Then<'a>,
@@ -154,7 +183,7 @@ impl ScriptBackend {
         for key in keys.iter().chain(&then.keys) {
             invocation.key(key.as_str());
         }
-        let limiter_args = push_args(&mut invocation, algorithm, rules, now_ms, member);
+        let limiter_args = push_args(&mut invocation, algorithm, rules, enforced, now_ms, member);
         for arg in &then.args {
             invocation.arg(arg.as_str());
         }
@@ -170,11 +199,26 @@ pub struct Then<'a> {
     pub args: Vec<String>,
 }
 
-/// The decision's arguments (see the scripts' headers); answers how many it pushed.
+/// A rule's parameters as `algorithm`'s script takes them (see its header): a slice
+/// of a fixed array, so a decision allocates nothing for them.
+pub fn params(algorithm: Algorithm, rule: &Rule) -> ([u64; 3], usize) {
+    match algorithm {
+        Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingWindowCounter => {
+            ([rule.window_ms, rule.threshold, 0], 2)
+        }
+        Algorithm::TokenBucket | Algorithm::Gcra => {
+            ([rule.capacity, rule.refill_tokens, rule.refill_ms], 3)
+        }
+        Algorithm::LeakyBucket => ([rule.window_ms, rule.threshold, rule.max_delay_ms], 3),
+    }
+}
+
+/// The decision's arguments (see the contract above); answers how many it pushed.
 fn push_args(
     invocation: &mut ScriptInvocation<'_>,
     algorithm: Algorithm,
     rules: &[Rule],
+    enforced: usize,
     now_ms: Option<i64>,
     member: &str,
 ) -> usize {
@@ -182,21 +226,16 @@ fn push_args(
         Some(now) => invocation.arg(now),
         None => invocation.arg(""),
     };
-    invocation.arg(member);
+    invocation.arg(member).arg(enforced);
+    let mut pushed = 3;
     for rule in rules {
-        match algorithm {
-            Algorithm::SlidingWindow => invocation.arg(rule.window_ms).arg(rule.threshold),
-            Algorithm::TokenBucket => invocation
-                .arg(rule.capacity)
-                .arg(rule.refill_tokens)
-                .arg(rule.refill_ms),
-        };
-    }
-    2 + rules.len()
-        * match algorithm {
-            Algorithm::SlidingWindow => 2,
-            Algorithm::TokenBucket => 3,
+        let (values, count) = params(algorithm, rule);
+        for &value in &values[..count] {
+            invocation.arg(value);
         }
+        pushed += count;
+    }
+    pushed
 }
 
 /// Reads a composed script's reply (see [`FollowUp`]): the decision, and the follow-up's
@@ -218,12 +257,22 @@ pub fn decode(raw: &[i64], rules: usize) -> Option<Reply> {
             .and_then(|i| i.checked_sub(1))
             .filter(|&i| i < rules)
     };
+    let mask = |bits: i64| {
+        u32::try_from(bits)
+            .ok()
+            .filter(|&bits| u64::from(bits) < 1u64 << rules)
+    };
     let (decision, late_us) = match *raw {
-        [1, tightest, remaining, next_slot_ms, late_us] => (
+        [1, tightest, remaining, next_slot_ms, late_us, delay_ms, near_limit, shadow_refused] => (
             Decision::Admitted {
                 tightest: index(tightest)?,
                 remaining,
                 next_slot_ms,
+                delay_ms: (0..=super::policy::MAX_DELAY_MS as i64)
+                    .contains(&delay_ms)
+                    .then_some(delay_ms)?,
+                near_limit: mask(near_limit)?,
+                shadow_refused: mask(shadow_refused)?,
             },
             late_us,
         ),
@@ -250,13 +299,19 @@ mod tests {
     fn replies_decode_to_decisions_and_anything_else_is_refused() {
         let decision = |raw: &[i64]| decode(raw, 3).map(|reply| reply.decision);
         assert_eq!(
-            decision(&[1, 2, 7, 0, 0]),
+            decision(&[1, 2, 7, 0, 0, 12, 0b101, 0b100]),
             Some(Decision::Admitted {
                 tightest: 1,
                 remaining: 7,
-                next_slot_ms: 0
+                next_slot_ms: 0,
+                delay_ms: 12,
+                near_limit: 0b101,
+                shadow_refused: 0b100,
             })
         );
+        assert_eq!(decision(&[1, 2, 7, 0, 0, 0, 0b1000, 0]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0, -1, 0, 0]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0]), None);
         assert_eq!(
             decision(&[0, 1, 900, 59_000, 999]),
             Some(Decision::Refused {
@@ -266,7 +321,7 @@ mod tests {
             })
         );
         assert_eq!(decode(&[0, 1, 900, 59_000, 999], 3).unwrap().late_us, 999);
-        assert_eq!(decision(&[1, 4, 7, 0, 0]), None);
+        assert_eq!(decision(&[1, 4, 7, 0, 0, 0, 0, 0]), None);
         assert_eq!(decision(&[0, 0, 1, 1, 0]), None);
         assert_eq!(decision(&[0, 1, 1, 1, 1000]), None);
         assert_eq!(decision(&[1, 1, 0, 0]), None);

@@ -45,6 +45,18 @@ impl Clock {
         }
     }
 
+    /// Waits until `local_us` (on [`Self::local_us`]'s scale): the shaper's departure
+    /// slot. A manual clock does not wait: its tests move time themselves.
+    pub async fn hold_until(&self, epoch: std::time::Instant, local_us: i64) {
+        if matches!(self, Self::Manual(_)) {
+            return;
+        }
+        let hold = local_us.saturating_sub(self.local_us(epoch));
+        if hold > 0 {
+            tokio::time::sleep(std::time::Duration::from_micros(hold as u64)).await;
+        }
+    }
+
     /// The timestamp to pass to a script (`None` for the Redis clock), and how many µs
     /// past that millisecond it really is: the script's waits count from the
     /// millisecond, so they end that much sooner than they read.

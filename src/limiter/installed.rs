@@ -28,6 +28,10 @@ pub(super) struct Enforced {
     pub(super) passes: Vec<Counter>,
     pub(super) rejects: Vec<Counter>,
     pub(super) local_refusals: Vec<Counter>,
+    /// Per rule: `limiter_near_limit` and `limiter_shadow_refusals` (shadow rules
+    /// only ever count the latter, enforced rules never do), each with its tally cell.
+    pub(super) near_limit: Vec<Counter>,
+    pub(super) shadow_refusals: Vec<Counter>,
     pub(super) fail_open: Counter,
     pub(super) fail_closed: prometheus::IntCounter,
     /// Per algorithm (indexed by `Algorithm as usize`).
@@ -58,22 +62,31 @@ impl Installed {
                         })
                         .collect()
                 };
-                let local_refusals = policy
-                    .rules
-                    .iter()
-                    .map(|rule| {
-                        let counted = Counted::LocalRefusal {
-                            policy: name.to_string(),
-                            rule: rule.name.clone(),
-                        };
-                        Counter::new(
-                            metrics
-                                .limiter_local_refusals
-                                .with_label_values(&[name, rule.name.as_str()]),
-                            metrics.tally.cell(counted),
-                        )
-                    })
-                    .collect();
+                // One counter per rule of a family labelled by policy and dimension.
+                let per_rule =
+                    |family: &prometheus::IntCounterVec, counted: fn(String, String) -> Counted| {
+                        policy
+                            .rules
+                            .iter()
+                            .map(|rule| {
+                                Counter::new(
+                                    family.with_label_values(&[name, rule.name.as_str()]),
+                                    metrics
+                                        .tally
+                                        .cell(counted(name.to_string(), rule.name.clone())),
+                                )
+                            })
+                            .collect()
+                    };
+                let local_refusals = per_rule(&metrics.limiter_local_refusals, |policy, rule| {
+                    Counted::LocalRefusal { policy, rule }
+                });
+                let near_limit = per_rule(&metrics.limiter_near_limit, |policy, rule| {
+                    Counted::NearLimit { policy, rule }
+                });
+                let shadow_refusals = per_rule(&metrics.limiter_shadow_refusals, |policy, rule| {
+                    Counted::ShadowRefusal { policy, rule }
+                });
                 let fail_open = Counter::new(
                     metrics.limiter_fail_open.with_label_values(&[name]),
                     metrics.tally.cell(Counted::FailOpen {
@@ -85,6 +98,8 @@ impl Installed {
                     passes: decisions(Decision::Pass),
                     rejects: decisions(Decision::Reject),
                     local_refusals,
+                    near_limit,
+                    shadow_refusals,
                     fail_open,
                     fail_closed: metrics.limiter_fail_closed.with_label_values(&[name]),
                     latency: Algorithm::ALL.map(|a| {

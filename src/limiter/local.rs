@@ -107,6 +107,7 @@ pub(super) fn learn(
             tightest,
             remaining,
             next_slot_ms,
+            ..
         } => ((remaining <= 0).then_some(tightest), next_slot_ms),
     };
     if let Some(rule) = full {

@@ -222,6 +222,7 @@ impl Limiter {
                     policy: Arc::clone(policy),
                     algorithm,
                     quota_left: None,
+                    delayed_ms: 0,
                 },
                 None,
             ));
@@ -283,9 +284,14 @@ impl Limiter {
         // Composed with the caller's follow-up only where all the keys share a slot.
         let reply = match then.filter(|_| policy.scope == Scope::PerItem) {
             None => {
-                let invocation =
-                    self.backend
-                        .invocation(algorithm, &keys, &policy.rules, now_ms, &member);
+                let invocation = self.backend.invocation(
+                    algorithm,
+                    &keys,
+                    &policy.rules,
+                    policy.enforced,
+                    now_ms,
+                    &member,
+                );
                 self.redis
                     .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
                     .await
@@ -296,6 +302,7 @@ impl Limiter {
                     algorithm,
                     &keys,
                     &policy.rules,
+                    policy.enforced,
                     now_ms,
                     &member,
                     then,
@@ -321,8 +328,14 @@ impl Limiter {
                     started_us,
                     generation,
                 );
-                return record(&enforced, algorithm, reply.decision)
-                    .map(|admission| (admission, followed));
+                let admission = record(&enforced, algorithm, reply.decision)?;
+                if admission.delayed_ms > 0 {
+                    // The shaper's departure slot: counted from the millisecond its
+                    // clock read, like every wait.
+                    let slot_us = started_us + admission.delayed_ms as i64 * 1000;
+                    self.clock.hold_until(self.epoch, slot_us).await;
+                }
+                return Ok((admission, followed));
             }
             Ok(None) => {
                 self.metrics.redis_error(RedisPurpose::Limiter);
@@ -339,6 +352,7 @@ impl Limiter {
                         policy: Arc::clone(policy),
                         algorithm,
                         quota_left: None,
+                        delayed_ms: 0,
                     },
                     None,
                 ))

@@ -15,6 +15,9 @@ pub struct Admission {
     /// The tightest rule and what it has left; `None` when admitted without asking
     /// Redis (fail-open, or the policy is disabled).
     pub quota_left: Option<QuotaLeft>,
+    /// How long the answer was held for its departure slot (the leaky bucket's
+    /// shaping; 0 for every other algorithm).
+    pub delayed_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,9 +92,24 @@ pub(super) fn record(
             tightest,
             remaining,
             next_slot_ms,
+            delay_ms,
+            near_limit,
+            shadow_refused,
         } => {
-            for passes in &enforced.passes {
+            for passes in &enforced.passes[..enforced.policy.enforced] {
                 passes.inc();
+            }
+            for (rule, near) in enforced.near_limit.iter().enumerate() {
+                if near_limit & (1 << rule) != 0 {
+                    near.inc();
+                }
+            }
+            if shadow_refused != 0 {
+                for (rule, refusals) in enforced.shadow_refusals.iter().enumerate() {
+                    if shadow_refused & (1 << rule) != 0 {
+                        refusals.inc();
+                    }
+                }
             }
             Ok(Admission {
                 policy: Arc::clone(&enforced.policy),
@@ -101,6 +119,7 @@ pub(super) fn record(
                     remaining,
                     next_slot_ms,
                 }),
+                delayed_ms: delay_ms as u64,
             })
         }
         Decision::Refused {

@@ -15,21 +15,53 @@ use serde::{Deserialize, Serialize};
 pub use super::clock::ClockSource;
 pub use super::keys::Scope;
 
+/// How a policy's rules count. Each is one script in `lua/` with the same contract (see
+/// `backend`); `docs/limiting.md` compares them on one trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
+    /// The exact sliding-window log: one sorted-set entry per admitted request.
     SlidingWindow,
+    /// Tokens refilled continuously up to a capacity: a burst, then the rate.
     TokenBucket,
+    /// One counter per aligned window (envoy's ratelimit): cheapest, and up to twice
+    /// the threshold across a window edge.
+    FixedWindow,
+    /// The current and previous windows' counts, weighted by the elapsed fraction
+    /// (Cloudflare's approximation of the sliding window).
+    SlidingWindowCounter,
+    /// The token bucket used as a meter: one timestamp per key (redis-cell, governor).
+    Gcra,
+    /// A shaper: requests leave at a constant rate, an admitted one waits for its slot
+    /// (at most the rule's `max_delay_ms`). Never for a policy whose admission is
+    /// followed by a reservation in the same call (`configuration::policies`).
+    LeakyBucket,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 2] = [Algorithm::SlidingWindow, Algorithm::TokenBucket];
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindowCounter,
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::SlidingWindow => "sliding_window",
             Self::TokenBucket => "token_bucket",
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindowCounter => "sliding_window_counter",
+            Self::Gcra => "gcra",
+            Self::LeakyBucket => "leaky_bucket",
         }
+    }
+
+    /// Whether an admission may ask the caller to wait for a departure slot.
+    pub fn shapes(self) -> bool {
+        self == Self::LeakyBucket
     }
 }
 
@@ -76,8 +108,8 @@ pub enum KeySource {
     Route,
 }
 
-/// A rule as written in settings. Token-bucket parameters default to the window ones:
-/// capacity = threshold, refilled by `threshold` tokens per window.
+/// A rule as written in settings. Token-bucket (and GCRA) parameters default to the
+/// window ones: capacity = threshold, refilled by `threshold` tokens per window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleConfig {
     pub name: String,
@@ -90,6 +122,13 @@ pub struct RuleConfig {
     pub refill_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refill_ms: Option<u64>,
+    /// The leaky bucket's longest wait for a departure slot; [`DEFAULT_MAX_DELAY_MS`]
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<u64>,
+    /// A shadow rule counts and reports what it would refuse, and never refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
     pub message: String,
 }
 
@@ -104,10 +143,17 @@ impl RuleConfig {
             capacity: None,
             refill_tokens: None,
             refill_ms: None,
+            max_delay_ms: None,
+            shadow: false,
             message: message.into(),
         }
     }
 }
+
+/// The leaky bucket's longest wait for a slot when a rule does not say.
+pub const DEFAULT_MAX_DELAY_MS: u64 = 1_000;
+/// The longest a shaped answer may be held: a held request keeps a connection open.
+pub const MAX_DELAY_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyConfig {
@@ -170,6 +216,8 @@ pub struct Rule {
     pub capacity: u64,
     pub refill_tokens: u64,
     pub refill_ms: u64,
+    pub max_delay_ms: u64,
+    pub shadow: bool,
     pub message: String,
 }
 
@@ -177,9 +225,12 @@ impl Rule {
     /// The quota and its window in seconds, as announced in `RateLimit-Policy`.
     pub fn quota(&self, algorithm: Algorithm) -> (u64, u64) {
         match algorithm {
-            Algorithm::SlidingWindow => (self.threshold, self.window_ms.div_ceil(1000)),
+            Algorithm::SlidingWindow
+            | Algorithm::FixedWindow
+            | Algorithm::SlidingWindowCounter
+            | Algorithm::LeakyBucket => (self.threshold, self.window_ms.div_ceil(1000)),
             // Time to refill an empty bucket completely.
-            Algorithm::TokenBucket => (
+            Algorithm::TokenBucket | Algorithm::Gcra => (
                 self.capacity,
                 (self.capacity * self.refill_ms).div_ceil(self.refill_tokens * 1000),
             ),
@@ -194,7 +245,10 @@ pub struct Policy {
     pub fail_mode: FailMode,
     pub enabled: bool,
     pub scope: Scope,
+    /// The enforced rules, then the shadow ones (each group in the settings' order).
     pub rules: Vec<Rule>,
+    /// How many of `rules` are enforced: the first `enforced`.
+    pub enforced: usize,
     /// The `RateLimit-Policy` value for each algorithm (indexed by `Algorithm as
     /// usize`): constant per policy, so built once here instead of per response.
     quota_headers: [String; Algorithm::ALL.len()],
@@ -204,8 +258,12 @@ pub struct Policy {
 pub enum PolicyError {
     #[error("policy name {0:?} must be 1-32 characters of a-z 0-9 _ -")]
     BadPolicyName(String),
-    #[error("policy {0:?} needs 1 to {MAX_RULES} rules")]
+    #[error("policy {0:?} needs 1 to {MAX_RULES} rules, shadow rules included")]
     RuleCount(String),
+    #[error("policy {0:?} needs at least one rule that is not a shadow rule")]
+    AllShadow(String),
+    #[error("rule {0:?}: maxDelayMs must be 0 to {MAX_DELAY_MS}")]
+    BadMaxDelay(String),
     #[error("rule name {0:?} must be 1-32 characters of a-z 0-9 _ -")]
     BadRuleName(String),
     #[error("policy {policy:?} has two rules named {rule:?}")]
@@ -269,8 +327,13 @@ impl Policy {
                 capacity: rc.capacity.unwrap_or(rc.threshold),
                 refill_tokens: rc.refill_tokens.unwrap_or(rc.threshold),
                 refill_ms: rc.refill_ms.unwrap_or(rc.window_ms),
+                max_delay_ms: rc.max_delay_ms.unwrap_or(DEFAULT_MAX_DELAY_MS),
+                shadow: rc.shadow,
                 message: rc.message.clone(),
             };
+            if rule.max_delay_ms > MAX_DELAY_MS {
+                return Err(PolicyError::BadMaxDelay(rule.name));
+            }
             for (field, value) in [
                 ("windowMs", rule.window_ms),
                 ("threshold", rule.threshold),
@@ -295,19 +358,28 @@ impl Policy {
             }
             rules.push(rule);
         }
+        // Shadow rules last: the scripts decide the first `enforced` and only then
+        // consult the others (see `backend`).
+        rules.sort_by_key(|rule| rule.shadow);
+        let enforced = rules.iter().filter(|rule| !rule.shadow).count();
+        if enforced == 0 {
+            return Err(PolicyError::AllShadow(name.into()));
+        }
         Ok(Self {
             name: name.into(),
             algorithm: config.algorithm,
             fail_mode: config.fail_mode,
             enabled: config.enabled,
             scope: config.scope,
-            quota_headers: Algorithm::ALL.map(|algorithm| quota_header(&rules, algorithm)),
+            quota_headers: Algorithm::ALL
+                .map(|algorithm| quota_header(&rules[..enforced], algorithm)),
             rules,
+            enforced,
         })
     }
 
     /// `RateLimit-Policy` (IETF draft 12) for this policy under `algorithm`: one named
-    /// quota per rule, e.g. `"api";q=1000;w=1, "user";q=3;w=60`.
+    /// quota per enforced rule (a shadow rule is not a quota), e.g. `"api";q=1000;w=1, "user";q=3;w=60`.
     pub fn quota_header(&self, algorithm: Algorithm) -> &str {
         &self.quota_headers[algorithm as usize]
     }

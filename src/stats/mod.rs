@@ -9,6 +9,8 @@
 //! A bucket's fields, written and read here (and in [`series`]) only:
 //! `pass:<dimension>`, `reject:<dimension>` and `local:<dimension>` (the `seckill`
 //! policy's rules; `local` = refused by the denial cache without asking Redis),
+//! `shadow:<dimension>` (what its shadow rules would have refused) and
+//! `near:<dimension>` (admissions that left a rule above 80 % of its quota used),
 //! `orders` (purchases that created one), `outcome:<word>` (the purchase's other
 //! outcomes, by their metric word), `fail_open` (every policy), all added to; and
 //! `stock:<item id>`, the item's live stock as sampled that second, set (several
@@ -39,6 +41,8 @@ pub const MAX_SERIES_SECS: u64 = 300;
 const PASS: &str = "pass:";
 pub(super) const REJECT: &str = "reject:";
 pub(super) const LOCAL: &str = "local:";
+pub(super) const SHADOW: &str = "shadow:";
+const NEAR: &str = "near:";
 pub(super) const ORDERS: &str = "orders";
 pub(super) const OUTCOME: &str = "outcome:";
 const FAIL_OPEN: &str = "fail_open";
@@ -51,6 +55,10 @@ pub struct Sums {
     pub passes: BTreeMap<String, i64>,
     /// Its refusals, by the dimension that refused.
     pub rejections: BTreeMap<String, i64>,
+    /// What its shadow rules would have refused, by rule.
+    pub shadow_refusals: BTreeMap<String, i64>,
+    /// Its admissions that left a rule above 80 % of its quota used, by rule.
+    pub near_limit: BTreeMap<String, i64>,
     /// Orders created.
     pub orders: i64,
     /// Requests let through because the limiter could not ask Redis, every policy.
@@ -68,6 +76,10 @@ impl Sums {
                 sums.passes.insert(dimension.to_string(), value);
             } else if let Some(dimension) = field.strip_prefix(REJECT) {
                 sums.rejections.insert(dimension.to_string(), value);
+            } else if let Some(dimension) = field.strip_prefix(SHADOW) {
+                sums.shadow_refusals.insert(dimension.to_string(), value);
+            } else if let Some(dimension) = field.strip_prefix(NEAR) {
+                sums.near_limit.insert(dimension.to_string(), value);
             } else if field == ORDERS {
                 sums.orders = value;
             } else if field == FAIL_OPEN {
@@ -101,12 +113,16 @@ impl LiveStats {
         format!("{}:{{stats}}:{second}", self.redis.prefix())
     }
 
-    /// The `seckill` policy's dimensions (rule names) in force here.
-    fn dimensions(&self) -> Vec<String> {
-        self.limiter
-            .policy(SECKILL_POLICY)
-            .map(|policy| policy.rules.iter().map(|r| r.name.clone()).collect())
-            .unwrap_or_default()
+    /// The `seckill` policy's dimensions (rule names) in force here: the enforced
+    /// rules, then the shadow ones.
+    fn dimensions(&self) -> (Vec<String>, Vec<String>) {
+        let Some(policy) = self.limiter.policy(SECKILL_POLICY) else {
+            return Default::default();
+        };
+        let names =
+            |rules: &[crate::limiter::policy::Rule]| rules.iter().map(|r| r.name.clone()).collect();
+        let (enforced, shadow) = policy.rules.split_at(policy.enforced);
+        (names(enforced), names(shadow))
     }
 
     /// This instance's running totals, by bucket field: the tally's (`crate::tally`),
@@ -130,10 +146,19 @@ impl LiveStats {
                     Decision::Pass => format!("{PASS}{rule}"),
                     Decision::Reject => format!("{REJECT}{rule}"),
                 },
+                Counted::ShadowRefusal { policy, rule } if policy == SECKILL_POLICY => {
+                    format!("{SHADOW}{rule}")
+                }
+                Counted::NearLimit { policy, rule } if policy == SECKILL_POLICY => {
+                    format!("{NEAR}{rule}")
+                }
                 Counted::FailOpen { .. } => FAIL_OPEN.to_string(),
                 Counted::Purchase(Outcome::Created) => ORDERS.to_string(),
                 Counted::Purchase(outcome) => format!("{OUTCOME}{}", outcome.label()),
-                Counted::LocalRefusal { .. } | Counted::Decision { .. } => continue,
+                Counted::LocalRefusal { .. }
+                | Counted::Decision { .. }
+                | Counted::ShadowRefusal { .. }
+                | Counted::NearLimit { .. } => continue,
             };
             *totals.entry(field).or_insert(0) += total as i64;
         }
@@ -212,7 +237,8 @@ impl LiveStats {
         let window = window_secs.clamp(1, MAX_SERIES_SECS) as i64;
         let from = chrono::Utc::now().timestamp() - window;
         let buckets = self.buckets(from, window).await?;
-        Ok(Series::from_buckets(from, &buckets, &self.dimensions()))
+        let (enforced, shadow) = self.dimensions();
+        Ok(Series::from_buckets(from, &buckets, &enforced, &shadow))
     }
 }
 
@@ -226,6 +252,8 @@ mod tests {
             ("pass:api", 7),
             ("pass:user", 5),
             ("reject:ip", 2),
+            ("shadow:tight", 6),
+            ("near:user", 8),
             ("orders", 4),
             ("fail_open", 1),
             ("outcome:sold_out", 3),
@@ -237,6 +265,8 @@ mod tests {
             Sums {
                 passes: [("api".to_string(), 7), ("user".to_string(), 5)].into(),
                 rejections: [("ip".to_string(), 2)].into(),
+                shadow_refusals: [("tight".to_string(), 6)].into(),
+                near_limit: [("user".to_string(), 8)].into(),
                 orders: 4,
                 fail_open: 1,
                 outcomes: [("sold_out".to_string(), 3)].into(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{LOCAL, ORDERS, OUTCOME, REJECT, STOCK};
+use super::{LOCAL, ORDERS, OUTCOME, REJECT, SHADOW, STOCK};
 use crate::vocabulary::Outcome;
 
 /// Where a purchase outcome goes in the chart: its own line, the errors (the service's
@@ -54,6 +54,9 @@ pub struct PurchaseSeries {
     pub sold_out: Vec<i64>,
     /// Refused by the sale's limiter, by the dimension (rule) that refused.
     pub rejected: BTreeMap<String, Vec<i64>>,
+    /// What the sale's shadow rules would have refused, by rule (they refuse nothing:
+    /// these purchases went on).
+    pub shadow_refused: BTreeMap<String, Vec<i64>>,
     /// `ORDER_FAILED` and the limiter unreachable (503s).
     pub errors: Vec<i64>,
     /// Every other answer: already purchased, paused, not started, ended, unknown item,
@@ -73,13 +76,14 @@ pub struct RefusalSeries {
 }
 
 impl Series {
-    /// Reads the buckets of seconds `from`, `from + 1`, …; `dimensions` (the rules in
-    /// force) get a series even when nothing was refused by them. A field of another
-    /// version's making is left out.
+    /// Reads the buckets of seconds `from`, `from + 1`, …; `dimensions` (the enforced
+    /// rules in force) and `shadow` (the shadow rules) get a series even when nothing
+    /// was refused by them. A field of another version's making is left out.
     pub(super) fn from_buckets(
         from: i64,
         buckets: &[BTreeMap<String, i64>],
         dimensions: &[String],
+        shadow: &[String],
     ) -> Self {
         let n = buckets.len();
         let zeros = || vec![0; n];
@@ -90,6 +94,7 @@ impl Series {
                 created: zeros(),
                 sold_out: zeros(),
                 rejected: dimensions.iter().map(|d| (d.clone(), zeros())).collect(),
+                shadow_refused: shadow.iter().map(|d| (d.clone(), zeros())).collect(),
                 errors: zeros(),
                 other: zeros(),
             },
@@ -118,6 +123,11 @@ impl Series {
                         .entry(dimension.to_string())
                         .or_insert_with(zeros)[i] += value;
                     rejected[i] += value;
+                } else if let Some(dimension) = field.strip_prefix(SHADOW) {
+                    purchases
+                        .shadow_refused
+                        .entry(dimension.to_string())
+                        .or_insert_with(zeros)[i] += value;
                 } else if field.starts_with(LOCAL) {
                     series.refusals.local[i] += value;
                 } else if let Some(item) = field.strip_prefix(STOCK) {
@@ -150,7 +160,7 @@ mod tests {
     fn buckets_read_back_as_one_point_per_second() {
         let buckets = [
             bucket(&[("orders", 3), ("stock:7", 47), ("pass:user", 3)]),
-            bucket(&[]),
+            bucket(&[("shadow:tight", 2)]),
             bucket(&[
                 ("orders", 1),
                 ("outcome:sold_out", 4),
@@ -168,7 +178,7 @@ mod tests {
             ]),
         ];
         let dimensions = ["api".to_string(), "user".to_string()];
-        let series = Series::from_buckets(1_000, &buckets, &dimensions);
+        let series = Series::from_buckets(1_000, &buckets, &dimensions, &["tight".to_string()]);
         assert_eq!(
             series,
             Series {
@@ -183,6 +193,7 @@ mod tests {
                         ("user".to_string(), vec![0, 0, 2]),
                     ]
                     .into(),
+                    shadow_refused: [("tight".to_string(), vec![0, 2, 0])].into(),
                     errors: vec![0, 0, 3],
                     other: vec![0, 0, 5],
                 },
@@ -202,7 +213,7 @@ mod tests {
     #[test]
     fn a_local_refusal_caught_between_its_counters_never_makes_redis_negative() {
         let buckets = [bucket(&[("reject:ip", 1)]), bucket(&[("local:ip", 1)])];
-        let series = Series::from_buckets(0, &buckets, &[]);
+        let series = Series::from_buckets(0, &buckets, &[], &[]);
         assert_eq!(series.refusals.redis, vec![1, 0]);
         assert_eq!(series.refusals.local, vec![0, 1]);
     }

@@ -173,7 +173,7 @@ async fn invalid_rules_are_refused_and_change_nothing(db: PgPool) {
             "message",
         ),
         (
-            json!({ "algorithm": "leaky_bucket", "rules": [] }),
+            json!({ "algorithm": "moving_window", "rules": [] }),
             "algorithm",
             "",
         ),

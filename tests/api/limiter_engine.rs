@@ -200,6 +200,16 @@ impl Engine {
                 .limiter_decisions
                 .with_label_values(labels)
                 .get(),
+            "near_limit" => self
+                .metrics
+                .limiter_near_limit
+                .with_label_values(labels)
+                .get(),
+            "shadow_refusals" => self
+                .metrics
+                .limiter_shadow_refusals
+                .with_label_values(labels)
+                .get(),
             _ => unreachable!(),
         }
     }

@@ -134,7 +134,7 @@ async fn each_algorithm_keeps_its_own_quota(db: PgPool) {
 #[sqlx::test]
 async fn an_unknown_policy_or_a_bad_client_id_is_a_validation_error(db: PgPool) {
     let app = spawn_app_with(&db, |_| {}).await;
-    let response = limited(&app, "?policy=leaky_bucket", Some("dave")).await;
+    let response = limited(&app, "?policy=moving_window", Some("dave")).await;
     assert_eq!(response.status(), 400);
     let body = json(response).await;
     assert_eq!(body["code"], "VALIDATION_FAILED");
