@@ -100,6 +100,6 @@ scenario_evalsha() {
   port=$(echo "$REDIS_URL" | sed -E 's#.*:([0-9]+).*#\1#')
   sha=$(redis-cli -p "$port" -x SCRIPT LOAD < lua/sliding_window.lua)
   redis-benchmark -p "$port" -n 200000 -c "$CONCURRENCY" -r 100000000 --csv EVALSHA "$sha" 3 \
-    'bench:{s}:api:__rand_int__' 'bench:{s}:user:__rand_int__' 'bench:{s}:ip:__rand_int__' '' m__rand_int__ \
+    'bench:{s}:api:__rand_int__' 'bench:{s}:user:__rand_int__' 'bench:{s}:ip:__rand_int__' '' m__rand_int__ 3 \
     1000 1000 60000 3 60000 5 | tail -n 1 > "$OUT/evalsha.csv"
 }

@@ -364,9 +364,11 @@ impl Settings {
         safety::timeouts(self)
     }
 
-    /// Refuses a configured `per_item` scope that every check of its policy would
-    /// answer with a 500 (see [`policies::check_scope`]).
-    pub fn check_policy_scopes(&self) -> Result<(), policies::ScopeNotAllowed> {
+    /// Refuses a configured policy that its callers cannot support: a `per_item` scope
+    /// every check of its policy would answer with a 500, a shaper composed with a
+    /// reservation, a rule keyed on what its callers do not carry (see
+    /// [`policies::check_scope`]).
+    pub fn check_policy_scopes(&self) -> Result<(), policies::NotAllowed> {
         policies::check_scopes(self)
     }
 

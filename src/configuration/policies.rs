@@ -40,17 +40,62 @@ pub const LIMITED_POLICY: &str = "limited";
 /// only ones that may be `per_item`: any other policy's check could only fail.
 const PARTITIONED: [&str; 1] = [SECKILL_POLICY];
 
-/// A `per_item` scope on a policy whose callers name no item.
+/// What a policy's callers cannot support, whatever the engine would accept.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("policy {0:?} cannot be per_item: its callers name no item (only {PARTITIONED:?} do)")]
-pub struct ScopeNotAllowed(pub String);
+pub enum NotAllowed {
+    /// `per_item` on a policy whose callers name no item: every check would fail.
+    #[error("policy {0:?} cannot be per_item: its callers name no item (only {PARTITIONED:?} do)")]
+    Scope(String),
+    /// The shaper on a `per_item` policy: its admission is composed with the stock
+    /// reservation in one script call, which cannot wait for a departure slot.
+    #[error("policy {0:?} cannot use leaky_bucket while per_item: its admission reserves stock in the same script call, which cannot wait for a departure slot")]
+    Shaper(String),
+    /// A rule keyed on something the policy's callers do not always carry.
+    #[error("policy {policy:?} cannot key a rule on {key}: {why}")]
+    Key {
+        policy: String,
+        key: &'static str,
+        why: &'static str,
+    },
+    /// The admin sign-in's script reads one rule: its rules are edited, never added or
+    /// removed.
+    #[error("policy {0:?} has exactly one rule, which its script reads: rules can be edited, not added or removed")]
+    FixedRules(String),
+}
 
-/// Refuses `scope` for `policy` unless its callers can key it (see [`PARTITIONED`]).
-pub fn check_scope(policy: &str, scope: Scope) -> Result<(), ScopeNotAllowed> {
+/// Refuses `scope` for `policy` unless its callers can key it (see [`PARTITIONED`]),
+/// and the shaper where the scope composes the admission with a reservation.
+pub fn check_scope(policy: &str, scope: Scope, algorithm: Algorithm) -> Result<(), NotAllowed> {
     match scope {
-        Scope::PerItem if !PARTITIONED.contains(&policy) => Err(ScopeNotAllowed(policy.into())),
+        Scope::PerItem if !PARTITIONED.contains(&policy) => Err(NotAllowed::Scope(policy.into())),
+        Scope::PerItem if algorithm.shapes() => Err(NotAllowed::Shaper(policy.into())),
         _ => Ok(()),
     }
+}
+
+/// Refuses a rule keyed on something `policy`'s callers may not carry: `/api/limited`
+/// is open to anyone, so a `user` rule there would turn every anonymous call into an
+/// error. Every other policy's routes need a signed-in user, or key on the address.
+pub fn check_key(policy: &str, key: &KeySource) -> Result<(), NotAllowed> {
+    match key {
+        KeySource::User if policy == LIMITED_POLICY || policy == ADMIN_AUTH_POLICY => {
+            Err(NotAllowed::Key {
+                policy: policy.into(),
+                key: "user",
+                why: "its callers are not signed in",
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether rules may be added to or removed from `policy` (see
+/// [`NotAllowed::FixedRules`]).
+pub fn check_rule_set_change(policy: &str) -> Result<(), NotAllowed> {
+    if policy == ADMIN_AUTH_POLICY {
+        return Err(NotAllowed::FixedRules(policy.into()));
+    }
+    Ok(())
 }
 
 /// The engine's own defaults with the app's policies.
@@ -184,14 +229,20 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
     policies
 }
 
-/// Refuses, at start-up, a configured `per_item` scope that every check of its
-/// policy would answer with a 500 (see [`check_scope`]).
-pub(super) fn check_scopes(settings: &Settings) -> Result<(), ScopeNotAllowed> {
+/// Refuses, at start-up, a configured policy its callers cannot support (see
+/// [`check_scope`] and [`check_key`]).
+pub(super) fn check_scopes(settings: &Settings) -> Result<(), NotAllowed> {
     settings
         .limiter
         .policies
         .iter()
-        .try_for_each(|(name, policy)| check_scope(name, policy.scope))
+        .try_for_each(|(name, policy)| {
+            check_scope(name, policy.scope, policy.algorithm)?;
+            policy
+                .rules
+                .iter()
+                .try_for_each(|rule| check_key(name, &rule.key))
+        })
 }
 
 /// The policies the rules table is seeded with: the configured ones, plus the
@@ -227,8 +278,23 @@ mod tests {
             settings.limiter.policies.get_mut(name).expect(name).scope = Scope::PerItem;
             assert_eq!(
                 settings.check_policy_scopes(),
-                Err(ScopeNotAllowed(name.into()))
+                Err(NotAllowed::Scope(name.into()))
             );
         }
+    }
+
+    #[test]
+    fn the_sale_per_item_cannot_be_shaped() {
+        assert_eq!(
+            check_scope(SECKILL_POLICY, Scope::PerItem, Algorithm::LeakyBucket),
+            Err(NotAllowed::Shaper(SECKILL_POLICY.into()))
+        );
+        assert_eq!(
+            check_scope(SECKILL_POLICY, Scope::Global, Algorithm::LeakyBucket),
+            Ok(())
+        );
+        assert_eq!(check_key(LIMITED_POLICY, &KeySource::Ip), Ok(()));
+        assert!(check_key(LIMITED_POLICY, &KeySource::User).is_err());
+        assert_eq!(check_key(SECKILL_POLICY, &KeySource::User), Ok(()));
     }
 }

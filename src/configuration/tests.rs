@@ -232,7 +232,7 @@ fn keys_follow_the_documented_scheme() {
     assert_eq!(
         keys,
         [
-            "p:{seckill}:sliding_window:api:purchase",
+            "p:{seckill}:sliding_window:api:lit:purchase",
             "p:{seckill}:sliding_window:user:42",
             "p:{seckill}:sliding_window:ip:10.0.0.7",
         ]

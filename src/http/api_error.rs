@@ -381,7 +381,10 @@ impl From<crate::rules::edit::RuleChangeError> for ApiError {
             E::UnknownPolicy(_) => Self::NotFound,
             E::VersionConflict { current, .. } => Self::VersionConflict { current },
             E::Store(cause) => Self::Internal(cause),
-            E::UnknownRule { .. } | E::Invalid(_) | E::Scope(_) => {
+            E::UnknownRule { .. }
+            | E::BadRuleEdit { .. }
+            | E::Invalid(_)
+            | E::NotAllowed { .. } => {
                 Self::validation(error.field().unwrap_or_default(), error.to_string())
             }
         }

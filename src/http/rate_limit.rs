@@ -61,7 +61,8 @@ fn quota_header(policy: &Policy, algorithm: Algorithm) -> Option<HeaderValue> {
 }
 
 /// The rate-limit headers of a limiter's answer (`RateLimit`, `RateLimit-Policy`,
-/// `X-RateLimit-*`, and for a refusal `Retry-After`, `Retry-After-Ms`).
+/// `X-RateLimit-*`, for a shaped admission `RateLimit-Delay-Ms`, and for a refusal
+/// `Retry-After`, `Retry-After-Ms`).
 pub trait RateLimitHeaders {
     fn write_headers(&self, headers: &mut HeaderMap);
 }
@@ -86,6 +87,10 @@ impl RateLimitHeaders for Admission {
             HeaderValue::from_str(&format!("\"{}\";r={}", rule.name, quota.remaining))
         {
             insert(headers, "ratelimit", value);
+        }
+        if self.delayed_ms > 0 {
+            // The leaky bucket held the answer for its departure slot.
+            insert(headers, "ratelimit-delay-ms", self.delayed_ms.into());
         }
     }
 }
@@ -134,8 +139,9 @@ impl RateLimit {
         }
     }
 
-    /// Lets the caller pick the algorithm with `?<param>=sliding_window|token_bucket`.
-    /// Each algorithm keeps its own quota (the algorithm is part of the key).
+    /// Lets the caller pick the algorithm with `?<param>=<algorithm>` (any of
+    /// [`Algorithm::ALL`]). Each algorithm keeps its own quota (the algorithm is part of
+    /// the key).
     pub fn algorithm_from_query(mut self, param: &'static str) -> Self {
         self.algorithm_param = Some(param);
         self

@@ -22,6 +22,10 @@
 //!   keeps its own quota.
 //! - A rule's limits are not part of the key: an edit keeps every caller's state (the
 //!   scripts convert it) instead of handing everyone a fresh quota.
+//! - Its key source is, in effect: the values of different sources never look alike
+//!   (a user id is digits, an IP has dots or colons, a client id is `id:`/`ip:`, a route
+//!   starts with `/`, a literal with `lit:`), so a rule removed and added back under the
+//!   same name with another source starts fresh instead of reading the old counts.
 //! - Every part is bounded and from a known alphabet: names are checked when policies
 //!   load, partitions and client ids when made, IPs and user ids are printed by us.
 
@@ -101,7 +105,7 @@ pub fn redis_key(
         }
     };
     let _ = match &rule.key {
-        KeySource::Literal(value) => write!(key, "{value}"),
+        KeySource::Literal(value) => write!(key, "lit:{value}"),
         KeySource::User => write!(key, "{}", caller.user.ok_or(Rejection::NeedsUser)?),
         KeySource::Ip => write!(key, "{}", caller.ip),
         KeySource::ClientId => match caller.client_id {
@@ -154,7 +158,7 @@ mod tests {
     fn global_keys_ignore_any_partition_and_per_item_keys_carry_it() {
         let global = policy(Scope::Global);
         let expected = [
-            "x:{p}:sliding_window:api:all",
+            "x:{p}:sliding_window:api:lit:all",
             "x:{p}:sliding_window:user:42",
         ];
         assert_eq!(keys(&global, &caller(None)).unwrap(), expected);
@@ -162,7 +166,7 @@ mod tests {
         assert_eq!(
             keys(&policy(Scope::PerItem), &caller(Some("item:7"))).unwrap(),
             [
-                "x:{item:7}:limit:p:sliding_window:api:all",
+                "x:{item:7}:limit:p:sliding_window:api:lit:all",
                 "x:{item:7}:limit:p:sliding_window:user:42",
             ]
         );

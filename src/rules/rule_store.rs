@@ -20,7 +20,7 @@ use sqlx::PgPool;
 
 use super::edit::{PolicyEdit, RuleChangeError};
 use crate::background::Ticks;
-use crate::limiter::policy::PolicyConfig;
+use crate::limiter::policy::{PolicyConfig, RuleConfig};
 use crate::limiter::{Limiter, PolicySet};
 use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
@@ -56,17 +56,89 @@ impl RuleStore {
     }
 
     /// Stores the settings' policies where none is stored yet (first start, or a policy
-    /// added to the settings later). Stored policies are never overwritten.
+    /// added to the settings later), and offers a stored policy each default rule it
+    /// has not been offered before (see [`Self::offer_new_rules`]). What an operator
+    /// changed is never overwritten.
     pub async fn seed(&self, defaults: &BTreeMap<String, PolicyConfig>) -> anyhow::Result<()> {
         for (name, config) in defaults {
+            let offered: Vec<String> = config.rules.iter().map(|r| r.name.clone()).collect();
             sqlx::query!(
-                "INSERT INTO limiter_policies (name, config) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO limiter_policies (name, config, offered_rules) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
                 name,
-                Json(config) as _
+                Json(config) as _,
+                &offered
             )
             .execute(&self.pool)
             .await?;
+            self.offer_new_rules(name, config).await?;
         }
+        Ok(())
+    }
+
+    /// An upgrade that adds a rule to a default policy reaches installations that
+    /// stored the policy before: each default rule the stored policy was never offered
+    /// (`offered_rules`) is added to it, unless it already has a rule of that name (an
+    /// operator's, kept as it is), and is then marked offered, so a rule the operator
+    /// removes later never comes back. Edited rules are not touched. The addition is a
+    /// change like an operator's: a new version and an audit row by `upgrade`. If the
+    /// result would not be a valid policy (more rules than a policy may have), nothing
+    /// is added and the rules stay unoffered, with a warning, for a later release.
+    async fn offer_new_rules(&self, name: &str, defaults: &PolicyConfig) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let stored = sqlx::query!(
+            r#"SELECT config AS "config: Json<PolicyConfig>", offered_rules FROM limiter_policies WHERE name = $1 FOR UPDATE"#,
+            name
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let new: Vec<&RuleConfig> = defaults
+            .rules
+            .iter()
+            .filter(|rule| !stored.offered_rules.contains(&rule.name))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let old = stored.config.0;
+        let mut config = old.clone();
+        for rule in &new {
+            if !config.rules.iter().any(|r| r.name == rule.name) {
+                config.rules.push((*rule).clone());
+            }
+        }
+        if let Err(e) = crate::limiter::Policy::parse(name, &config) {
+            tracing::warn!(policy = name, error = %e, "a new default rule could not be added");
+            return Ok(());
+        }
+        let offered: Vec<String> = new.iter().map(|rule| rule.name.clone()).collect();
+        if config == old {
+            sqlx::query!(
+                "UPDATE limiter_policies SET offered_rules = offered_rules || $2 WHERE name = $1",
+                name,
+                &offered
+            )
+            .execute(&mut *tx)
+            .await?;
+        } else {
+            sqlx::query!(
+                "UPDATE limiter_policies SET config = $2, offered_rules = offered_rules || $3, version = version + 1, updated_at = now() WHERE name = $1",
+                name,
+                Json(&config) as _,
+                &offered
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query!(
+                "INSERT INTO limiter_policy_audit (policy, changed_by, old_config, new_config) VALUES ($1, 'upgrade', $2, $3)",
+                name,
+                Json(&old) as _,
+                Json(&config) as _
+            )
+            .execute(&mut *tx)
+            .await?;
+            tracing::info!(policy = name, rules = ?offered, "new default rules added");
+        }
+        tx.commit().await?;
         Ok(())
     }
 

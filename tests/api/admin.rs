@@ -200,7 +200,8 @@ async fn invalid_rules_are_refused_and_change_nothing(db: PgPool) {
     assert_eq!(
         seckill["rules"][1],
         json!({
-            "name": "user", "key": "user", "windowMs": 60000, "threshold": 3, "message": "No duplicate submissions"
+            "name": "user", "key": "user", "windowMs": 60000, "threshold": 3, "message": "No duplicate submissions",
+            "shadow": false, "maxDelayMs": 1000
         })
     );
     let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit")

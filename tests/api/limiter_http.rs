@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use seckill::limiter::FailMode;
+use seckill::limiter::{Algorithm, FailMode};
 use sqlx::PgPool;
 
 use crate::helpers::{
@@ -84,50 +84,92 @@ async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: P
 }
 
 #[sqlx::test]
-async fn each_algorithm_keeps_its_own_quota(db: PgPool) {
+async fn each_algorithm_is_offered_by_name_and_keeps_its_own_quota(db: PgPool) {
     let app = spawn_app_with(&db, |s| {
         s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
     })
     .await;
-    for _ in 0..3 {
-        assert_eq!(
-            limited(&app, "?policy=sliding_window", Some("carol"))
-                .await
-                .status(),
-            200
-        );
+    // One client spends every algorithm's quota in turn: each is its own.
+    for algorithm in Algorithm::ALL {
+        let query = format!("?policy={algorithm}");
+        // The shaper: 3 per 60 s is a slot every 20 s, and the default longest wait is
+        // 1 s, so only the free slot admits.
+        let admitted = if algorithm == Algorithm::LeakyBucket {
+            1
+        } else {
+            3
+        };
+        for call in 0..admitted {
+            let response = limited(&app, &query, Some("carol")).await;
+            assert_eq!(response.status(), 200, "{algorithm} call {call}");
+            assert_eq!(
+                header(&response, "x-ratelimit-policy").as_deref(),
+                Some(algorithm.as_str())
+            );
+            assert_eq!(
+                header(&response, "ratelimit-policy").as_deref(),
+                Some(r#""client";q=3;w=60"#),
+                "{algorithm}"
+            );
+            assert_eq!(
+                header(&response, "x-ratelimit-remaining"),
+                Some((admitted - 1 - call).to_string()),
+                "{algorithm} call {call}"
+            );
+        }
+        let refused = limited(&app, &query, Some("carol")).await;
+        assert_eq!(refused.status(), 429, "{algorithm}");
+        let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+        // The longest: the fixed window's, until its (aligned) window ends.
+        assert!(wait > 0 && wait <= 60_000, "{algorithm}: {wait}");
+        let body = json(refused).await;
+        assert_eq!(body["code"], "RATE_LIMITED", "{algorithm}");
     }
-    assert_eq!(
-        limited(&app, "?policy=sliding_window", Some("carol"))
-            .await
-            .status(),
-        429
-    );
+}
 
-    let bucket = limited(&app, "?policy=token_bucket", Some("carol")).await;
-    assert_eq!(bucket.status(), 200, "the token bucket quota is separate");
-    assert_eq!(
-        header(&bucket, "x-ratelimit-policy").as_deref(),
-        Some("token_bucket")
-    );
-    assert_eq!(
-        header(&bucket, "x-ratelimit-remaining").as_deref(),
-        Some("2")
-    );
-    for _ in 0..2 {
-        assert_eq!(
-            limited(&app, "?policy=token_bucket", Some("carol"))
-                .await
-                .status(),
-            200
-        );
+#[sqlx::test]
+async fn the_leaky_bucket_holds_each_answer_for_its_slot_and_refuses_past_the_longest_wait(
+    db: PgPool,
+) {
+    let app = spawn_app_with(&db, |s| {
+        let rule = &mut s.limiter.policies.get_mut("limited").unwrap().rules[0];
+        // A slot every 100 ms, held at most 500 ms: six slots from now.
+        (rule.window_ms, rule.threshold, rule.max_delay_ms) = (1_000, 10, Some(500));
+    })
+    .await;
+    let calls = (0..10).map(|_| async {
+        let sent = std::time::Instant::now();
+        let response = limited(&app, "?policy=leaky_bucket", Some("dora")).await;
+        (
+            response.status().as_u16(),
+            header(&response, "ratelimit-delay-ms"),
+            sent.elapsed(),
+        )
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    let mut delays = Vec::new();
+    for (status, delay, took) in &answers {
+        match status {
+            200 => {
+                let delay: u64 = delay.as_deref().unwrap_or("0").parse().unwrap();
+                assert!(delay <= 500, "{answers:?}");
+                // Held for its slot: never answered before it (to the millisecond the
+                // wait is counted from).
+                assert!(took.as_millis() + 1 >= u128::from(delay), "{answers:?}");
+                delays.push(delay);
+            }
+            429 => assert!(delay.is_none()),
+            other => panic!("{other}: {answers:?}"),
+        }
     }
-    let refused = limited(&app, "?policy=token_bucket", Some("carol")).await;
-    assert_eq!(refused.status(), 429);
-    let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+    delays.sort();
+    // Six slots within 500 ms of the first call, one more for every 100 ms the calls
+    // took to arrive; each admitted call waited for its own.
+    assert!((6..=8).contains(&delays.len()), "{answers:?}");
+    assert_eq!(delays[0], 0, "the first slot is free");
     assert!(
-        wait > 0 && wait <= 20_000,
-        "one token refills in 60 s / 3: {wait}"
+        delays.windows(2).all(|pair| pair[0] < pair[1]),
+        "one call per slot: {delays:?}"
     );
 }
 

@@ -25,6 +25,7 @@ mod openapi;
 mod parsers;
 mod policy_scope;
 mod returns;
+mod rule_sets;
 mod sale;
 mod slowloris;
 mod waiting_room;

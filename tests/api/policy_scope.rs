@@ -136,7 +136,7 @@ async fn per_item_limiter_keys_share_the_slot_of_their_items_stock(db: PgPool) {
         // api once, then user and ip for each of the two buyers.
         let first = 1_000 * (n as i64 + 1);
         let base = format!("{prefix}:{{item:{item}}}:limit:seckill:sliding_window");
-        let mut expected = vec![format!("{base}:api:purchase")];
+        let mut expected = vec![format!("{base}:api:lit:purchase")];
         for user in [first, first + 1] {
             let ip = format!("10.{}.{}.{}", item % 250, user / 250 % 250, user % 250);
             expected.push(format!("{base}:user:{user}"));
@@ -213,7 +213,7 @@ async fn the_admin_api_takes_per_item_for_the_sale_only_and_the_sale_follows(db:
     // item's tag.
     let item = app.open_item(100).await;
     let api_key = format!(
-        "{}:{{item:{item}}}:limit:seckill:sliding_window:api:purchase",
+        "{}:{{item:{item}}}:limit:seckill:sliding_window:api:lit:purchase",
         app.settings.redis_key_prefix
     );
     let mut user = 5_000;

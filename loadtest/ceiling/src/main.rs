@@ -122,7 +122,11 @@ async fn decide(
     for key in keys {
         call.key(key);
     }
-    call.arg("").arg(format!("{}-{n}", shared.run));
+    // Now from the Redis clock, the request id, every rule enforced (the contract in
+    // src/limiter/backend.rs).
+    call.arg("")
+        .arg(format!("{}-{n}", shared.run))
+        .arg(rules.len());
     for (window_ms, threshold) in rules {
         call.arg(window_ms).arg(threshold);
     }
@@ -159,7 +163,7 @@ async fn seckill(
     };
     let p = &shared.seckill_keys;
     let keys = [
-        format!("{p}api:purchase"),
+        format!("{p}api:lit:purchase"),
         format!("{p}user:{user}"),
         format!("{p}ip:{ip}"),
     ];

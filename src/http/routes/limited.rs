@@ -1,5 +1,6 @@
-//! `GET /api/limited?policy=sliding_window|token_bucket`: the limiter as a service for
-//! trusted callers. The `RateLimit` guard on the route does all the work; reaching this
+//! `GET /api/limited?policy=<algorithm>`: the limiter as a service for trusted callers
+//! (any of the six algorithms; `leaky_bucket` holds the answer for its departure slot
+//! and says how long in `RateLimit-Delay-Ms`). The `RateLimit` guard on the route does all the work; reaching this
 //! handler means the caller was admitted.
 
 use actix_web::http::header::ContentType;
@@ -17,7 +18,7 @@ pub struct Allowed {
         ("policy" = Option<crate::limiter::Algorithm>, Query, description = "The algorithm to decide with (each keeps its own quota); the policy's own when absent"),
         ("X-Client-Id" = Option<String>, Header, description = "The caller's id, 1 to 64 of `A-Z a-z 0-9 . _ : -`; the client IP when absent", pattern = r"^[A-Za-z0-9._:-]{1,64}$"),
     ),
-    responses((status = 200, description = "Admitted", body = Allowed)))]
+    responses((status = 200, description = "Admitted (with `leaky_bucket`, after waiting for its departure slot: `RateLimit-Delay-Ms` says how long)", body = Allowed)))]
 /// A constant answer, written once: this route's cost should be the limiter's.
 pub async fn limited() -> HttpResponse {
     HttpResponse::Ok()

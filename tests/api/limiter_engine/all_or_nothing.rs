@@ -26,7 +26,7 @@ async fn a_full_middle_rule_refuses_and_leaves_every_key_untouched(algorithm: Al
 
     let keys = [
         engine.key(algorithm, "first", "1"),
-        engine.key(algorithm, "second", "shared"),
+        engine.key(algorithm, "second", "lit:shared"),
         engine.key(algorithm, "third", "1"),
     ];
     let mut before = Vec::new();
@@ -74,7 +74,7 @@ async fn a_refused_call_leaves_every_key_byte_for_byte_unchanged(
     assert!(engine.check(&caller(1)).await.is_ok());
     let keys = [
         engine.key(algorithm, "first", "1"),
-        engine.key(algorithm, "second", "shared"),
+        engine.key(algorithm, "second", "lit:shared"),
         engine.key(algorithm, "third", "1"),
     ];
     let mut before = Vec::new();

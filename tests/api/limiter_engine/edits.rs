@@ -236,3 +236,24 @@ async fn a_slowed_refill_keeps_an_empty_bucket_for_its_whole_refill() {
         "the bucket is still nearly empty"
     );
 }
+
+#[tokio::test]
+async fn a_rule_added_back_under_its_name_with_another_key_source_starts_fresh() {
+    // Keyed on the client: without an `X-Client-Id`, its address (`ip:10.0.0.1`).
+    let by_client = vec![rule("extra", KeySource::ClientId, 60_000, 1)];
+    let engine = engine_with_denial_cache(Algorithm::SlidingWindow, by_client, 0).await;
+    assert!(engine.check(&caller(1)).await.is_ok());
+    assert!(
+        engine.check(&caller(1)).await.is_err(),
+        "the client's one call"
+    );
+    // Removed, and added back as a literal that spells the same value: a literal's
+    // values are its own (`lit:`), so the old count is not read.
+    let literal = KeySource::Literal("ip:10.0.0.1".into());
+    engine.set_rules(
+        Algorithm::SlidingWindow,
+        vec![rule("extra", literal, 60_000, 1)],
+    );
+    assert!(engine.check(&caller(1)).await.is_ok(), "a fresh count");
+    assert!(engine.check(&caller(1)).await.is_err());
+}

@@ -10,7 +10,9 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::http::QueryParams;
 use crate::identity::Admin;
-use crate::limiter::policy::{Algorithm, FailMode, KeySource, PolicyConfig, Scope};
+use crate::limiter::policy::{
+    Algorithm, FailMode, KeySource, PolicyConfig, Scope, DEFAULT_MAX_DELAY_MS,
+};
 use crate::rules::edit::PolicyEdit;
 use crate::rules::{AuditEntry, RuleStore, StoredPolicy};
 
@@ -39,6 +41,10 @@ pub struct RuleView {
     window_ms: u64,
     threshold: u64,
     message: String,
+    /// Counts what it would refuse, never refuses.
+    shadow: bool,
+    /// The leaky bucket's longest wait for a departure slot.
+    max_delay_ms: u64,
 }
 
 impl PolicyView {
@@ -59,6 +65,8 @@ impl PolicyView {
                     window_ms: r.window_ms,
                     threshold: r.threshold,
                     message: r.message.clone(),
+                    shadow: r.shadow,
+                    max_delay_ms: r.max_delay_ms.unwrap_or(DEFAULT_MAX_DELAY_MS),
                 })
                 .collect(),
         }

@@ -1,0 +1,310 @@
+//! Rules added and removed through the admin API, in force on every instance; shadow
+//! rules that count and never refuse; default rules a new release adds reaching an
+//! installation made by an older one.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::helpers::{eventually, json, spawn_app, spawn_app_from, TestApp, ADMIN_TOKEN};
+
+async fn put_policy(app: &TestApp, name: &str, body: serde_json::Value) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/admin/api/policies/{name}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn get_policy(app: &TestApp, name: &str) -> serde_json::Value {
+    let response = app
+        .client
+        .get(app.url(&format!("/admin/api/policies/{name}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    json(response).await
+}
+
+/// `GET /api/limited` as client `id`: its status and `RateLimit-Policy`.
+async fn limited(app: &TestApp, id: &str) -> (u16, String) {
+    let response = app
+        .client
+        .get(app.url("/api/limited"))
+        .header("X-Client-Id", id)
+        .send()
+        .await
+        .unwrap();
+    let policy = response
+        .headers()
+        .get("ratelimit-policy")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (response.status().as_u16(), policy)
+}
+
+/// Waits until `app` answers with `RateLimit-Policy` = `want` (a fresh client per
+/// probe, so probing spends no one's quota).
+async fn policy_in_force(app: &TestApp, want: &str) {
+    let mut probe = 0;
+    eventually("the change is in force", Duration::from_secs(10), || {
+        probe += 1;
+        let id = format!("probe-{probe}-{}", uuid::Uuid::new_v4().simple());
+        async move { (limited(app, &id).await.1 == want).then_some(()) }
+    })
+    .await;
+}
+
+#[sqlx::test]
+async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_the_other(
+    db: PgPool,
+) {
+    let one = spawn_app(&db).await;
+    let two = spawn_app_from(one.settings.clone()).await;
+    const DEFAULT: &str = r#""client";q=100;w=60"#;
+
+    // A tighter rule, in shadow: it refuses nothing and is no quota.
+    let added = put_policy(
+        &one,
+        "limited",
+        json!({ "rules": [{ "name": "tight", "key": "client_id", "windowMs": 60_000,
+                           "threshold": 2, "message": "tight says no", "shadow": true }] }),
+    )
+    .await;
+    assert_eq!(added.status(), 200);
+    let body = json(added).await;
+    assert_eq!(body["rules"][1]["name"], "tight");
+    assert_eq!(body["rules"][1]["shadow"], true);
+    assert_eq!(body["rules"][1]["key"], "client_id");
+    let shadow_series =
+        r#"seckill_limiter_shadow_refusals_total{dimension="tight",policy="limited"}"#;
+    eventually(
+        "the other instance counts the shadow rule",
+        Duration::from_secs(10),
+        || async {
+            for _ in 0..3 {
+                let (status, policy) = limited(&two, "shadowed").await;
+                assert_eq!(
+                    (status, policy.as_str()),
+                    (200, DEFAULT),
+                    "a shadow never refuses"
+                );
+            }
+            (two.metric_sum(shadow_series).await > 0.0).then_some(())
+        },
+    )
+    .await;
+
+    // Enforced: a quota of its own in RateLimit-Policy, refusing the third call.
+    let enforced = put_policy(
+        &one,
+        "limited",
+        json!({ "rules": [{ "name": "tight", "shadow": false }] }),
+    )
+    .await;
+    assert_eq!(enforced.status(), 200);
+    let both = r#""client";q=100;w=60, "tight";q=2;w=60"#;
+    policy_in_force(&two, both).await;
+    let statuses: Vec<u16> = [0; 3]
+        .iter()
+        .map(|_| async { limited(&two, "enforced").await.0 })
+        .collect::<futures_util::future::JoinAll<_>>()
+        .await;
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    assert_eq!(sorted, [200, 200, 429], "{statuses:?}");
+
+    // Removed: back to the one rule.
+    let removed = put_policy(
+        &one,
+        "limited",
+        json!({ "rules": [{ "name": "tight", "remove": true }] }),
+    )
+    .await;
+    assert_eq!(removed.status(), 200);
+    assert_eq!(json(removed).await["rules"].as_array().unwrap().len(), 1);
+    policy_in_force(&two, DEFAULT).await;
+
+    let audit: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit WHERE policy = 'limited'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(audit, 3, "added, enforced, removed: one audit row each");
+}
+
+#[sqlx::test]
+async fn rule_set_changes_that_cannot_work_are_refused_and_change_nothing(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let before = get_policy(&app, "limited").await;
+    let new = |name: &str, key: serde_json::Value| json!({ "name": name, "key": key, "windowMs": 1000, "threshold": 5, "message": "no" });
+    let cases = [
+        // `/api/limited` is open to anyone: nothing to key a user rule on.
+        (
+            "limited",
+            json!({ "rules": [new("u", json!("user"))] }),
+            "rules[0].key",
+        ),
+        // The sign-in's script reads its one rule.
+        (
+            "admin_auth",
+            json!({ "rules": [new("more", json!("ip"))] }),
+            "rules[0].name",
+        ),
+        (
+            "admin_auth",
+            json!({ "rules": [{ "name": "ip", "remove": true }] }),
+            "rules[0].name",
+        ),
+        // A new rule needs every field; a typo of an existing name is one.
+        (
+            "limited",
+            json!({ "rules": [{ "name": "clinet", "threshold": 3 }] }),
+            "rules[0].name",
+        ),
+        (
+            "limited",
+            json!({ "rules": [{ "name": "new", "key": "ip", "threshold": 3, "message": "no" }] }),
+            "rules[0].windowMs",
+        ),
+        (
+            "limited",
+            json!({ "rules": [{ "name": "gone", "remove": true }] }),
+            "rules[0].name",
+        ),
+        (
+            "limited",
+            json!({ "rules": [{ "name": "client", "remove": true, "threshold": 1 }] }),
+            "rules[0].remove",
+        ),
+        // A source changes by removing and adding, never in place.
+        (
+            "limited",
+            json!({ "rules": [{ "name": "client", "key": "ip" }] }),
+            "rules[0].key",
+        ),
+        // Every rule removed, or only shadows left.
+        (
+            "limited",
+            json!({ "rules": [{ "name": "client", "remove": true }] }),
+            "rules",
+        ),
+        (
+            "limited",
+            json!({ "rules": [{ "name": "client", "shadow": true }] }),
+            "rules",
+        ),
+        // Nine rules.
+        (
+            "limited",
+            json!({ "rules": (1..=8).map(|i| new(&format!("r{i}"), json!("ip"))).collect::<Vec<_>>() }),
+            "rules",
+        ),
+        (
+            "limited",
+            json!({ "rules": [{ "name": "client", "maxDelayMs": 60_001 }] }),
+            "maxDelayMs",
+        ),
+        (
+            "limited",
+            json!({ "rules": [new("lit", json!({ "literal": "a b" }))] }),
+            "key",
+        ),
+        // The shaper cannot wait inside the sale's reservation.
+        (
+            "seckill",
+            json!({ "scope": "per_item", "algorithm": "leaky_bucket", "rules": [] }),
+            "algorithm",
+        ),
+    ];
+    for (policy, body, field) in cases {
+        let response = put_policy(&app, policy, body.clone()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let error = json(response).await;
+        assert_eq!(error["code"], "VALIDATION_FAILED", "{body}: {error}");
+        assert_eq!(error["field"], field, "{body}: {error}");
+    }
+    assert_eq!(get_policy(&app, "limited").await, before);
+    let audit: i64 = sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(audit, 0);
+}
+
+/// The migration that started offering default rules one by one: everything before it
+/// is the schema of the release before.
+const OFFERED_RULES_MIGRATION: i64 = 20261202000004;
+
+#[sqlx::test(migrations = false)]
+async fn an_upgrade_adds_a_new_default_rule_once_and_keeps_what_an_operator_changed(db: PgPool) {
+    // The previous release's schema, from the migrations before this one's.
+    let previous = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("migrations").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let version: i64 = name.split('_').next().unwrap().parse().unwrap();
+        if version < OFFERED_RULES_MIGRATION {
+            std::fs::copy(&path, previous.path().join(&name)).unwrap();
+        }
+    }
+    sqlx::migrate::Migrator::new(previous.path())
+        .await
+        .unwrap()
+        .run(&db)
+        .await
+        .unwrap();
+    // ...and its rows: `seckill` as that release seeded it (before it had an `ip` rule,
+    // for this test), then edited by an operator (the user rule's threshold).
+    let mut old = seckill::configuration::policies::defaults()["seckill"].clone();
+    old.rules.retain(|rule| rule.name != "ip");
+    old.rules[1].threshold = 7;
+    sqlx::query("INSERT INTO limiter_policies (name, config, version) VALUES ('seckill', $1, 2)")
+        .bind(sqlx::types::Json(&old))
+        .execute(&db)
+        .await
+        .unwrap();
+
+    // This release starts: the migration, then the seeding.
+    let app = spawn_app(&db).await;
+    let seckill = get_policy(&app, "seckill").await;
+    let rules: Vec<(&str, u64)> = seckill["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["threshold"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rules, [("api", 1000), ("user", 7), ("ip", 5)], "{seckill}");
+    assert_eq!(seckill["version"], 3);
+    let by: Vec<String> =
+        sqlx::query_scalar("SELECT changed_by FROM limiter_policy_audit WHERE policy = 'seckill'")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(by, ["upgrade"]);
+    // Policies the old release did not have are seeded whole.
+    assert_eq!(get_policy(&app, "limited").await["version"], 1);
+
+    // The operator removes the new rule; a restart does not bring it back.
+    let removed = put_policy(
+        &app,
+        "seckill",
+        json!({ "rules": [{ "name": "ip", "remove": true }] }),
+    )
+    .await;
+    assert_eq!(removed.status(), 200);
+    let restarted = spawn_app_from(app.settings.clone()).await;
+    let seckill = get_policy(&restarted, "seckill").await;
+    assert_eq!(seckill["rules"].as_array().unwrap().len(), 2, "{seckill}");
+    assert_eq!(seckill["version"], 4, "the restart changed nothing");
+}
