@@ -99,9 +99,11 @@ pub(super) fn record(
             for passes in &enforced.passes[..enforced.policy.enforced] {
                 passes.inc();
             }
-            for (rule, near) in enforced.near_limit.iter().enumerate() {
-                if near_limit & (1 << rule) != 0 {
-                    near.inc();
+            if near_limit != 0 {
+                for (rule, near) in enforced.near_limit.iter().enumerate() {
+                    if near_limit & (1 << rule) != 0 {
+                        near.inc();
+                    }
                 }
             }
             if shadow_refused != 0 {
