@@ -271,7 +271,7 @@ pub enum PolicyError {
     /// `field` in the API's spelling (`windowMs`, `threshold`, …).
     #[error("rule {rule:?}: {field} must be a whole number, 1 or more")]
     NotPositive { rule: String, field: &'static str },
-    #[error("rule {rule:?}: {field} is too large (at most 2^50)")]
+    #[error("rule {rule:?}: {field} is too large (at most 2^50, and so is its product with the rule's period)")]
     TooLarge { rule: String, field: &'static str },
     #[error("rule {0:?}: a literal key must be 1-64 characters of A-Z a-z 0-9 . _ : -")]
     BadLiteral(String),
@@ -347,8 +347,13 @@ impl Policy {
                         field,
                     });
                 }
+                // The scripts' products: a bucket's level (capacity × refill period), the
+                // counter's weighted counts (threshold × window) and the shaper's slots
+                // (threshold × (window + longest wait)) stay exact in doubles.
+                let window_span = rule.window_ms.saturating_add(rule.max_delay_ms);
                 if value > MAX_VALUE
                     || (field == "capacity" && value.saturating_mul(rule.refill_ms) > MAX_VALUE)
+                    || (field == "threshold" && value.saturating_mul(window_span) > MAX_VALUE)
                 {
                     return Err(PolicyError::TooLarge {
                         rule: rule.name,
