@@ -709,3 +709,44 @@ against_the_model! {
     gcra_with_the_denial_cache_answers_as_redis_would: Gcra, 64;
     leaky_bucket_with_the_denial_cache_answers_as_redis_would: LeakyBucket, 64;
 }
+
+/// docs/limiting.md: "GCRA is the token bucket used as a meter": with the same rules
+/// and no edits, the two scripts answer every request alike.
+#[test]
+fn gcra_decides_every_request_as_the_token_bucket_does() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases: 32,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let steps = prop::collection::vec(
+        (1i64..=3, prop_oneof![Just(0i64), 0i64..400, 400i64..2_500]),
+        1..60,
+    );
+    runner
+        .run(&steps, |steps| {
+            runtime.block_on(async {
+                let bucket = engine_with_denial_cache(Algorithm::TokenBucket, rules(), 0).await;
+                let gcra = engine_with_denial_cache(Algorithm::Gcra, rules(), 0).await;
+                for (step, &(user, dt)) in steps.iter().enumerate() {
+                    bucket.clock.advance_ms(dt);
+                    gcra.clock.advance_ms(dt);
+                    let before = (Counts::read(&bucket), Counts::read(&gcra));
+                    let one = bucket.check(&caller(user)).await;
+                    let other = gcra.check(&caller(user)).await;
+                    prop_assert_eq!(
+                        answer_of(&bucket, &one, &before.0),
+                        answer_of(&gcra, &other, &before.1),
+                        "step {}",
+                        step
+                    );
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+}
