@@ -76,7 +76,7 @@ pub enum RuleChangeError {
     /// An entry of the change's rules that cannot be: a new rule without a field it
     /// needs, a removal with more than the name, a key source changed in place.
     /// `field` is the entry's field at fault (`rules[2].key`).
-    #[error("{field}: {why}")]
+    #[error("{why}")]
     BadRuleEdit { field: String, why: String },
     #[error(transparent)]
     Invalid(#[from] PolicyError),

@@ -65,8 +65,10 @@ function timeAxis(points, step, x, width) {
  *   chart: { name, title, from, step? (seconds a point, 1), kind? ('level': the latest
  *            value counts, not the total), max? (the y axis's top at least: 100 for
  *            percentages), unit? (written after every number: '%'),
- *            lines: [{ key, label, values, tone? }] }
+ *            lines: [{ key, label, values, tone?, dashed? }] }
  * `tone` is a fixed colour class; without one a line takes the next palette colour.
+ * A `dashed` line (and its legend swatch) is drawn dashed: what would have happened,
+ * beside what did.
  * Returns nothing; the figure holds the SVG, a legend and a hidden table.
  */
 export function renderLineChart(figure, chart) {
@@ -102,7 +104,7 @@ export function renderLineChart(figure, chart) {
   for (const line of lines) {
     const path = svg('path', {
       d: pathOf(line.values, x, y) || `M${PAD.left},${y(0)}`,
-      class: `chart-line series-${line.tone}`,
+      class: `chart-line series-${line.tone}${line.dashed ? ' chart-line-dashed' : ''}`,
       'data-series': line.key,
       'data-values': line.values.map((v) => (v === null || v === undefined ? '' : v)).join(','),
     });
@@ -135,7 +137,7 @@ export function renderLineChart(figure, chart) {
   for (const l of lines) {
     const item = document.createElement('li');
     const swatch = document.createElement('span');
-    swatch.className = `swatch series-${l.tone}`;
+    swatch.className = `swatch series-${l.tone}${l.dashed ? ' swatch-dashed' : ''}`;
     const figureText = chart.kind === 'level' ? (l.last === null ? '–' : show(l.last)) : show(l.total);
     item.append(swatch, `${l.label} `, Object.assign(document.createElement('strong'), { textContent: figureText }));
     legend.append(item);

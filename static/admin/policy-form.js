@@ -1,12 +1,26 @@
-// One policy's form in the rules editor: built from the policy, filled from a stored
-// version, and read back as the change to send. The panel (policies.js) loads and saves.
-import { el, fieldError } from '../dom.js';
+// One policy's card in the rules editor: its form (settings and one row per rule) and the
+// form that adds a rule, built from the policy, filled from a stored version, and read
+// back as the change to send. The panel (policies.js) loads, saves, adds and removes.
+import { el, fieldError, keepInOrder } from '../dom.js';
 import { formatNumber } from '../format.js';
-import { ALGORITHMS, SCOPES, scopeOf } from './policy.js';
+import {
+  ALGORITHMS,
+  FAIL_MODES,
+  FIXED_RULES,
+  KEY_SOURCES,
+  LITERAL_KEY,
+  MAX_DELAY_MS,
+  MAX_RULES,
+  RULE_NAME,
+  SCOPES,
+  SHAPER,
+  ruleKey,
+  scopeOf,
+} from './policy.js';
 
-/** A rule's key in words: "user id", "shared “checkout”". */
+/** A rule's key in words: "User id", "shared “checkout”". */
 function keyText(key) {
-  if (typeof key === 'string') return key.replace('_', ' ');
+  if (typeof key === 'string') return KEY_SOURCES[key]?.label || key.replace('_', ' ');
   if (key && typeof key === 'object') {
     const [kind, value] = Object.entries(key)[0] || [];
     return kind === 'literal' ? `shared “${value}”` : `${kind} ${value ?? ''}`.trim();
@@ -23,85 +37,173 @@ function quotaText(windowMs, threshold) {
   return `${formatNumber(t)} per ${span}`;
 }
 
-function showScopeHint(refs) {
-  refs.scopeHint.textContent = SCOPES[refs.scope.value]?.hint || '';
+const slugOf = (name) => name.replace(/[^A-Za-z0-9_-]/g, '-');
+
+const options = (words) => Object.entries(words).map(([value, w]) => el('option', { value, text: w.label }));
+
+/** A whole number typed in `input`, or null. */
+function wholeNumber(input) {
+  const text = input.value.trim();
+  return /^\d+$/.test(text) ? Number(text) : null;
 }
 
-/** The scope's own error line (the form may not be in the page yet: no lookup by id). */
-export function scopeError(refs, message) {
-  fieldError(refs.scope, message, refs.scopeError);
+/** The error line under an input (its id is the input's plus `-error`). */
+const errorLine = (input) => el('p', { id: `${input.id}-error`, class: 'field-error', hidden: true });
+
+// --- the policy's form ---------------------------------------------------------------
+
+/**
+ * A select of the policy (algorithm, fail mode, scope): its message in its error line,
+ * or clears both (the form may not be in the page yet: no lookup by id).
+ */
+export function settingError(refs, setting, message) {
+  fieldError(refs[setting], message, refs.errors.get(refs[setting]));
 }
 
 /** Every input of a rule's row. */
-export const ruleInputs = (r) => [r.windowMs, r.threshold, r.message];
+export const ruleInputs = (r) => [r.windowMs, r.threshold, r.maxDelayMs, r.shadow, r.message];
 
-const RULE_COLUMNS = ['Rule', 'Key', 'Window (ms)', 'Threshold', 'Allows', 'Message when refused'];
+/** An input of the policy's form or of its add-rule form: its message, or clears it. */
+export function inputError(refs, input, message) {
+  const box = refs.errors.get(input) || refs.add?.errors.get(input);
+  if (box) fieldError(input, message, box);
+  else if (message) input.setAttribute('aria-invalid', 'true');
+  else input.removeAttribute('aria-invalid');
+}
 
-/** A rule's row: its inputs (labelled for screen readers) and what they allow. */
-function ruleRow(rule, idOf, refs) {
-  const rslug = rule.name.replace(/[^A-Za-z0-9_-]/g, '-');
-  const rid = (f) => idOf(`${rslug}-${f}`);
-  const r = {};
-  const labelled = (field, text, input) => [
-    el('label', { for: rid(field), class: 'visually-hidden', text: `${text} of rule ${rule.name}` }),
-    input,
-  ];
-  const number = (field) =>
-    el('input', {
-      id: rid(field), type: 'number', min: '1', step: '1', inputmode: 'numeric', class: 'num-input',
-      'aria-describedby': refs.error.id,
-    });
+/** Clears every field's error mark and line in the card. */
+export function clearErrors(refs) {
+  for (const map of [refs.errors, refs.add?.errors]) {
+    for (const [input, box] of map || []) fieldError(input, '', box);
+  }
+  for (const r of refs.rules.values()) {
+    for (const input of ruleInputs(r)) input.removeAttribute('aria-invalid');
+  }
+}
+
+const RULE_COLUMNS = [
+  ['Rule'],
+  ['Key'],
+  ['Window (ms)'],
+  ['Threshold'],
+  ['Allows'],
+  ['Max delay (ms)', 'shaper-col'],
+  ['Shadow'],
+  ['Message when refused'],
+];
+
+/** A rule's row: its inputs (labelled for screen readers), what they allow, Remove. */
+function ruleRow(rule, idOf, refs, onRemove) {
+  const rid = (f) => idOf(`${slugOf(rule.name)}-${f}`);
+  const r = { name: rule.name };
+  /** A cell with an input, its label ("Threshold of rule user") and its error line. */
+  const cell = (label, input, { dataLabel = label, cls, text = `${label} of rule ${rule.name}` } = {}) => {
+    const box = errorLine(input);
+    refs.errors.set(input, box);
+    input.setAttribute('aria-describedby', `${box.id} ${refs.error.id}`);
+    return el(
+      'td',
+      { 'data-label': dataLabel, class: cls },
+      el('label', { for: input.id, class: 'visually-hidden', text }),
+      input,
+      box,
+    );
+  };
+  const number = (field, min = '1') =>
+    el('input', { id: rid(field), type: 'number', min, step: '1', inputmode: 'numeric', class: 'num-input' });
   r.windowMs = number('windowMs');
   r.threshold = number('threshold');
-  r.message = el('input', { id: rid('message'), type: 'text', 'aria-describedby': refs.error.id });
+  r.maxDelayMs = number('maxDelayMs', '0');
+  r.maxDelayMs.max = String(MAX_DELAY_MS);
+  // A small intrinsic width: the cell, not the input, decides how wide it is.
+  r.message = el('input', { id: rid('message'), type: 'text', size: '12' });
+  r.shadow = el('input', { id: rid('shadow'), type: 'checkbox' });
+  r.badge = el('span', { class: 'badge badge-shadow', text: 'shadow', hidden: true });
   r.quota = el('span', { class: 'muted small' });
-  const updateQuota = () => {
+  r.updateQuota = () => {
     r.quota.textContent = quotaText(r.windowMs.value, r.threshold.value);
   };
-  r.windowMs.addEventListener('input', updateQuota);
-  r.threshold.addEventListener('input', updateQuota);
-  r.updateQuota = updateQuota;
-  refs.rules.set(rule.name, r);
-  return el(
+  r.windowMs.addEventListener('input', r.updateQuota);
+  r.threshold.addEventListener('input', r.updateQuota);
+  r.remove = el('button', {
+    type: 'button',
+    class: 'button button-small',
+    text: 'Remove',
+    'aria-label': `Remove rule ${rule.name}`,
+    onclick: () => onRemove(rule.name),
+  });
+  r.row = el(
     'tr',
     { dataset: { rule: rule.name } },
-    el('th', { scope: 'row', text: rule.name }),
-    el('td', { class: 'small', 'data-label': 'Key', text: keyText(rule.key) }),
-    el('td', { 'data-label': 'Window (ms)' }, ...labelled('windowMs', 'Window (ms)', r.windowMs)),
-    el('td', { 'data-label': 'Threshold' }, ...labelled('threshold', 'Threshold', r.threshold)),
+    el('th', { scope: 'row' }, el('span', { class: 'rule-name', text: rule.name }), ' ', r.badge),
+    el('td', { class: 'small key-cell', 'data-label': 'Key', text: keyText(rule.key) }),
+    cell('Window (ms)', r.windowMs),
+    cell('Threshold', r.threshold),
     el('td', { 'data-label': 'Allows' }, r.quota),
-    el('td', { class: 'message-cell', 'data-label': 'Message when refused' }, ...labelled('message', 'Message', r.message)),
+    cell('Max delay (ms)', r.maxDelayMs, { cls: 'shaper-col' }),
+    cell('Shadow', r.shadow, { cls: 'shadow-cell', text: `Rule ${rule.name} is a shadow rule` }),
+    cell('Message', r.message, { dataLabel: 'Message when refused', cls: 'message-cell' }),
+    el('td', { class: 'action' }, r.remove),
+  );
+  return r;
+}
+
+/** Shows or hides what only the shaper has (max delay), after the algorithm chosen. */
+function showShaperFields(refs) {
+  const shaper = refs.algorithm.value === SHAPER;
+  for (const node of refs.form.querySelectorAll('.shaper-col')) node.hidden = !shaper;
+  if (refs.add) refs.add.maxDelayField.hidden = !shaper;
+}
+
+function showHints(refs) {
+  refs.algorithmHint.textContent = ALGORITHMS[refs.algorithm.value]?.hint || '';
+  refs.failModeHint.textContent = FAIL_MODES[refs.failMode.value]?.hint || '';
+  refs.scopeHint.textContent = SCOPES[refs.scope.value]?.hint || '';
+  showShaperFields(refs);
+}
+
+/** A select of the policy's settings with its label, hint and error line. */
+function setting(refs, idOf, key, label, words, hintClass = '') {
+  const hint = el('p', { id: idOf(`${key}-hint`), class: `small muted setting-hint ${hintClass}`.trim() });
+  const select = el('select', { id: idOf(key), name: key }, options(words));
+  const box = errorLine(select);
+  select.setAttribute('aria-describedby', `${hint.id} ${box.id}`);
+  refs.errors.set(select, box);
+  refs[key] = select;
+  refs[`${key}Hint`] = hint;
+  select.addEventListener('change', () => showHints(refs));
+  return el(
+    'div',
+    { class: `field setting-field ${key}-field` },
+    el('label', { for: select.id, text: label }),
+    el('div', { class: 'setting-control' }, select, hint),
+    box,
   );
 }
 
 /**
- * Builds a policy's form; returns its element references (`form`, `save`, `error`,
- * `result`, `scope`, `rules`: rule name → its inputs, …). `onSave` runs on submit.
+ * Builds a policy's card; returns its element references (`card`, `form`, `save`,
+ * `error`, `result`, the settings' selects, `rules`: rule name → its row's inputs,
+ * `add`: the add-rule form's, …). `on` holds what the buttons do: `save()`,
+ * `remove(ruleName)`, `add()`.
  */
-export function renderPolicy(policy, onSave) {
-  const slug = policy.name.replace(/[^A-Za-z0-9_-]/g, '-');
-  const refs = { rules: new Map() };
+export function renderPolicy(policy, on) {
+  const slug = slugOf(policy.name);
   const idOf = (part) => `policy-${slug}-${part}`;
-  const options = (words, labelOf) =>
-    Object.entries(words).map(([value, w]) => el('option', { value, text: labelOf(w) }));
+  /** input → its error line, for every field of the card that has one. */
+  const refs = { rules: new Map(), errors: new Map(), idOf };
 
-  refs.algorithm = el('select', { id: idOf('algorithm'), name: 'algorithm' }, options(ALGORITHMS, (label) => label));
-  refs.enabled = el('input', { id: idOf('enabled'), type: 'checkbox', name: 'enabled' });
-  refs.scopeHint = el('p', { id: idOf('scope-hint'), class: 'small muted scope-hint' });
-  refs.scopeError = el('p', { id: idOf('scope-error'), class: 'field-error', hidden: true });
-  refs.scope = el(
-    'select',
-    { id: idOf('scope'), name: 'scope', 'aria-describedby': `${refs.scopeHint.id} ${refs.scopeError.id}` },
-    options(SCOPES, (scope) => scope.label),
-  );
-  refs.scope.addEventListener('change', () => showScopeHint(refs));
   refs.error = el('p', { id: idOf('error'), class: 'field-error', role: 'alert', hidden: true });
   refs.result = el('p', { class: 'notice', role: 'status', 'aria-live': 'polite', hidden: true });
   refs.save = el('button', { type: 'submit', class: 'button button-primary', text: `Save ${policy.name}` });
-  const rows = policy.rules.map((rule) => ruleRow(rule, idOf, refs));
-
-  refs.failMode = el('span', { class: 'badge badge-sold-out' });
+  refs.enabled = el('input', { id: idOf('enabled'), type: 'checkbox', name: 'enabled' });
+  const algorithm = setting(refs, idOf, 'algorithm', 'Algorithm', ALGORITHMS);
+  const failMode = setting(refs, idOf, 'failMode', 'When Redis is down', FAIL_MODES);
+  const scope = setting(refs, idOf, 'scope', 'Scope', SCOPES, 'scope-hint');
   refs.version = el('span', { class: 'muted small' });
+  refs.tbody = el('tbody');
+  refs.makeRow = (rule) => ruleRow(rule, idOf, refs, on.remove);
+
   refs.form = el(
     'form',
     { class: 'policy', novalidate: true, dataset: { policy: policy.name } },
@@ -112,16 +214,10 @@ export function renderPolicy(policy, onSave) {
       el(
         'div',
         { class: 'policy-settings' },
-        el('div', { class: 'field field-narrow' }, el('label', { for: refs.algorithm.id, text: 'Algorithm' }), refs.algorithm),
+        algorithm,
+        failMode,
+        scope,
         el('div', { class: 'checkbox-field' }, refs.enabled, el('label', { for: refs.enabled.id, text: 'Enabled' })),
-        el('p', { class: 'small muted' }, 'When Redis is down: ', refs.failMode),
-      ),
-      el(
-        'div',
-        { class: 'field scope-field' },
-        el('label', { for: refs.scope.id, text: 'Scope' }),
-        el('div', { class: 'scope-control' }, refs.scope, refs.scopeHint),
-        refs.scopeError,
       ),
       el(
         'div',
@@ -130,8 +226,17 @@ export function renderPolicy(policy, onSave) {
           'table',
           { class: 'table rules-table stack-on-phone' },
           el('caption', { class: 'visually-hidden', text: `Rules of policy ${policy.name}` }),
-          el('thead', {}, el('tr', {}, RULE_COLUMNS.map((text) => el('th', { scope: 'col', text })))),
-          el('tbody', {}, rows),
+          el(
+            'thead',
+            {},
+            el(
+              'tr',
+              {},
+              RULE_COLUMNS.map(([text, cls]) => el('th', { scope: 'col', class: cls, text })),
+              el('th', { scope: 'col' }, el('span', { class: 'visually-hidden', text: 'Actions' })),
+            ),
+          ),
+          refs.tbody,
         ),
       ),
       refs.error,
@@ -140,29 +245,87 @@ export function renderPolicy(policy, onSave) {
   );
   refs.form.addEventListener('submit', (event) => {
     event.preventDefault();
-    onSave();
+    on.save();
   });
+  refs.add = FIXED_RULES.has(policy.name) ? null : addRuleForm(policy, refs, on.add);
+  refs.card = el(
+    'div',
+    { class: 'policy-card', dataset: { policyCard: policy.name } },
+    refs.form,
+    refs.add ? refs.add.details : el('p', { class: 'small muted', text: `The rules of ${policy.name} are fixed: none can be added.` }),
+  );
   return refs;
 }
 
-/** Shows a stored version of the policy in its form. */
+/** A rule's stored values in its row. */
+function fillRule(r, rule) {
+  r.windowMs.value = String(rule.windowMs);
+  r.threshold.value = String(rule.threshold);
+  r.maxDelayMs.value = rule.maxDelayMs === undefined || rule.maxDelayMs === null ? '' : String(rule.maxDelayMs);
+  r.message.value = rule.message;
+  r.shadow.checked = Boolean(rule.shadow);
+  for (const input of ruleInputs(r)) input.removeAttribute('aria-invalid');
+  r.updateQuota();
+}
+
+/**
+ * Puts the rows in the stored policy's order: a row for each of its rules (new ones
+ * filled from it), none for a rule it no longer has. A shadow badge says what is stored.
+ */
+function syncRows(refs, policy) {
+  const names = new Set(policy.rules.map((rule) => rule.name));
+  for (const [name, r] of refs.rules) {
+    if (names.has(name)) continue;
+    for (const input of ruleInputs(r)) refs.errors.delete(input);
+    r.row.remove();
+    refs.rules.delete(name);
+  }
+  for (const rule of policy.rules) {
+    let r = refs.rules.get(rule.name);
+    if (!r) {
+      r = refs.makeRow(rule);
+      refs.rules.set(rule.name, r);
+      fillRule(r, rule);
+    }
+    r.badge.hidden = !rule.shadow;
+    r.row.dataset.shadow = String(Boolean(rule.shadow));
+  }
+  keepInOrder(refs.tbody, policy.rules.map((rule) => refs.rules.get(rule.name).row));
+  // The last rule that is not a shadow one cannot go: say so before the server does.
+  const enforced = policy.rules.filter((rule) => !rule.shadow);
+  for (const r of refs.rules.values()) {
+    r.remove.disabled = enforced.length === 1 && enforced[0].name === r.name;
+    r.remove.title = r.remove.disabled ? 'A policy needs one rule that is not a shadow rule.' : '';
+  }
+  if (refs.add) showRoom(refs.add, policy);
+  showShaperFields(refs);
+}
+
+/** Shows a stored version of the policy in its form (what was typed is replaced). */
 export function fillPolicy(refs, policy) {
-  refs.version.textContent = Number.isInteger(policy.version) ? `version ${policy.version}` : '';
+  showVersion(refs, policy);
   refs.algorithm.value = policy.algorithm;
+  refs.failMode.value = policy.failMode;
   refs.enabled.checked = Boolean(policy.enabled);
   refs.scope.value = scopeOf(policy);
-  scopeError(refs, '');
-  showScopeHint(refs);
-  refs.failMode.textContent = policy.failMode === 'closed' ? 'refuse (fail closed)' : 'allow (fail open)';
-  for (const rule of policy.rules) {
-    const r = refs.rules.get(rule.name);
-    if (!r) continue;
-    r.windowMs.value = String(rule.windowMs);
-    r.threshold.value = String(rule.threshold);
-    r.message.value = rule.message;
-    for (const input of ruleInputs(r)) input.removeAttribute('aria-invalid');
-    r.updateQuota();
-  }
+  for (const key of ['algorithm', 'failMode', 'scope']) settingError(refs, key, '');
+  syncRows(refs, policy);
+  for (const rule of policy.rules) fillRule(refs.rules.get(rule.name), rule);
+  showHints(refs);
+}
+
+/**
+ * Shows the stored policy after a rule was added or removed from this form's version:
+ * rows come and go, what was typed in the others stays (their stored values are the
+ * same: the server took the change only from this version).
+ */
+export function showRuleSet(refs, policy) {
+  showVersion(refs, policy);
+  syncRows(refs, policy);
+}
+
+function showVersion(refs, policy) {
+  refs.version.textContent = Number.isInteger(policy.version) ? `version ${policy.version}` : '';
 }
 
 /**
@@ -173,23 +336,179 @@ export function policyChange(policy, refs) {
   const body = { rules: [] };
   const problems = [];
   if (refs.algorithm.value !== policy.algorithm) body.algorithm = refs.algorithm.value;
+  if (refs.failMode.value !== policy.failMode) body.failMode = refs.failMode.value;
   if (refs.enabled.checked !== Boolean(policy.enabled)) body.enabled = refs.enabled.checked;
   if (refs.scope.value !== scopeOf(policy)) body.scope = refs.scope.value;
+  const shaper = refs.algorithm.value === SHAPER;
   for (const rule of policy.rules) {
     const r = refs.rules.get(rule.name);
     const change = { name: rule.name };
-    for (const field of ['windowMs', 'threshold']) {
-      const text = r[field].value.trim();
-      if (!/^\d+$/.test(text)) {
-        problems.push([r[field], `${field === 'windowMs' ? 'Window' : 'Threshold'} of rule ${rule.name} must be a whole number.`]);
-        continue;
-      }
-      if (Number(text) !== Number(rule[field])) change[field] = Number(text);
+    for (const [field, word] of [['windowMs', 'Window'], ['threshold', 'Threshold']]) {
+      const value = wholeNumber(r[field]);
+      if (value === null) problems.push([r[field], `${word} of rule ${rule.name} must be a whole number.`]);
+      else if (value !== Number(rule[field])) change[field] = value;
     }
+    if (shaper && (r.maxDelayMs.value.trim() !== '' || rule.maxDelayMs !== undefined)) {
+      const value = wholeNumber(r.maxDelayMs);
+      if (value === null || value > MAX_DELAY_MS) {
+        problems.push([r.maxDelayMs, `Max delay of rule ${rule.name} must be a whole number of ms, 0 to ${formatNumber(MAX_DELAY_MS)}.`]);
+      } else if (value !== Number(rule.maxDelayMs)) change.maxDelayMs = value;
+    }
+    if (r.shadow.checked !== Boolean(rule.shadow)) change.shadow = r.shadow.checked;
     if (r.message.value !== rule.message) change.message = r.message.value;
     if (Object.keys(change).length > 1) body.rules.push(change);
   }
   if (problems.length) return { problems };
-  const changed = body.rules.length > 0 || 'algorithm' in body || 'enabled' in body || 'scope' in body;
+  const changed = body.rules.length > 0 || ['algorithm', 'failMode', 'enabled', 'scope'].some((k) => k in body);
   return changed ? { body } : { body: null };
+}
+
+// --- the add-rule form ---------------------------------------------------------------------
+
+/** Whether the policy has room for another rule: the form says so, and its button. */
+function showRoom(add, policy) {
+  const full = policy.rules.length >= MAX_RULES;
+  add.full.hidden = !full;
+  add.submit.disabled = full;
+}
+
+function showLiteral(add) {
+  add.literalField.hidden = add.keySource.value !== 'literal';
+}
+
+/** The add-rule form under a policy's form (a form of its own: forms do not nest). */
+function addRuleForm(policy, refs, onAdd) {
+  // Rule names are lower case: no rule row can take these ids.
+  const idOf = (part) => refs.idOf(`Add-${part}`);
+  const add = { errors: new Map() };
+  const field = (key, label, input, { hint } = {}) => {
+    Object.assign(input, { id: idOf(key), name: key });
+    const box = errorLine(input);
+    add.errors.set(input, box);
+    const hintNode = hint ? el('p', { id: `${input.id}-hint`, class: 'small muted', text: hint }) : null;
+    input.setAttribute('aria-describedby', hintNode ? `${hintNode.id} ${box.id}` : box.id);
+    return el('div', { class: 'field' }, el('label', { for: input.id, text: label }), input, hintNode, box);
+  };
+  const number = (min) => el('input', { type: 'number', min, step: '1', inputmode: 'numeric' });
+  add.name = el('input', { type: 'text', maxlength: '32', autocomplete: 'off', spellcheck: 'false' });
+  add.keySource = el('select', {}, options(KEY_SOURCES));
+  add.literal = el('input', { type: 'text', maxlength: '64', autocomplete: 'off', spellcheck: 'false' });
+  add.windowMs = number('1');
+  add.threshold = number('1');
+  add.maxDelayMs = number('0');
+  add.maxDelayMs.max = String(MAX_DELAY_MS);
+  add.message = el('input', { type: 'text', maxlength: '200' });
+  add.shadow = el('input', { type: 'checkbox', id: idOf('shadow'), checked: true });
+  const shadowBox = errorLine(add.shadow);
+  add.errors.set(add.shadow, shadowBox);
+  add.shadow.setAttribute('aria-describedby', shadowBox.id);
+  add.error = el('p', { class: 'field-error', role: 'alert', hidden: true });
+  add.result = el('p', { class: 'notice', role: 'status', 'aria-live': 'polite', hidden: true });
+  add.submit = el('button', { type: 'submit', class: 'button', text: `Add rule to ${policy.name}` });
+  add.full = el('p', {
+    class: 'small muted',
+    text: `A policy holds at most ${MAX_RULES} rules, shadow ones included: remove one to add another.`,
+    hidden: true,
+  });
+  add.literalField = field('literal', 'Counter name', add.literal, { hint: '1-64 of A-Z a-z 0-9 . _ : -; one count for every caller.' });
+  add.maxDelayField = field('maxDelayMs', 'Max delay (ms)', add.maxDelayMs, {
+    hint: `How long an admitted call may wait for its slot, 0 to ${formatNumber(MAX_DELAY_MS)}; empty: the default.`,
+  });
+  add.keySource.addEventListener('change', () => showLiteral(add));
+  add.form = el(
+    'form',
+    { class: 'stack-form add-rule-form', novalidate: true, dataset: { addRule: policy.name } },
+    el(
+      'div',
+      { class: 'field-row' },
+      field('name', 'Name', add.name, { hint: '1-32 of a-z 0-9 _ -; the refusals’ dimension.' }),
+      field('key', 'Counted per', add.keySource),
+      add.literalField,
+    ),
+    el(
+      'div',
+      { class: 'field-row' },
+      field('windowMs', 'Window (ms)', add.windowMs),
+      field('threshold', 'Threshold', add.threshold),
+      add.maxDelayField,
+    ),
+    field('message', 'Message when refused', add.message),
+    el(
+      'div',
+      { class: 'checkbox-field' },
+      add.shadow,
+      el('label', { for: add.shadow.id, text: 'Shadow rule: count what it would refuse, refuse nothing' }),
+    ),
+    shadowBox,
+    add.full,
+    add.error,
+    el('div', { class: 'form-actions' }, add.submit, add.result),
+  );
+  add.form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    onAdd();
+  });
+  add.details = el(
+    'details',
+    { class: 'add-rule' },
+    el('summary', { text: `Add a rule to ${policy.name}` }),
+    add.form,
+  );
+  add.windowMs.value = '60000';
+  showLiteral(add);
+  return add;
+}
+
+/** Empties the add-rule form after its rule was added (window and key stay). */
+export function resetNewRule(add) {
+  for (const input of [add.name, add.literal, add.threshold, add.maxDelayMs, add.message]) input.value = '';
+  add.shadow.checked = true;
+}
+
+/**
+ * The rule the add-rule form describes: `{ rule }` (an entry of the PUT's rules) or
+ * `{ problems: [[input, message], …] }`. The server checks the rest (key sources the
+ * policy's callers cannot give, the shadow-only policy, the bounds).
+ */
+export function newRule(policy, refs) {
+  const add = refs.add;
+  const problems = [];
+  const name = add.name.value.trim();
+  if (!RULE_NAME.test(name)) problems.push([add.name, 'Name the rule: 1-32 of a-z 0-9 _ -.']);
+  else if (policy.rules.some((rule) => rule.name === name)) {
+    problems.push([add.name, `Policy ${policy.name} already has a rule ${name}: change it in the table above.`]);
+  }
+  const source = add.keySource.value;
+  const literal = add.literal.value.trim();
+  if (source === 'literal' && !LITERAL_KEY.test(literal)) {
+    problems.push([add.literal, 'Name the shared counter: 1-64 of A-Z a-z 0-9 . _ : -.']);
+  }
+  const windowMs = wholeNumber(add.windowMs);
+  if (windowMs === null) problems.push([add.windowMs, 'The window is a whole number of milliseconds.']);
+  const threshold = wholeNumber(add.threshold);
+  if (threshold === null) problems.push([add.threshold, 'The threshold is a whole number of calls.']);
+  const message = add.message.value.trim();
+  if (!message) problems.push([add.message, 'Say what a refused caller reads.']);
+  const rule = { name, key: ruleKey(source, literal), windowMs, threshold, message, shadow: add.shadow.checked };
+  if (!add.maxDelayField.hidden && add.maxDelayMs.value.trim() !== '') {
+    const maxDelayMs = wholeNumber(add.maxDelayMs);
+    if (maxDelayMs === null || maxDelayMs > MAX_DELAY_MS) {
+      problems.push([add.maxDelayMs, `The max delay is a whole number of ms, 0 to ${formatNumber(MAX_DELAY_MS)}.`]);
+    } else rule.maxDelayMs = maxDelayMs;
+  }
+  return problems.length ? { problems } : { rule };
+}
+
+/**
+ * The input a refused rule entry's field names: a row's, or the add-rule form's for a
+ * new rule (`entry` has a key). Null when no input holds it (a rule's name, a removal).
+ */
+export function ruleFieldInput(refs, entry, field) {
+  if (entry && 'key' in entry && refs.add) {
+    const add = refs.add;
+    if (field === 'key') return add.keySource.value === 'literal' ? add.literal : add.keySource;
+    return { name: add.name, windowMs: add.windowMs, threshold: add.threshold, message: add.message, shadow: add.shadow, maxDelayMs: add.maxDelayMs }[field] || null;
+  }
+  const r = entry && refs.rules.get(entry.name);
+  return (r && ['windowMs', 'threshold', 'message', 'shadow', 'maxDelayMs'].includes(field) && r[field]) || null;
 }

@@ -1,7 +1,8 @@
-// The "Last 5 minutes" panel: purchases by outcome, stock per item and the limiter's
-// refusals, one point a second, drawn by charts.js. Stock is drawn as a share of each
-// item's total, so a 20-unit item and a million-unit one read on one axis, for the items
-// picked (by default those on sale now).
+// The "Last 5 minutes" panel: purchases by outcome (refusals by rule, and what the shadow
+// rules would have refused), stock per item and the limiter's refusals, one point a
+// second, drawn by charts.js. Stock is drawn as a share of each item's total, so a
+// 20-unit item and a million-unit one read on one axis, for the items picked (by default
+// those on sale now).
 import { byId, el } from '../dom.js';
 import { formatNumber, formatTime } from '../format.js';
 import { Outcome } from '../words.js';
@@ -120,6 +121,7 @@ export async function loadSeries() {
   if (!s) return;
   const p = s.purchases || {};
   const rejected = p.rejected || {};
+  const shadow = p.shadowRefused || {};
   renderLineChart(ui.purchases, {
     name: 'purchases',
     title: 'Purchases per second by outcome, last 5 minutes (totals)',
@@ -128,6 +130,13 @@ export async function loadSeries() {
       outcomeLine(Outcome.CREATED, p.created, 'created'),
       outcomeLine(Outcome.SOLD_OUT, p.soldOut, 'sold-out'),
       ...Object.keys(rejected).map((d) => ({ key: `rejected:${d}`, label: `Rejected: ${d}`, values: points(rejected[d]) })),
+      // What the sale's shadow rules would have refused: dashed, beside what was refused.
+      ...Object.keys(shadow).map((rule) => ({
+        key: `shadow:${rule}`,
+        label: `Would refuse: ${rule}`,
+        values: points(shadow[rule]),
+        dashed: true,
+      })),
       { key: 'errors', label: 'Errors', values: points(p.errors), tone: 'errors' },
       { key: 'other', label: 'Other', values: points(p.other), tone: 'other' },
     ],
