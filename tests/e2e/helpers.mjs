@@ -1,5 +1,5 @@
-// Helpers of the end-to-end tests: settings from the environment, the browser, polling
-// with deadlines, and direct API calls for set-up.
+// Helpers of the end-to-end tests: settings from the environment, the browser, the admin
+// sign-in, polling with deadlines, and direct API calls for set-up.
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -137,6 +137,14 @@ export async function withFailureShots(name, pages, fn) {
     }
     throw error;
   }
+}
+
+/** Signs the page in to the admin dashboard with the run's token and waits for the greeting. */
+export async function signInAdmin(page) {
+  await page.goto('/admin/');
+  await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+  await page.getByText(`Signed in as ${ADMIN_NAME}`, { exact: true }).waitFor();
 }
 
 // --- direct API calls (set-up and server-side probes) ---------------------------------

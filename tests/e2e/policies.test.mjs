@@ -3,7 +3,8 @@
 // key source its callers cannot give: each refusal shows next to its field), sees it
 // marked in the list and, dashed, in the purchases chart once purchases pass that it
 // would have refused; switches the algorithm to GCRA and back; and removes the rule
-// after a confirmation. Screenshots at 1280×900 and 390×844.
+// after a confirmation. The audit list says what was added and what was removed.
+// Screenshots at 1280×900 and 390×844.
 //
 //   E2E_BASE_URL=http://127.0.0.1:PORT E2E_ADMIN_TOKEN=… node --test policies.test.mjs
 //
@@ -22,6 +23,7 @@ import {
   launchBrowser,
   newClient,
   shopperToken,
+  signInAdmin,
   userId,
   waitForText,
   withFailureShots,
@@ -75,6 +77,16 @@ async function withBarAtTop(page, fn) {
   }
 }
 
+/** Waits until the audit list has `line` in a change of seckill made by this run's admin. */
+async function auditSays(page, line) {
+  const entry = page
+    .getByRole('region', { name: 'Rule changes' })
+    .locator('li.audit-entry')
+    .filter({ has: page.getByText(line, { exact: true }) });
+  await entry.waitFor();
+  assert.match(await entry.locator('.audit-head').textContent(), new RegExp(`^seckill changed by ${ADMIN_NAME} · `));
+}
+
 /** The body of the PUT of the seckill policy that `action` makes. */
 async function putFrom(page, action) {
   const request = page.waitForRequest(
@@ -88,10 +100,7 @@ test('P1. a shadow rule is added (after a refused threshold and key), marked, ch
   admin = await newClient(browser, 70, { viewport: DESKTOP });
   const { page, problems } = admin;
   await withFailureShots('policies', () => ({ admin: page }), async () => {
-    await page.goto('/admin/');
-    await page.getByLabel('Admin token').fill(ADMIN_TOKEN);
-    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
-    await page.getByText(`Signed in as ${ADMIN_NAME}`, { exact: true }).waitFor();
+    await signInAdmin(page);
 
     const card = page.locator('[data-policy-card="seckill"]');
     const policy = card.locator('form[data-policy="seckill"]');
@@ -148,6 +157,7 @@ test('P1. a shadow rule is added (after a refused threshold and key), marked, ch
     const rule = stored.data.rules.find((r) => r.name === RULE);
     assert.deepEqual([rule.shadow, rule.key, rule.threshold], [true, 'ip', 2]);
     assert.match(await policy.locator('legend').textContent(), new RegExp(`version ${stored.data.version}$`));
+    await auditSays(page, `${RULE}: added as a shadow rule, key ip, threshold 2, window 60000 ms, message “Would be too many from one address”`);
 
     // Three shoppers from one address: the shadow rule (2 a minute per address) would
     // have refused the third; it refuses nothing, and the chart shows it dashed.
@@ -227,6 +237,7 @@ test('P1. a shadow rule is added (after a refused threshold and key), marked, ch
     assert.equal(left.data.rules.some((r) => r.name === RULE), false);
     assert.equal(left.data.algorithm, algorithmBefore);
     assert.match(await policy.locator('legend').textContent(), new RegExp(`version ${left.data.version}$`));
+    await auditSays(page, `${RULE}: removed (a shadow rule)`);
 
     assert.deepEqual(problems, []);
   });
