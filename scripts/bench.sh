@@ -30,12 +30,20 @@
 # Each orders run is preceded by an unmeasured second at its first rate (fresh users), so
 # the app's lazily opened Postgres connections are not counted as latency.
 #
+# The limiting algorithms on one trace (`limiting`, limiting.sh): a generated trace of a
+# million-odd requests over ten thousand-odd keys through each algorithm's script in the
+# private Redis, on the trace's own clock, every decision held against the exact
+# sliding-window log's; memory per key and Redis CPU per call. Redis only, a few minutes;
+# its tables go between the markers of docs/limiting.md, not into the tables printed here.
+#
 #   BENCH_ONLY="seckill_three orders_max_open" (run only these scenarios; names as in the
 #   table: constant limiter_only ceiling_limited seckill_off seckill_one seckill_three
 #   seckill_three_2x refused refused_api sold_out stampede ledger_2x orders evalsha
 #   orders_open_1000 orders_max_open orders_max_open_2x orders_open_durable
 #   cluster_one_sale cluster_many_sales queue_fairness queue_fairness_direct queue_fifo
-#   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness; `queue` names all seven)
+#   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness limiting; `queue` names the
+#   seven queue_* ones. With BENCH_ONLY=limiting BENCH_BUILD=0 the setup builds nothing
+#   (the trace binary only when it is missing) and starts nothing already up)
 #   BENCH_CLUSTER_PORT=7401 (the first of the 6 ports of cluster_one_sale's own cluster)
 #   BENCH_OPEN_RATES="1000 1500 2000 3000 4000 5000 6000 8000 10000 12000" (integers/s)
 #   BENCH_OPEN_STEP_SECONDS=3 BENCH_OPEN_MAX_IN_FLIGHT=1024 (sends beyond it are dropped)
@@ -53,14 +61,15 @@
 #   waiting room's fairness crowd, scenarios-queue.sh) BENCH_QUEUE_MAX_ACTIVE=500 (its room's
 #   maxActive)
 #   BENCH_BUILD=0 (use the release binaries already built instead of building them)
+#   BENCH_TRACE_SEED=20261203 (the seed of limiting's trace)
 #
 # This file is the driver: its knobs, then the jobs in order. The jobs live in
 # scripts/bench/: setup.sh (services, build, limiter configs, clean-up), servers.sh (app
 # instances and the ceiling), load.sh (loadgen runs, items, CPU, pairs), one file per
 # group of scenarios (scenarios-limiter.sh, scenarios-stampede.sh, scenarios-orders.sh
-# with orders-open.sh, scenarios-queue.sh, cluster.sh, durable.sh), and report.py for the
-# tables (results.py reads the runs, ratios.py the ratios, waiting_room.py the waiting
-# room's figures).
+# with orders-open.sh, scenarios-queue.sh, cluster.sh, durable.sh, limiting.sh), and
+# report.py for the tables (results.py reads the runs, ratios.py the ratios,
+# waiting_room.py the waiting room's figures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -100,6 +109,8 @@ NO_LIMITS=(--user-limit 1000000000 --ip-limit 1000000000 --api-limit 1000000000)
 # App ÷ ceiling pairs, alternated (see above).
 PAIRS=${BENCH_PAIRS:-3}
 [[ "$PAIRS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PAIRS must be a whole number from 1, not '$PAIRS'"
+TRACE_SEED=${BENCH_TRACE_SEED:-20261203}
+[[ "$TRACE_SEED" =~ ^[0-9]+$ ]] || die "BENCH_TRACE_SEED must be a whole number, not '$TRACE_SEED'"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.cpu "$OUT"/*.prom "$OUT"/*.started "$OUT"/*.steps "$OUT"/*.orders
 
@@ -131,6 +142,8 @@ want() {
 . scripts/bench/cluster.sh
 # shellcheck source=scripts/bench/durable.sh
 . scripts/bench/durable.sh
+# shellcheck source=scripts/bench/limiting.sh
+. scripts/bench/limiting.sh
 
 bench_setup
 # 1-4: constant answers, the bare limiter, POST /seckill's limiting modes, refusals.
@@ -145,6 +158,8 @@ scenarios_orders_open
 scenarios_queue
 # 12-13: on a Redis Cluster of the bench's own.
 scenarios_cluster
+# 15: the limiting algorithms on one trace (Redis only; docs/limiting.md).
+scenario_limiting
 # 11: durability's cost (last: it starts a Postgres cluster of its own).
 scenario_orders_durable
 

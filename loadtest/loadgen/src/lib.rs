@@ -18,6 +18,8 @@
 //!   `client` and `report`.
 //! - [`queue`]: the waiting room's bench (`src/bin/queue.rs`), which borrows `setup`,
 //!   `client`, `ledger`, `report` and `stores`.
+//! - [`trace`]: the limiting algorithms on one trace (`src/bin/trace.rs`), straight
+//!   against Redis; borrows only the queue's dice.
 
 mod client;
 mod config;
@@ -33,6 +35,7 @@ mod schedule;
 mod setup;
 pub mod slowloris;
 mod stores;
+pub mod trace;
 
 pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, Stores};
 pub use phases::Phase;
