@@ -123,6 +123,21 @@ families! {
         "Requests refused because Redis failed",
         &["policy"],
     );
+    /// Which way each policy decided last (`redis`, `local`, `open`, `closed`): 1 on
+    /// that mode's series, 0 on the others. `local` is the fallback limits deciding in
+    /// process while Redis cannot be asked.
+    limiter_mode: IntGaugeVec = family(
+        "limiter_mode",
+        "Which way each policy is deciding: redis, local (fallback limits), open or closed",
+        &["policy", "mode"],
+    );
+    /// Instances alive at the last limiter heartbeat Redis answered: the fallback limits
+    /// share each rule's threshold among them.
+    limiter_instances: IntGauge = family(
+        "limiter_instances",
+        "Instances sharing the limits, at the last heartbeat Redis answered",
+        &[],
+    );
     /// Refusals answered from the limiter's denial cache, without a Redis call. They are
     /// counted in `limiter_decisions` too, like any refusal.
     limiter_local_refusals: IntCounterVec = family(

@@ -82,6 +82,20 @@ words! {
 }
 
 words! {
+    /// How a policy is deciding: the `mode` label of `seckill_limiter_mode`.
+    LimiterMode {
+        /// In Redis, shared by every instance: the normal way.
+        Redis => "redis",
+        /// In process, each rule at this instance's share (fail mode `local`).
+        Local => "local",
+        /// Redis cannot be asked and the policy lets everything through.
+        Open => "open",
+        /// Redis cannot be asked and the policy refuses everything.
+        Closed => "closed",
+    }
+}
+
+words! {
     /// Where an order is in its life: the spelling in Postgres, the API, the metrics and
     /// the pages.
     OrderState {

@@ -146,7 +146,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
         LIMITED_POLICY.into(),
         PolicyConfig {
             algorithm: Algorithm::SlidingWindow,
-            fail_mode: FailMode::Open,
+            fail_mode: FailMode::Local,
             enabled: true,
             scope: Scope::Global,
             rules: vec![rule(
@@ -162,7 +162,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
         ADMIN_AUTH_POLICY.into(),
         PolicyConfig {
             algorithm: Algorithm::SlidingWindow,
-            fail_mode: FailMode::Open,
+            fail_mode: FailMode::Local,
             enabled: true,
             scope: Scope::Global,
             rules: vec![rule(
@@ -180,7 +180,7 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             // O(1) state per key (a sliding window would keep one entry per read),
             // and a burst for a page that opens, then the polling rate.
             algorithm: Algorithm::TokenBucket,
-            fail_mode: FailMode::Open,
+            fail_mode: FailMode::Local,
             enabled: true,
             scope: Scope::Global,
             rules: vec![

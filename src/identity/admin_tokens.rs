@@ -24,6 +24,7 @@ use crate::configuration::policies::{
 use crate::domain::ClientIp;
 use crate::limiter::{BurstLog, FailMode, Limiter};
 use crate::metrics::Metrics;
+use crate::vocabulary::LimiterMode;
 use crate::vocabulary::TokenComparison;
 
 pub struct AdminTokens(Vec<(String, SecretString)>);
@@ -70,6 +71,17 @@ pub struct AdminGuard {
     /// `limiter_fail_open_total{policy="admin_auth"}`.
     fail_open: IntCounter,
     fail_open_log: BurstLog,
+    local_log: BurstLog,
+}
+
+/// Where an attempt holds its place while its token is compared.
+enum Place {
+    /// In Redis's count (the normal way).
+    InRedis(Attempt),
+    /// In the limiter's fallback limits, while Redis is away (fail mode `local`).
+    InProcess { key: String, taken_ms: u64 },
+    /// Nowhere: Redis is away and the policy fails open.
+    None,
 }
 
 /// The policy in force, read per request: its limits, and what a Redis failure means.
@@ -105,6 +117,7 @@ impl AdminGuard {
                 .limiter_fail_open
                 .with_label_values(&[ADMIN_AUTH_POLICY]),
             fail_open_log: BurstLog::new("admin tokens compared without the lockout"),
+            local_log: BurstLog::new("admin lockout counted in process"),
         }
     }
 
@@ -154,26 +167,59 @@ impl AdminGuard {
         let Some(policy) = self.lockout_policy() else {
             return self.compare(presented).ok_or(SignInError::Refused);
         };
-        let attempt = match self.lockout.reserve(ip, policy.limits).await {
-            Ok(Reservation::Granted(attempt)) => Some(attempt),
+        let place = match self.lockout.reserve(ip, policy.limits).await {
+            Ok(Reservation::Granted(attempt)) => {
+                self.limiter
+                    .note_mode(ADMIN_AUTH_POLICY, LimiterMode::Redis);
+                Place::InRedis(attempt)
+            }
             Ok(Reservation::Refused { retry_after_ms }) => {
-                return Err(SignInError::Locked { retry_after_ms })
+                self.limiter
+                    .note_mode(ADMIN_AUTH_POLICY, LimiterMode::Redis);
+                return Err(SignInError::Locked { retry_after_ms });
             }
             // Like any limiter policy: open compares without a place (the token still
-            // has to be right), closed refuses.
+            // has to be right), closed refuses, local counts the address's failures in
+            // process at this instance's share.
             Err(e) => match policy.fail_mode {
                 FailMode::Open => {
+                    self.limiter.note_mode(ADMIN_AUTH_POLICY, LimiterMode::Open);
                     self.fail_open.inc();
                     self.fail_open_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
-                    None
+                    Place::None
                 }
-                FailMode::Closed => return Err(SignInError::LockoutUnavailable),
+                FailMode::Closed => {
+                    self.limiter
+                        .note_mode(ADMIN_AUTH_POLICY, LimiterMode::Closed);
+                    return Err(SignInError::LockoutUnavailable);
+                }
+                FailMode::Local => {
+                    self.local_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
+                    let key = format!("admin_auth:lockout:{ip}");
+                    let limits = policy.limits;
+                    match self.limiter.take_locally(
+                        ADMIN_AUTH_POLICY,
+                        &key,
+                        limits.failures,
+                        limits.window_ms,
+                    ) {
+                        Ok(taken_ms) => Place::InProcess { key, taken_ms },
+                        Err(retry_after_ms) => return Err(SignInError::Locked { retry_after_ms }),
+                    }
+                }
             },
         };
         let admin = self.compare(presented);
-        if let Some(attempt) = attempt {
-            self.settle(ip, attempt, admin.is_some(), policy.limits)
-                .await;
+        match place {
+            Place::InRedis(attempt) => {
+                self.settle(ip, attempt, admin.is_some(), policy.limits)
+                    .await
+            }
+            // A right token is no failure: its place goes back, as in Redis.
+            Place::InProcess { key, taken_ms } if admin.is_some() => {
+                self.limiter.give_back(&key, taken_ms)
+            }
+            Place::InProcess { .. } | Place::None => {}
         }
         admin.ok_or(SignInError::Refused)
     }

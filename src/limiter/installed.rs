@@ -2,14 +2,15 @@
 //! resolved once per rule change, so a decision never looks a series up by label.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use prometheus::Histogram;
+use prometheus::{Histogram, IntGauge};
 
 use super::{Algorithm, Policy, PolicySet};
 use crate::metrics::Metrics;
 use crate::tally::{Counted, Counter};
-use crate::vocabulary::Decision;
+use crate::vocabulary::{Decision, LimiterMode};
 
 /// The policies in force, each with its metric handles resolved, and the generation
 /// that the denial cache stamps its entries with.
@@ -36,7 +37,14 @@ pub(super) struct Enforced {
     pub(super) fail_closed: prometheus::IntCounter,
     /// Per algorithm (indexed by `Algorithm as usize`).
     pub(super) latency: [Histogram; Algorithm::ALL.len()],
+    /// `limiter_mode{mode=…}`, in the order of [`LimiterMode::ALL`], and the index of
+    /// the one at 1 ([`NO_MODE`] before the first decision).
+    modes: Vec<IntGauge>,
+    mode: AtomicU8,
 }
+
+/// No decision yet under this rule set.
+const NO_MODE: u8 = u8::MAX;
 
 impl Installed {
     pub(super) fn new(set: PolicySet, generation: u64, metrics: &Metrics) -> Self {
@@ -107,7 +115,21 @@ impl Installed {
                             .limiter_latency
                             .with_label_values(&[name, a.as_str()])
                     }),
+                    modes: LimiterMode::ALL
+                        .iter()
+                        .map(|mode| {
+                            metrics
+                                .limiter_mode
+                                .with_label_values(&[name, mode.label()])
+                        })
+                        .collect(),
+                    mode: AtomicU8::new(NO_MODE),
                 };
+                // A fresh process shows `redis` until a decision says otherwise; a rule
+                // change keeps the series as the last decision left them.
+                if enforced.modes.iter().all(|gauge| gauge.get() == 0) {
+                    enforced.decided_in(LimiterMode::Redis);
+                }
                 (policy.name.clone(), Arc::new(enforced))
             })
             .collect();
@@ -115,6 +137,22 @@ impl Installed {
             set,
             generation,
             policies,
+        }
+    }
+}
+
+impl Enforced {
+    /// Notes how the policy just decided: the mode's series goes to 1 and the others
+    /// to 0, only when the mode changes (one atomic swap per decision otherwise).
+    pub(super) fn decided_in(&self, mode: LimiterMode) {
+        let index = LimiterMode::ALL
+            .iter()
+            .position(|m| *m == mode)
+            .unwrap_or_default();
+        if self.mode.swap(index as u8, Ordering::Relaxed) != index as u8 {
+            for (i, gauge) in self.modes.iter().enumerate() {
+                gauge.set(i64::from(i == index));
+            }
         }
     }
 }

@@ -12,26 +12,32 @@
 //! - [`clock`]: Redis time, app time, or a manual clock for tests.
 //! - [`denial`]: refusals Redis made, answered again locally until they expire; `local`
 //!   consults and teaches it around each decision.
+//! - [`fallback_limits`]: the limits a policy failing `local` enforces in process while Redis
+//!   cannot be asked, each rule at this instance's share; [`peers`] counts the
+//!   instances that share it.
 //! - `installed` (the policies in force with their metric series), `outcome` (what a
 //!   check answers), `burst_log` (one warning per outage, not per request).
 //!
-//! Several instances share one truth: all state lives in Redis. The process keeps only
-//! the denial cache, which repeats refusals Redis made and that cannot have changed yet,
-//! so it never admits what Redis would refuse nor refuses what Redis would admit.
+//! Several instances share one truth: all state lives in Redis. The process keeps the
+//! denial cache, which repeats refusals Redis made and that cannot have changed yet,
+//! so it never admits what Redis would refuse nor refuses what Redis would admit; and,
+//! only while Redis is away, the fallback limits' counts.
 
 pub mod backend;
 mod burst_log;
 pub mod clock;
 pub mod denial;
+pub mod fallback_limits;
 mod installed;
 pub mod keys;
 mod local;
 mod outcome;
+pub mod peers;
 pub mod policy;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tracing::Instrument;
@@ -43,12 +49,16 @@ pub use backend::{FollowUp, Then};
 pub(crate) use burst_log::BurstLog;
 pub use clock::{Clock, ManualClock};
 use denial::{DenialCache, Seen};
+use fallback_limits::FallbackLimits;
 use installed::Installed;
 pub use keys::{Caller, Partition, Scope};
 use local::whole_ms;
 use outcome::{record, refuse_locally};
 pub use outcome::{Admission, QuotaLeft, Refusal, Rejection};
+use peers::Peers;
 pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
+
+use crate::vocabulary::LimiterMode;
 
 pub struct Limiter {
     redis: RedisStore,
@@ -66,6 +76,11 @@ pub struct Limiter {
     sequence: AtomicU64,
     fail_open_log: BurstLog,
     fail_closed_log: BurstLog,
+    /// Counts for the policies failing `local`, kept only while Redis is away.
+    fallback: FallbackLimits,
+    fallback_log: BurstLog,
+    peers: Peers,
+    heartbeat: Duration,
 }
 
 impl Limiter {
@@ -75,18 +90,23 @@ impl Limiter {
         metrics: Arc<Metrics>,
     ) -> Result<Self, policy::PolicyError> {
         let policies = PolicySet::parse(&settings.policies)?;
+        let instance_tag = uuid::Uuid::new_v4().as_u64_pair().0;
         Ok(Self {
             redis,
             backend: ScriptBackend::default(),
             installed: ArcSwap::from_pointee(Installed::new(policies, 0, &metrics)),
             clock: Clock::from_source(settings.clock),
-            metrics,
             denials: DenialCache::new(settings.denial_cache_slots),
             epoch: Instant::now(),
-            instance_tag: uuid::Uuid::new_v4().as_u64_pair().0,
+            instance_tag,
             sequence: AtomicU64::new(0),
             fail_open_log: BurstLog::new("failing open"),
             fail_closed_log: BurstLog::new("failing closed"),
+            fallback: FallbackLimits::new(settings.fallback_keys),
+            fallback_log: BurstLog::new("deciding locally (fallback limits)"),
+            peers: Peers::new(instance_tag, metrics.limiter_instances.clone()),
+            heartbeat: Duration::from_millis(settings.heartbeat_ms.max(1)),
+            metrics,
         })
     }
 
@@ -128,6 +148,55 @@ impl Limiter {
 
     pub fn backend(&self) -> &ScriptBackend {
         &self.backend
+    }
+
+    /// Beats into Redis every heartbeat period, forever, so the fallback limits know
+    /// how many instances share each threshold (a failed beat keeps the last count).
+    pub async fn beat(self: Arc<Self>) {
+        let period = self.heartbeat;
+        crate::background::every("limiter heartbeat", period, move || {
+            let limiter = Arc::clone(&self);
+            async move { limiter.peers.beat(&limiter.redis, period).await }
+        })
+        .await
+    }
+
+    /// Instances sharing the limits, as the last heartbeat Redis answered counted them.
+    pub fn instances(&self) -> u64 {
+        self.peers.alive()
+    }
+
+    /// Takes one place of `key` in the fallback limits for a caller that keeps its own
+    /// count in Redis (the admin lockout) while Redis is away: `threshold` per
+    /// `window_ms` across the fleet, at this instance's share. `Ok` is the time taken,
+    /// to give the place back with [`Self::give_back`]; `Err` the wait in ms.
+    pub fn take_locally(
+        &self,
+        policy_name: &str,
+        key: &str,
+        threshold: u64,
+        window_ms: u64,
+    ) -> Result<u64, u64> {
+        self.note_mode(policy_name, LimiterMode::Local);
+        let share = fallback_limits::Share::of(threshold, window_ms, self.peers.alive());
+        let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
+        match self.fallback.decide(&[key], &[share], now_ms) {
+            fallback_limits::Verdict::Admitted { .. } => Ok(now_ms),
+            fallback_limits::Verdict::Refused { wait_ms, .. } => Err(wait_ms),
+        }
+    }
+
+    /// Gives back a place [`Self::take_locally`] took at `taken_ms`.
+    pub fn give_back(&self, key: &str, taken_ms: u64) {
+        self.fallback.give_back(key, taken_ms);
+    }
+
+    /// Notes how `policy_name` decided, for a caller that decides it outside
+    /// [`Self::check`] (the admin lockout): `limiter_mode` shows it.
+    pub fn note_mode(&self, policy_name: &str, mode: LimiterMode) {
+        if let Some(enforced) = self.installed.load().policies.get(policy_name) {
+            enforced.decided_in(mode);
+        }
     }
 
     /// Decides `policy` for `caller`, with the policy's own algorithm unless `algorithm`
@@ -328,6 +397,7 @@ impl Limiter {
                     started_us,
                     generation,
                 );
+                enforced.decided_in(LimiterMode::Redis);
                 let admission = record(&enforced, algorithm, reply.decision)?;
                 if admission.delayed_ms > 0 {
                     // The shaper's departure slot: counted from the millisecond its
@@ -345,6 +415,7 @@ impl Limiter {
         };
         match policy.fail_mode {
             FailMode::Open => {
+                enforced.decided_in(LimiterMode::Open);
                 enforced.fail_open.inc();
                 self.fail_open_log.warn(&policy.name, &failure);
                 Ok((
@@ -358,9 +429,23 @@ impl Limiter {
                 ))
             }
             FailMode::Closed => {
+                enforced.decided_in(LimiterMode::Closed);
                 enforced.fail_closed.inc();
                 self.fail_closed_log.warn(&policy.name, &failure);
                 Err(Rejection::Unavailable)
+            }
+            FailMode::Local => {
+                self.fallback_log.warn(&policy.name, &failure);
+                let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
+                fallback_limits::decide_policy(
+                    &self.fallback,
+                    &enforced,
+                    algorithm,
+                    &keys,
+                    self.peers.alive(),
+                    now_ms,
+                )
+                .map(|admission| (admission, None))
             }
         }
     }

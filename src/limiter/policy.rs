@@ -90,6 +90,10 @@ pub enum FailMode {
     /// Refuse with 503 `LIMITER_UNAVAILABLE`. For routes that cannot work without
     /// Redis anyway (the sale).
     Closed,
+    /// Keep limiting in process: each rule at this instance's share of its threshold
+    /// (see `limiter::fallback_limits`). For routes whose limit is a protection (the admin
+    /// lockout) or a promise to other callers.
+    Local,
 }
 
 /// Where a rule's key value comes from.
@@ -188,6 +192,12 @@ pub struct LimiterSettings {
     pub denial_cache_slots: usize,
     /// The policies in force at start, by name.
     pub policies: BTreeMap<String, PolicyConfig>,
+    /// Keys the fallback limits (fail mode `local`) may hold at once, all policies
+    /// together: about 100 bytes each besides the key.
+    pub fallback_keys: usize,
+    /// How often this instance beats into Redis, so the fallback limits know how many
+    /// instances share each threshold.
+    pub heartbeat_ms: u64,
 }
 
 impl Default for LimiterSettings {
@@ -199,6 +209,8 @@ impl Default for LimiterSettings {
             clock: ClockSource::Redis,
             denial_cache_slots: 16_384,
             policies: BTreeMap::new(),
+            fallback_keys: 100_000,
+            heartbeat_ms: 1_000,
         }
     }
 }

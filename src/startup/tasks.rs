@@ -19,7 +19,7 @@ use crate::sale::{Items, Reconciler, Sweeper};
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
 /// catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
 /// the sold-out channel, the reconciler, the consistency
-/// export, the rule watcher and the live-stats flush.
+/// export, the rule watcher, the live-stats flush and the limiter's heartbeat.
 pub(super) fn background(
     settings: &Settings,
     services: &Services,
@@ -80,6 +80,7 @@ pub(super) fn background(
         )
         .boxed(),
         Arc::clone(&services.stats).run().boxed(),
+        Arc::clone(&services.limiter).beat().boxed(),
     ];
     futures_util::future::join_all(loops).map(drop).boxed()
 }

@@ -37,6 +37,10 @@ export const SHAPER = 'leaky_bucket';
 export const FAIL_MODES = Object.freeze({
   closed: { label: 'Refuse (fail closed)', hint: 'While Redis is down, every call this policy guards is refused (503).' },
   open: { label: 'Allow (fail open)', hint: 'While Redis is down, calls pass unlimited.' },
+  local: {
+    label: 'Limit here (fallback limits)',
+    hint: 'While Redis is down, each instance enforces its share of every limit (the threshold over the instances alive, rounded up).',
+  },
 });
 
 /** A policy's scopes: spelling → label, and what it means (shown beside its select). */

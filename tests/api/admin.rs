@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use seckill::domain::ClientIp;
 use seckill::identity::lockout::{LockoutLimits, Reservation, SignInLockout};
-use seckill::limiter::Clock;
+use seckill::limiter::{Clock, FailMode};
 use seckill::metrics::Metrics;
 use seckill::store::RedisStore;
 use serde_json::json;
@@ -597,11 +597,15 @@ async fn a_sign_in_place_never_settled_is_freed_when_its_lease_ends() {
 }
 
 /// Without Redis the `admin_auth` policy's fail mode decides, as for any policy: open
-/// (the default) compares the token without a place, so the right one still gets in.
+/// compares the token without a place, so the right one still gets in.
 #[sqlx::test]
 async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool) {
     let mut redis = OwnRedis::start().await;
-    let app = spawn_app_with(&db, |s| use_own_redis(s, redis.url())).await;
+    let app = spawn_app_with(&db, |s| {
+        use_own_redis(s, redis.url());
+        s.limiter.policies.get_mut("admin_auth").unwrap().fail_mode = FailMode::Open;
+    })
+    .await;
     redis.stop();
     assert_eq!(sign_in(&app, "10.57.0.1", "guess").await.status(), 401);
     assert_eq!(sign_in(&app, "10.57.0.1", ADMIN_TOKEN).await.status(), 200);
@@ -609,6 +613,60 @@ async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool)
         app.metric_sum(r#"seckill_limiter_fail_open_total{policy="admin_auth"}"#)
             .await,
         2.0
+    );
+}
+
+/// With `local` (the default) the lockout holds without Redis: each of two instances
+/// counts refused tokens per address in process, at its share of the threshold (4 over
+/// 2: 2 each), so the fleet compares 4 wrong tokens from one address, as with Redis.
+/// A right token gives its place back there too.
+#[sqlx::test]
+async fn without_redis_the_lockout_holds_in_process_at_each_instances_share(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let first = spawn_app_with(&db, |s| {
+        use_own_redis(s, redis.url());
+        s.limiter.heartbeat_ms = 50;
+        s.limiter.policies.get_mut("admin_auth").unwrap().rules[0].threshold = 4;
+    })
+    .await;
+    let second = spawn_app_from(first.settings.clone()).await;
+    for app in [&first, &second] {
+        eventually(
+            "two instances share the limits",
+            Duration::from_secs(5),
+            || async { (app.metric_sum("seckill_limiter_instances").await == 2.0).then_some(()) },
+        )
+        .await;
+    }
+    redis.stop();
+    for app in [&first, &second] {
+        for _ in 0..2 {
+            assert_eq!(sign_in(app, "10.58.0.1", "guess").await.status(), 401);
+        }
+        let locked = sign_in(app, "10.58.0.1", ADMIN_TOKEN).await;
+        assert_eq!(locked.status(), 429, "locked out, right token or not");
+        assert_eq!(json(locked).await["code"], "RATE_LIMITED");
+    }
+    assert_eq!(token_comparisons(&first).await, 2.0);
+    assert_eq!(token_comparisons(&second).await, 2.0);
+    // Right tokens never count: another address signs in, then still has its 2 guesses.
+    for _ in 0..3 {
+        assert_eq!(
+            sign_in(&first, "10.58.0.2", ADMIN_TOKEN).await.status(),
+            200
+        );
+    }
+    for expected in [401, 401, 429] {
+        assert_eq!(
+            sign_in(&first, "10.58.0.2", "guess").await.status(),
+            expected
+        );
+    }
+    assert_eq!(
+        first
+            .metric_sum(r#"seckill_limiter_mode{mode="local",policy="admin_auth"}"#)
+            .await,
+        1.0
     );
 }
 

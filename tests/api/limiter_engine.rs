@@ -5,6 +5,7 @@
 mod all_or_nothing;
 mod concurrency;
 mod edits;
+mod fallback;
 mod outage;
 mod time;
 

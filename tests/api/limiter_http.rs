@@ -252,11 +252,18 @@ async fn through_a_redis_outage(
         let code = json(response).await["code"].as_str().map(str::to_string);
         answers.push((status, remaining, code));
     }
-    let counter = match fail_mode {
-        FailMode::Open => r#"seckill_limiter_fail_open_total{policy="limited"}"#,
-        FailMode::Closed => r#"seckill_limiter_fail_closed_total{policy="limited"}"#,
+    let (counter, count) = match fail_mode {
+        FailMode::Open => (r#"seckill_limiter_fail_open_total{policy="limited"}"#, 3.0),
+        FailMode::Closed => (
+            r#"seckill_limiter_fail_closed_total{policy="limited"}"#,
+            3.0,
+        ),
+        FailMode::Local => (
+            r#"seckill_limiter_mode{mode="local",policy="limited"}"#,
+            1.0,
+        ),
     };
-    assert_eq!(app.metric_sum(counter).await, 3.0, "{counter}");
+    assert_eq!(app.metric_sum(counter).await, count, "{counter}");
 
     redis.restart().await;
     eventually(
@@ -277,6 +284,18 @@ async fn without_redis_a_fail_open_route_admits_and_recovers(db: PgPool) {
     let answers = through_a_redis_outage(&db, FailMode::Open).await;
     // Admitted, but with no quota to report: nothing was decided.
     assert_eq!(answers, vec![(200, None, None); 3]);
+}
+
+/// `local` (the default) keeps counting in process: alone, this instance's share is
+/// the whole threshold (100), and the quota headers count it down.
+#[sqlx::test]
+async fn without_redis_a_local_route_keeps_limiting_and_recovers(db: PgPool) {
+    let answers = through_a_redis_outage(&db, FailMode::Local).await;
+    let remaining = |n: &str| (200, Some(n.to_string()), None);
+    assert_eq!(
+        answers,
+        vec![remaining("99"), remaining("98"), remaining("97")]
+    );
 }
 
 #[sqlx::test]

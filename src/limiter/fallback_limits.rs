@@ -1,0 +1,485 @@
+//! Fallback limits: a policy whose fail mode is `local` is decided in process while
+//! Redis cannot be asked, each rule at this instance's share of its threshold.
+//!
+//! **The share.** With `n` instances alive at the last heartbeat (see [`super::peers`]),
+//! a rule of threshold `T` admits `⌈T/n⌉` per window on each instance: rounding up keeps
+//! every rule usable (a lockout of 5 over 3 instances still lets each one try), and the
+//! whole fleet admits at most `n·⌈T/n⌉ ≤ T + n − 1` per key and window while Redis is
+//! away. A bucket rule (token bucket, GCRA) counts as a window of its quota: `capacity`
+//! per the time to refill it, which admits no more than the bucket would.
+//!
+//! **The count.** Each key keeps [`SLOTS`] counters of one sixteenth of the window and
+//! counts every sub-window that overlaps the last window, so it errs one sub-window on
+//! the strict side and never admits more than the share in any window of the rule's
+//! length: the last admission in a window saw every earlier one in it. Sixteen counters
+//! instead of one entry per request bound a key's memory whatever its threshold.
+//!
+//! **All or nothing**, like the scripts: every enforced rule is checked under one lock,
+//! and only an admission writes, to every rule. Shadow rules are not counted here: they
+//! report what Redis would refuse, and Redis is away.
+//!
+//! **Bounded.** At most `max_keys` keys live in the table (a client makes keys with
+//! every address it uses). Keys whose window has passed are swept when the table is
+//! full, at most once per second; if it is still full, an arbitrary key is dropped, and
+//! that key alone starts counting again (a client with more addresses than the table
+//! has keys can erase others' counts: still at most the share per key it holds).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::backend::Decision;
+use super::installed::Enforced;
+use super::outcome::{record, refuse_locally};
+use super::policy::Rule;
+use super::{Admission, Algorithm, Refusal, Rejection};
+use crate::vocabulary::LimiterMode;
+
+/// Counters per key: sixteen sub-windows cover a window, plus the one it starts in.
+pub const SLOTS: usize = 17;
+/// Sub-windows per window.
+const SUB_WINDOWS: u64 = (SLOTS - 1) as u64;
+/// Least time between two sweeps of a full table.
+const SWEEP_EVERY_MS: u64 = 1_000;
+
+/// One rule as the fallback counts it: at most `share` per `window_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub share: u64,
+    pub window_ms: u64,
+}
+
+impl Share {
+    /// `threshold` per `window_ms` across the fleet, split over `instances` (≥ 1),
+    /// rounded up.
+    pub fn of(threshold: u64, window_ms: u64, instances: u64) -> Self {
+        Self {
+            share: threshold.div_ceil(instances.max(1)).max(1),
+            window_ms: window_ms.max(1),
+        }
+    }
+
+    fn sub_window_ms(self) -> u64 {
+        self.window_ms.div_ceil(SUB_WINDOWS).max(1)
+    }
+}
+
+/// What the fallback decided for a set of rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Recorded under every rule; `remaining` and `next_ms` are the tightest rule's
+    /// (its index in the slice given): what it has left, and when it admits again if
+    /// that is nothing.
+    Admitted {
+        rule: usize,
+        remaining: u64,
+        next_ms: u64,
+    },
+    /// Nothing recorded. `rule` is the first refusing one, `wait_ms` its wait;
+    /// `longest_ms` the longest among the refusing rules (each ≥ 1).
+    Refused {
+        rule: usize,
+        wait_ms: u64,
+        longest_ms: u64,
+    },
+}
+
+/// One key's sub-window counters.
+#[derive(Debug, Clone)]
+struct Counts {
+    /// The sub-window length these counters were kept with (a window edited while
+    /// Redis is away starts the key afresh).
+    sub_ms: u64,
+    /// The index (time / `sub_ms`) of the newest sub-window counted.
+    newest: u64,
+    /// Indexed by sub-window index modulo [`SLOTS`]: the sub-windows `newest − 16` to
+    /// `newest`, older ones already cleared.
+    counts: [u32; SLOTS],
+}
+
+impl Counts {
+    fn new(sub_ms: u64, now_ms: u64) -> Self {
+        Self {
+            sub_ms,
+            newest: now_ms / sub_ms,
+            counts: [0; SLOTS],
+        }
+    }
+
+    /// Moves the newest sub-window up to `now`, clearing those that left the ring.
+    fn advance(&mut self, now_ms: u64) {
+        let index = now_ms / self.sub_ms;
+        if index <= self.newest {
+            return;
+        }
+        if index - self.newest >= SLOTS as u64 {
+            self.counts = [0; SLOTS];
+        } else {
+            for cleared in self.newest + 1..=index {
+                self.counts[(cleared % SLOTS as u64) as usize] = 0;
+            }
+        }
+        self.newest = index;
+    }
+
+    /// The oldest sub-window index that overlaps the window ending at `now`.
+    fn oldest_counted(&self, window_ms: u64, now_ms: u64) -> u64 {
+        let oldest = now_ms.saturating_sub(window_ms) / self.sub_ms;
+        oldest.max(self.newest.saturating_sub(SUB_WINDOWS))
+    }
+
+    /// Admissions counted against the window ending at `now` (after `advance`).
+    fn used(&self, window_ms: u64, now_ms: u64) -> u64 {
+        (self.oldest_counted(window_ms, now_ms)..=self.newest)
+            .map(|index| u64::from(self.counts[(index % SLOTS as u64) as usize]))
+            .sum()
+    }
+
+    /// Milliseconds until fewer than `share` are counted: the oldest sub-windows leave
+    /// the count one by one as the window moves past them.
+    fn wait_ms(&self, share: Share, now_ms: u64) -> u64 {
+        let mut used = self.used(share.window_ms, now_ms);
+        for index in self.oldest_counted(share.window_ms, now_ms)..=self.newest {
+            if used < share.share {
+                break;
+            }
+            used -= u64::from(self.counts[(index % SLOTS as u64) as usize]);
+            // Sub-window `index` stops overlapping once now − window reaches its end.
+            let leaves_at = (index + 1) * self.sub_ms + share.window_ms;
+            if used < share.share {
+                return leaves_at.saturating_sub(now_ms).max(1);
+            }
+        }
+        share.window_ms.max(1)
+    }
+
+    fn is_stale(&self, now_ms: u64) -> bool {
+        now_ms / self.sub_ms > self.newest + SUB_WINDOWS
+    }
+}
+
+struct Table {
+    keys: HashMap<String, Counts>,
+    last_sweep_ms: u64,
+}
+
+/// The table of fallback counters, shared by every policy of the limiter.
+pub struct FallbackLimits {
+    table: Mutex<Table>,
+    max_keys: usize,
+}
+
+impl FallbackLimits {
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            table: Mutex::new(Table {
+                keys: HashMap::new(),
+                last_sweep_ms: 0,
+            }),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Decides one request: `rules[i]` is counted under `keys[i]`, at `now_ms` (any
+    /// monotonic millisecond clock, the same on every call).
+    pub fn decide(&self, keys: &[&str], rules: &[Share], now_ms: u64) -> Verdict {
+        let Ok(mut table) = self.table.lock() else {
+            // Poisoned: a panic mid-update. Refusing is the safe answer for a limit.
+            return Verdict::Refused {
+                rule: 0,
+                wait_ms: 1_000,
+                longest_ms: 1_000,
+            };
+        };
+        let mut refused: Option<(usize, u64, u64)> = None;
+        let mut tightest = (0, u64::MAX, 0);
+        for (rule, (key, share)) in keys.iter().zip(rules).enumerate() {
+            let counts = match table.keys.get_mut(*key) {
+                Some(counts) => {
+                    if counts.sub_ms != share.sub_window_ms() {
+                        *counts = Counts::new(share.sub_window_ms(), now_ms);
+                    }
+                    counts.advance(now_ms);
+                    counts.clone()
+                }
+                None => Counts::new(share.sub_window_ms(), now_ms),
+            };
+            let used = counts.used(share.window_ms, now_ms);
+            if used >= share.share {
+                let wait = counts.wait_ms(*share, now_ms);
+                refused = Some(match refused {
+                    None => (rule, wait, wait),
+                    Some((first, own, longest)) => (first, own, longest.max(wait)),
+                });
+                continue;
+            }
+            let remaining = share.share - used - 1;
+            if remaining < tightest.1 {
+                let next = if remaining == 0 {
+                    // This admission fills the rule: when does it free a place?
+                    let mut after = counts;
+                    after.counts[(after.newest % SLOTS as u64) as usize] += 1;
+                    after.wait_ms(*share, now_ms)
+                } else {
+                    0
+                };
+                tightest = (rule, remaining, next);
+            }
+        }
+        if let Some((rule, wait_ms, longest_ms)) = refused {
+            return Verdict::Refused {
+                rule,
+                wait_ms,
+                longest_ms,
+            };
+        }
+        for (key, share) in keys.iter().zip(rules) {
+            if !table.keys.contains_key(*key) {
+                self.make_room(&mut table, now_ms);
+                table.keys.insert(
+                    (*key).to_string(),
+                    Counts::new(share.sub_window_ms(), now_ms),
+                );
+            }
+            if let Some(counts) = table.keys.get_mut(*key) {
+                counts.advance(now_ms);
+                let slot = &mut counts.counts[(counts.newest % SLOTS as u64) as usize];
+                *slot = slot.saturating_add(1);
+            }
+        }
+        Verdict::Admitted {
+            rule: tightest.0,
+            remaining: tightest.1,
+            next_ms: tightest.2,
+        }
+    }
+
+    /// Gives back one admission of `key` made at `at_ms` (a sign-in that turned out
+    /// right is not a failure), if its sub-window is still counted.
+    pub fn give_back(&self, key: &str, at_ms: u64) {
+        let Ok(mut table) = self.table.lock() else {
+            return;
+        };
+        if let Some(counts) = table.keys.get_mut(key) {
+            let index = at_ms / counts.sub_ms;
+            if index + SUB_WINDOWS >= counts.newest && index <= counts.newest {
+                let slot = &mut counts.counts[(index % SLOTS as u64) as usize];
+                *slot = slot.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Keys held now (for tests and the soak's memory check).
+    pub fn len(&self) -> usize {
+        self.table.lock().map(|t| t.keys.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn make_room(&self, table: &mut Table, now_ms: u64) {
+        if table.keys.len() < self.max_keys {
+            return;
+        }
+        if now_ms >= table.last_sweep_ms + SWEEP_EVERY_MS || table.last_sweep_ms == 0 {
+            table.last_sweep_ms = now_ms.max(1);
+            table.keys.retain(|_, counts| !counts.is_stale(now_ms));
+        }
+        if table.keys.len() >= self.max_keys {
+            if let Some(dropped) = table.keys.keys().next().cloned() {
+                table.keys.remove(&dropped);
+            }
+        }
+    }
+}
+
+/// A rule's limit as the fallback counts it: a window rule's threshold per window; a
+/// bucket's capacity per the time it takes to refill it from empty, which admits no
+/// more than the bucket would in any such span.
+fn limit(rule: &Rule, algorithm: Algorithm) -> (u64, u64) {
+    match algorithm {
+        Algorithm::TokenBucket | Algorithm::Gcra => (
+            rule.capacity,
+            rule.capacity
+                .saturating_mul(rule.refill_ms)
+                .div_ceil(rule.refill_tokens.max(1)),
+        ),
+        _ => (rule.threshold, rule.window_ms),
+    }
+}
+
+/// The policy's decision by the fallback limits: `keys` are its rules' keys (shadow
+/// rules' too, left out here), `instances` the fleet sharing the limits, `now_ms` the
+/// limiter's local clock. Counted like a Redis decision; a refusal also as local.
+pub(super) fn decide_policy(
+    limits: &FallbackLimits,
+    enforced: &Enforced,
+    algorithm: Algorithm,
+    keys: &[String],
+    instances: u64,
+    now_ms: u64,
+) -> Result<Admission, Rejection> {
+    let policy = &enforced.policy;
+    let rules = &policy.rules[..policy.enforced];
+    let shares: Vec<Share> = rules
+        .iter()
+        .map(|rule| {
+            let (threshold, window_ms) = limit(rule, algorithm);
+            Share::of(threshold, window_ms, instances)
+        })
+        .collect();
+    let keys: Vec<&str> = keys[..policy.enforced].iter().map(String::as_str).collect();
+    enforced.decided_in(LimiterMode::Local);
+    match limits.decide(&keys, &shares, now_ms) {
+        Verdict::Admitted {
+            rule,
+            remaining,
+            next_ms,
+        } => record(
+            enforced,
+            algorithm,
+            Decision::Admitted {
+                tightest: rule,
+                remaining: remaining as i64,
+                next_slot_ms: next_ms as i64,
+                delay_ms: 0,
+                near_limit: 0,
+                shadow_refused: 0,
+            },
+        ),
+        Verdict::Refused {
+            rule,
+            wait_ms,
+            longest_ms,
+        } => Err(refuse_locally(
+            Refusal {
+                policy: Arc::clone(policy),
+                algorithm,
+                rule,
+                own_wait_ms: wait_ms,
+                longest_wait_ms: longest_ms.max(wait_ms),
+                local: true,
+            },
+            enforced,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admitted(verdict: Verdict) -> bool {
+        matches!(verdict, Verdict::Admitted { .. })
+    }
+
+    #[test]
+    fn the_share_is_rounded_up_and_never_zero() {
+        assert_eq!(Share::of(100, 60_000, 1).share, 100);
+        assert_eq!(Share::of(100, 60_000, 3).share, 34);
+        assert_eq!(Share::of(5, 900_000, 2).share, 3);
+        assert_eq!(Share::of(1, 1_000, 4).share, 1);
+        assert_eq!(
+            Share::of(7, 1_000, 0).share,
+            7,
+            "no heartbeat yet counts as alone"
+        );
+    }
+
+    #[test]
+    fn admits_the_share_then_refuses_until_the_oldest_sub_window_leaves() {
+        let limits = FallbackLimits::new(100);
+        let share = Share::of(3, 1_600, 1);
+        let t0 = 10_000;
+        for n in 0..3 {
+            assert!(admitted(limits.decide(&["k"], &[share], t0 + n)), "{n}");
+        }
+        let Verdict::Refused { wait_ms, .. } = limits.decide(&["k"], &[share], t0 + 5) else {
+            panic!("the fourth in the window is refused");
+        };
+        // Sub-windows of 100 ms: the one at 10 000 leaves the count once now − 1 600
+        // reaches 10 100, at 11 700.
+        assert_eq!(wait_ms, 11_700 - (t0 + 5));
+        assert!(!admitted(limits.decide(&["k"], &[share], 11_699)));
+        assert!(admitted(limits.decide(&["k"], &[share], 11_700)));
+    }
+
+    /// The bound the docs state: in every window of the rule's length, at most the
+    /// share admitted, whatever the arrival pattern.
+    #[test]
+    fn no_window_ever_holds_more_than_the_share() {
+        let limits = FallbackLimits::new(100);
+        let share = Share::of(7, 1_000, 1);
+        let mut admitted_at = Vec::new();
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut now = 0u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            now += state % 23;
+            if admitted(limits.decide(&["k"], &[share], now)) {
+                admitted_at.push(now);
+            }
+        }
+        for (i, &start) in admitted_at.iter().enumerate() {
+            let within = admitted_at[i..]
+                .iter()
+                .take_while(|&&t| t < start + 1_000)
+                .count();
+            assert!(
+                within <= 7,
+                "{within} admissions in the window from {start}"
+            );
+        }
+        // Conservative by at most one sub-window (63 ms): it still admits most of the rate.
+        let rate = admitted_at.len() as f64 / (now as f64 / 1_000.0);
+        assert!(rate > 6.0, "{rate} per second");
+    }
+
+    #[test]
+    fn all_or_nothing_across_rules() {
+        let limits = FallbackLimits::new(100);
+        let wide = Share::of(10, 60_000, 1);
+        let narrow = Share::of(1, 60_000, 1);
+        assert!(admitted(limits.decide(&["w", "n1"], &[wide, narrow], 0)));
+        let Verdict::Refused {
+            rule, longest_ms, ..
+        } = limits.decide(&["w", "n1"], &[wide, narrow], 1)
+        else {
+            panic!("n1 is full");
+        };
+        assert_eq!((rule, longest_ms), (1, 60_000 + 3_750 - 1));
+        // The refusal wrote nothing: `w` still has 9 of 10 left.
+        let Verdict::Admitted {
+            rule, remaining, ..
+        } = limits.decide(&["w"], &[wide], 2)
+        else {
+            panic!("w admits");
+        };
+        assert_eq!((rule, remaining), (0, 8));
+    }
+
+    #[test]
+    fn a_full_table_sweeps_then_drops_and_never_grows() {
+        let limits = FallbackLimits::new(3);
+        let share = Share::of(5, 1_000, 1);
+        for (n, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            assert!(admitted(limits.decide(&[key], &[share], n as u64)));
+            assert!(limits.len() <= 3);
+        }
+        // Long after, the stale keys are swept instead of dropped one by one.
+        assert!(admitted(limits.decide(&["f"], &[share], 10_000)));
+        assert_eq!(limits.len(), 1);
+    }
+
+    #[test]
+    fn a_given_back_admission_frees_its_place() {
+        let limits = FallbackLimits::new(10);
+        let share = Share::of(1, 60_000, 1);
+        assert!(admitted(limits.decide(&["ip"], &[share], 5)));
+        assert!(!admitted(limits.decide(&["ip"], &[share], 6)));
+        limits.give_back("ip", 5);
+        assert!(admitted(limits.decide(&["ip"], &[share], 7)));
+    }
+}

@@ -1,0 +1,57 @@
+//! How many instances share the limits: each beats into one sorted set in Redis
+//! (`lua/limiter_heartbeat.lua`) and reads back how many beat recently.
+//!
+//! Only the fallback limits use the count (a rule's share while Redis is away is its
+//! threshold over it, see [`super::fallback_limits`]), so it is the count of the last beat
+//! Redis answered: during an outage it stays what it was, which is the fleet that was
+//! sharing the limits when Redis went. An instance that has never reached Redis counts
+//! itself alone, and takes a whole threshold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::metrics::RedisPurpose;
+use crate::store::RedisStore;
+
+/// A beat counts for this many periods: one late or lost beat does not halve every
+/// other instance's share.
+const BEATS_KEPT: u32 = 3;
+
+pub struct Peers {
+    /// This instance in the set.
+    tag: String,
+    script: Script,
+    alive: AtomicU64,
+    gauge: prometheus::IntGauge,
+}
+
+impl Peers {
+    pub fn new(tag: u64, gauge: prometheus::IntGauge) -> Self {
+        gauge.set(1);
+        Self {
+            tag: format!("{tag:016x}"),
+            script: Script::new(include_str!("../../lua/limiter_heartbeat.lua")),
+            alive: AtomicU64::new(1),
+            gauge,
+        }
+    }
+
+    /// Instances alive at the last beat Redis answered (at least this one).
+    pub fn alive(&self) -> u64 {
+        self.alive.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Beats once; `period` is how often the caller beats.
+    pub async fn beat(&self, redis: &RedisStore, period: Duration) -> anyhow::Result<()> {
+        let key = format!("{}:limiter:instances", redis.prefix());
+        let ttl = period.saturating_mul(BEATS_KEPT).as_millis().max(1) as u64;
+        let mut invocation = self.script.prepare_invoke();
+        invocation.key(&key).arg(&self.tag).arg(ttl);
+        let alive: u64 = redis.call(RedisPurpose::Other, &invocation).await?;
+        self.alive.store(alive.max(1), Ordering::Relaxed);
+        self.gauge.set(alive.max(1) as i64);
+        Ok(())
+    }
+}
