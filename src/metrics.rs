@@ -20,7 +20,9 @@ use prometheus::{
 };
 
 use crate::tally::Tally;
-use crate::vocabulary::{ConnectionCut, OrderState, PassOutcome, Repair, TokenComparison, Word};
+use crate::vocabulary::{
+    BreakerState, ConnectionCut, OrderState, PassOutcome, Repair, TokenComparison, Word,
+};
 
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +208,33 @@ families! {
         "Order commits that waited past the acquire timeout for a connection",
         &[],
     );
+    /// The purchase path's concurrency limit (`sale::overload::shedding`): it falls
+    /// when commits slow down, grows back when they are fast; 0 while shedding is off.
+    shedding_limit: IntGauge =
+        family("shedding_limit", "Concurrency limit of admitted purchases", &[]);
+    /// Admitted purchases past the overload guards and not ended, read at scrape time.
+    shedding_in_flight: IntGauge =
+        family("shedding_in_flight", "Admitted purchases in flight", &[]);
+    /// Purchases answered 503 `OVERLOADED` because the limit was reached.
+    shedding_shed: IntCounter = family(
+        "shedding_shed_total",
+        "Purchases shed at the concurrency limit (503 OVERLOADED)",
+        &[],
+    );
+    /// The orders breaker (`sale::overload::breaker`): 0 closed, 1 open, 2 half-open
+    /// (a probe's commit in flight).
+    orders_breaker_state: IntGauge = family(
+        "orders_breaker_state",
+        "Orders breaker: 0 closed, 1 open, 2 half-open",
+        &[],
+    );
+    /// The breaker's moves, by the state entered (`vocabulary::BreakerState`).
+    orders_breaker_transitions: IntCounterVec = family(
+        "orders_breaker_transitions_total",
+        "Orders breaker transitions, by the state entered",
+        &["to"],
+    )
+    .seeded(BreakerState::labels().map(|to| [to]));
     /// Per item on sale, every 15 s: orders in Postgres and the Redis success counter.
     /// They must agree; an alert fires when they do not for two minutes.
     consistency_postgres_orders: IntGaugeVec =

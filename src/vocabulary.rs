@@ -70,6 +70,10 @@ words! {
         OrderPending => "order_pending",
         /// An `Idempotency-Key` retry answered without running the purchase again.
         IdempotentReplay => "idempotent_replay",
+        /// Shed at the purchase path's concurrency limit (`sale::overload`).
+        Overloaded => "overloaded",
+        /// Refused while the orders breaker is open (`sale::overload`).
+        OrdersUnavailable => "orders_unavailable",
     }
 }
 
@@ -236,6 +240,20 @@ words! {
 }
 
 words! {
+    /// Where the orders breaker stands (`sale::overload::breaker`): the `to` label of
+    /// `seckill_orders_breaker_transitions_total`; its place in this list is the value
+    /// of `seckill_orders_breaker_state`.
+    BreakerState {
+        /// Commits go through; failures are being counted.
+        Closed => "closed",
+        /// Purchases are refused before their reservation until the interval is over.
+        Open => "open",
+        /// One purchase, the probe, is committing; the others are refused until it is told.
+        HalfOpen => "half_open",
+    }
+}
+
+words! {
     /// An admin token compared with the configured ones: the `outcome` label of
     /// `seckill_admin_token_comparisons_total`.
     TokenComparison {
@@ -263,6 +281,15 @@ mod tests {
         assert!(distinct::<RoomOrder>() && distinct::<QueueState>() && distinct::<PassOutcome>());
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, index);
+        }
+    }
+
+    #[test]
+    fn a_breaker_state_is_its_place_in_the_list() {
+        // `seckill_orders_breaker_state` reads 0, 1, 2 in this order.
+        assert!(distinct::<BreakerState>());
+        for (index, state) in BreakerState::ALL.iter().enumerate() {
+            assert_eq!(*state as usize, index);
         }
     }
 

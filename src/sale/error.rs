@@ -6,6 +6,8 @@
 //! answers (`Reservation`, `CommitError`) are mapped into it where the purchase flow
 //! reads them. Clients and dashboards depend on these words: they never change.
 
+use std::time::Duration;
+
 use crate::metrics::Metrics;
 use crate::tally::{Counted, Counter};
 pub use crate::vocabulary::Outcome;
@@ -36,6 +38,14 @@ pub enum SaleError {
     /// order id to look for in `GET /api/orders/mine`.
     #[error("your order is being confirmed; check your orders in a few seconds")]
     OrderPending(Uuid),
+    /// Shed: as many purchases as the commit path keeps up with are in flight
+    /// (`overload::shedding`). Nothing was reserved.
+    #[error("too many purchases are being placed right now, please retry in a moment")]
+    Overloaded,
+    /// The orders breaker is open: commits keep failing, so no unit is taken for an
+    /// order that could not be written (`overload::breaker`). Nothing was reserved.
+    #[error("orders cannot be placed right now, please retry shortly")]
+    OrdersUnavailable { retry_after: Duration },
 }
 
 impl SaleError {
@@ -50,6 +60,8 @@ impl SaleError {
             Self::SoldOut => "SOLD_OUT",
             Self::OrderFailed(_) => "ORDER_FAILED",
             Self::OrderPending(_) => "ORDER_PENDING",
+            Self::Overloaded => "OVERLOADED",
+            Self::OrdersUnavailable { .. } => "ORDERS_UNAVAILABLE",
         }
     }
 
@@ -62,7 +74,7 @@ impl SaleError {
             | Self::Paused
             | Self::AlreadyPurchased
             | Self::SoldOut => 409,
-            Self::OrderFailed(_) => 503,
+            Self::OrderFailed(_) | Self::Overloaded | Self::OrdersUnavailable { .. } => 503,
             Self::OrderPending(_) => 202,
         }
     }
@@ -77,15 +89,31 @@ impl SaleError {
             Self::SoldOut => Outcome::SoldOut,
             Self::OrderFailed(_) => Outcome::OrderFailed,
             Self::OrderPending(_) => Outcome::OrderPending,
+            Self::Overloaded => Outcome::Overloaded,
+            Self::OrdersUnavailable { .. } => Outcome::OrdersUnavailable,
+        }
+    }
+
+    /// When a retry may do better (`Retry-After`): the refusals that took nothing and
+    /// pass with time.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            // A window of the limit is 100 ms; a second lets the queue drain.
+            Self::Overloaded => Some(Duration::from_secs(1)),
+            Self::OrdersUnavailable { retry_after } => Some(*retry_after),
+            _ => None,
         }
     }
 
     /// What an idempotent retry may be told: not found, sold out, already purchased, not
-    /// started and ended stand for good; a paused sale and a failed order are worth
-    /// retrying; a pending order may yet land.
+    /// started and ended stand for good; a paused sale, a failed order and the
+    /// overload refusals are worth retrying; a pending order may yet land.
     pub fn replayable(&self) -> Replayable {
         match self {
-            Self::Paused | Self::OrderFailed(_) => Replayable::No,
+            Self::Paused
+            | Self::OrderFailed(_)
+            | Self::Overloaded
+            | Self::OrdersUnavailable { .. } => Replayable::No,
             Self::OrderPending(_) => Replayable::Pending,
             _ => Replayable::Yes,
         }

@@ -15,7 +15,10 @@
 //!    next (signature, expiry, user, item; no Redis call) and a missing or bad one is
 //!    refused 403 `NOT_ADMITTED`; an idempotent replay is answered before this check;
 //! 2. **the limiter**: the `seckill` policy's rules in one atomic script call (fails
-//!    closed: without Redis there is no stock to sell);
+//!    closed: without Redis there is no stock to sell); then the [`overload`] guards,
+//!    which refuse at once, before anything is reserved: the orders breaker (503
+//!    `ORDERS_UNAVAILABLE` while commits keep failing) and load shedding (503
+//!    `OVERLOADED` past the concurrency limit that follows the commits' latency);
 //! 3. **the reservation** (`lua/reserve_stock.lua`): sale window on the Redis clock,
 //!    one order per user, stock left; decrement, mark the buyer, and record the
 //!    reservation as pending with a deadline, and frees the pass's slot in the room's
@@ -43,6 +46,7 @@ pub mod item;
 pub mod items;
 mod leader;
 pub mod orders;
+pub mod overload;
 pub mod parts;
 pub mod purchase;
 pub mod reconciler;
