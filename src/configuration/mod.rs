@@ -194,6 +194,31 @@ pub struct Settings {
     pub rebuy_after_release: bool,
     /// How often (one instance at a time) the expiry sweeper runs.
     pub expiry_sweep_interval_ms: u64,
+
+    // Overload: load shedding and the orders breaker (`sale::overload`), per instance.
+    /// Whether admitted purchases are held to a concurrency limit that follows their
+    /// commits' latency; past it a purchase answers 503 `OVERLOADED` at once.
+    pub shedding_enabled: bool,
+    /// The limit at start-up, and its bounds. The maximum is far above what a healthy
+    /// Postgres needs in flight (a busy sale: tens to a few hundred), so that normal
+    /// load never meets it; the minimum is what a slow Postgres is still offered.
+    pub shedding_initial_limit: u32,
+    pub shedding_min_limit: u32,
+    pub shedding_max_limit: u32,
+    /// How much of a slow window's verdict a decrease takes (Gradient2's smoothing).
+    pub shedding_smoothing: f64,
+    /// How much slower than their baseline commits may get before it counts as queueing.
+    pub shedding_tolerance: f64,
+    /// A sample window whose mean latency is under this never lowers the limit: group
+    /// commit's latency rises with the load by design, and must not read as queueing.
+    pub shedding_latency_floor_ms: u64,
+    /// The shortest sample window (each also needs ten purchases).
+    pub shedding_window_ms: u64,
+    /// Order commits in a row that failed or timed out before the breaker opens (then
+    /// purchases answer 503 `ORDERS_UNAVAILABLE` before their reservation); 0: never.
+    pub orders_breaker_failures: u32,
+    /// How long the breaker stays open before one purchase probes Postgres.
+    pub orders_breaker_open_ms: u64,
 }
 
 fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Error> {
@@ -280,6 +305,17 @@ impl Default for Settings {
             payment_deadline_secs: 900,
             rebuy_after_release: true,
             expiry_sweep_interval_ms: 1_000,
+
+            shedding_enabled: true,
+            shedding_initial_limit: 1_000,
+            shedding_min_limit: 20,
+            shedding_max_limit: 1_000,
+            shedding_smoothing: 0.2,
+            shedding_tolerance: 1.5,
+            shedding_latency_floor_ms: 50,
+            shedding_window_ms: 100,
+            orders_breaker_failures: 20,
+            orders_breaker_open_ms: 1_000,
         }
     }
 }

@@ -41,10 +41,12 @@ pub const ERROR_CODES: &[&str] = &[
     "NOT_ADMITTED",
     "NOT_FOUND",
     "NOT_READY",
+    "ORDERS_UNAVAILABLE",
     "ORDER_FAILED",
     "ORDER_NOT_FOUND",
     "ORDER_PENDING",
     "ORDER_STATE",
+    "OVERLOADED",
     "PAYLOAD_TOO_LARGE",
     "PRECONDITION_FAILED",
     "QUEUE_CLOSED",
@@ -123,8 +125,13 @@ pub enum ApiError {
     /// Only a `pending_payment` order can be paid or cancelled; the body names its state.
     #[error("the order is {}, not pending payment", .0.as_str())]
     OrderState(OrderState),
+    /// `degraded` says what else is wrong without making the instance unready (see
+    /// `routes::health`).
     #[error("not ready: {} unavailable", down.join(", "))]
-    NotReady { down: Vec<&'static str> },
+    NotReady {
+        down: Vec<&'static str>,
+        degraded: Vec<&'static str>,
+    },
     /// Anything the client cannot fix. The cause is logged, never returned.
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
@@ -158,6 +165,10 @@ pub(crate) struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<String>>)]
     down: Option<&'a [&'static str]>,
+    /// `NOT_READY`: what else is degraded (`orders_breaker_open`, …), when anything is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>)]
+    degraded: Option<&'a [&'static str]>,
     /// `RATE_LIMITED` by a limiter rule: which rule (`api`, `user`, `ip`, …) refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
@@ -297,6 +308,13 @@ impl ApiError {
                 if let SaleError::OrderPending(order_id) = error {
                     body.order_id = Some(*order_id);
                 }
+                if let Some(wait) = error.retry_after() {
+                    // Whole seconds, rounded up: never "retry now" for a wait under one.
+                    let seconds = wait.as_millis().div_ceil(1000).max(1);
+                    if let Ok(value) = seconds.to_string().parse() {
+                        headers.insert(RETRY_AFTER, value);
+                    }
+                }
                 let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
                 (status, error.code())
             }
@@ -335,8 +353,9 @@ impl ApiError {
                 body.state = Some(state.as_str());
                 (S::CONFLICT, "ORDER_STATE")
             }
-            Self::NotReady { down } => {
+            Self::NotReady { down, degraded } => {
                 body.down = Some(down);
+                body.degraded = (!degraded.is_empty()).then_some(degraded.as_slice());
                 (S::SERVICE_UNAVAILABLE, "NOT_READY")
             }
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),

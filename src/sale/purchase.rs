@@ -21,6 +21,7 @@ use super::committer::Committer;
 use super::error::OutcomeCounters;
 use super::failpoints::crash_point;
 use super::item::{Item, ItemId, SalePhase};
+use super::overload::{Admitted, Overload};
 use super::parts::SaleParts;
 use super::records::{self, CommitError, NewOrder, Order};
 use super::stock::{
@@ -84,6 +85,8 @@ pub struct PurchaseOptions {
     pub commit_timeout: std::time::Duration,
     /// How long a new order has to be paid.
     pub pay_within: std::time::Duration,
+    /// The orders breaker and load shedding, between the limiter and the reservation.
+    pub overload: Overload,
 }
 
 pub struct Purchases {
@@ -95,6 +98,7 @@ pub struct Purchases {
     outcomes: OutcomeCounters,
     commit_timeout: std::time::Duration,
     pay_within: std::time::Duration,
+    overload: Overload,
 }
 
 impl Purchases {
@@ -108,7 +112,13 @@ impl Purchases {
             limiter: options.limiter,
             commit_timeout: options.commit_timeout,
             pay_within: options.pay_within,
+            overload: options.overload,
         }
+    }
+
+    /// The orders breaker and the shedder (readiness, metrics).
+    pub fn overload(&self) -> &Overload {
+        &self.overload
     }
 
     pub fn commit_pool(&self) -> &PgPool {
@@ -182,23 +192,37 @@ impl Purchases {
         };
         // With `per_item` the policy's keys share the item's slot, so the reservation
         // runs in the limiter's own call after an admission: one round trip, not two.
-        let then = self
+        // The overload guards come before the reservation, so they are asked before
+        // that call, and a refusal makes it the limiter's alone.
+        let per_item = self
             .limiter
             .policy(SECKILL_POLICY)
-            .filter(|policy| policy.scope == Scope::PerItem)
-            .map(|_| {
+            .is_some_and(|policy| policy.scope == Scope::PerItem);
+        let mut guards = per_item.then(|| self.overload.admit(tokio::time::Instant::now()));
+        let then = guards.as_ref().and_then(|admitted| {
+            admitted.as_ref().ok().map(|_| {
                 self.reservations
                     .reserve_after_limit(item, user, order_id, pass)
-            });
+            })
+        });
         let result = async {
             let (admission, reserved) = self
                 .limiter
                 .check_then(SECKILL_POLICY, None, &caller, then.as_ref())
                 .await
                 .map_err(PurchaseFailure::Limited)?;
+            let admitted = guards
+                .take()
+                .unwrap_or_else(|| self.overload.admit(tokio::time::Instant::now()));
+            let admitted = match admitted {
+                Ok(admitted) => admitted,
+                Err(error) => return Err(PurchaseFailure::Refused { error, admission }),
+            };
             // Boxed: only an admitted purchase needs the reservation's and the order's
             // futures; a refused one then carries (and copies) just the limiter's.
-            match Box::pin(self.reserve_and_order(item, user, order_id, pass, reserved)).await {
+            let order =
+                Box::pin(self.reserve_and_order(item, user, order_id, pass, reserved, admitted));
+            match order.await {
                 Ok(order) => Ok(Purchase { order, admission }),
                 Err(error) => Err(PurchaseFailure::Refused { error, admission }),
             }
@@ -216,7 +240,8 @@ impl Purchases {
         self.outcomes.count(Outcome::IdempotentReplay);
     }
 
-    /// Steps 3 to 6, once the limiter has admitted the request.
+    /// Steps 3 to 6, once the limiter and the overload guards have let the request
+    /// through; `admitted` is held until the purchase ends.
     async fn reserve_and_order(
         &self,
         item: &Item,
@@ -224,6 +249,7 @@ impl Purchases {
         order_id: Uuid,
         pass: Option<u64>,
         reserved: Option<redis::Value>,
+        admitted: Admitted<'_>,
     ) -> Result<Order, SaleError> {
         let reservation = PendingReservation {
             user,
@@ -240,7 +266,7 @@ impl Purchases {
         // Boxed: the steps of a purchase that got a unit (pipeline, commit, undo) make
         // a future of several kB, and every refused purchase would otherwise carry it
         // and have it copied whenever its future moves.
-        Box::pin(self.record_and_commit(item, reservation)).await
+        Box::pin(self.record_and_commit(item, reservation, admitted)).await
     }
 
     /// Steps 4 to 6, for a reserved unit.
@@ -248,6 +274,7 @@ impl Purchases {
         &self,
         item: &Item,
         reservation: PendingReservation,
+        mut admitted: Admitted<'_>,
     ) -> Result<Order, SaleError> {
         let PendingReservation {
             user,
@@ -274,7 +301,12 @@ impl Purchases {
         }
         let commit_span =
             tracing::debug_span!("commit", item.id = %item.id, outcome = field::Empty);
-        let order = step(commit_span, "committed", self.commit(item, reservation)).await?;
+        let order = step(
+            commit_span,
+            "committed",
+            self.commit(item, reservation, &mut admitted),
+        )
+        .await?;
         if crash_point("sale::after_commit", user) {
             return Err(SaleError::OrderFailed(anyhow::anyhow!(
                 "injected crash after the commit"
@@ -338,11 +370,13 @@ impl Purchases {
     }
 
     /// Step 5 (through the committer) and, when it does not succeed, the reservation's
-    /// undo in Redis. The committer's answers become the purchase's here, and only here.
+    /// undo in Redis. The committer's answers become the purchase's here, and only here;
+    /// the overload guards hear whether Postgres answered, and how long it took.
     async fn commit(
         &self,
         item: &Item,
         reservation: PendingReservation,
+        admitted: &mut Admitted<'_>,
     ) -> Result<Order, SaleError> {
         let PendingReservation {
             user,
@@ -358,6 +392,11 @@ impl Purchases {
         let start_by = tokio::time::Instant::now() + self.commit_timeout;
         let outcome = self.committer.commit(order, start_by).await;
         timer.observe_duration();
+        let healthy = !matches!(
+            outcome,
+            Err(CommitError::Failed(_) | CommitError::InDoubt { .. })
+        );
+        admitted.commit_answered(healthy, tokio::time::Instant::now());
         match outcome {
             Ok(order) => Ok(order),
             Err(CommitError::SoldOut) => {

@@ -19,6 +19,9 @@ use crate::rules::RuleStore;
 use crate::sale::catalog::Catalog;
 use crate::sale::committer::{Committer, Queue};
 use crate::sale::item::NewItem;
+use crate::sale::overload::breaker::BreakerSettings;
+use crate::sale::overload::gradient::GradientSettings;
+use crate::sale::overload::{Overload, OverloadSettings};
 use crate::sale::room::{Lobby, RoomRedis, Rooms, WaitingRoom};
 use crate::sale::sold_out::SoldOut;
 use crate::sale::stock::{KeyLifetime, ReservationOptions, StockRedis};
@@ -109,6 +112,8 @@ impl Services {
                 reservations,
                 commit_timeout,
                 pay_within,
+                overload: Overload::new(overload_settings(settings), &metrics)
+                    .context("invalid overload settings")?,
             },
         ));
         let orders = Arc::new(Orders::new(&sale));
@@ -184,6 +189,25 @@ pub fn redis_options(settings: &Settings) -> RedisOptions {
         key_prefix: settings.redis_key_prefix.clone(),
         limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
         timeout: Duration::from_millis(settings.redis_timeout_ms),
+    }
+}
+
+/// What load shedding and the orders breaker need from the settings.
+fn overload_settings(settings: &Settings) -> OverloadSettings {
+    OverloadSettings {
+        shedding: settings.shedding_enabled.then(|| GradientSettings {
+            initial: settings.shedding_initial_limit,
+            min: settings.shedding_min_limit,
+            max: settings.shedding_max_limit,
+            smoothing: settings.shedding_smoothing,
+            tolerance: settings.shedding_tolerance,
+            floor: Duration::from_millis(settings.shedding_latency_floor_ms),
+            window: Duration::from_millis(settings.shedding_window_ms),
+        }),
+        breaker: BreakerSettings {
+            failures: settings.orders_breaker_failures,
+            open_for: Duration::from_millis(settings.orders_breaker_open_ms),
+        },
     }
 }
 

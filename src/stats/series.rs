@@ -9,13 +9,19 @@ use super::{LOCAL, ORDERS, OUTCOME, REJECT, SHADOW, STOCK};
 use crate::vocabulary::Outcome;
 
 /// Where a purchase outcome goes in the chart: its own line, the errors (the service's
-/// failures, not answers about the sale: the order could not be placed, or the limiter
-/// could not be asked), nowhere (a limiter refusal, charted per dimension from the
-/// limiter's own rejections), or "other".
+/// failures, not answers about the sale: the order could not be placed, the limiter
+/// could not be asked, the purchase was shed or the orders breaker was open), nowhere
+/// (a limiter refusal, charted per dimension from the limiter's own rejections), or
+/// "other".
 fn line_of(outcome: &str) -> Line {
     match Outcome::ALL.iter().find(|o| o.label() == outcome) {
         Some(Outcome::SoldOut) => Line::SoldOut,
-        Some(Outcome::OrderFailed | Outcome::LimiterUnavailable) => Line::Errors,
+        Some(
+            Outcome::OrderFailed
+            | Outcome::LimiterUnavailable
+            | Outcome::Overloaded
+            | Outcome::OrdersUnavailable,
+        ) => Line::Errors,
         Some(Outcome::RateLimited) => Line::None,
         _ => Line::Other,
     }

@@ -22,6 +22,7 @@ mod limiter_model;
 mod loadgen;
 mod metrics;
 mod openapi;
+mod overload;
 mod parsers;
 mod policy_scope;
 mod returns;

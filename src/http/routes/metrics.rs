@@ -30,6 +30,9 @@ pub async fn metrics(
     metrics
         .commit_queue
         .set(purchases.commit_queue_len() as i64);
+    metrics
+        .shedding_in_flight
+        .set(i64::from(purchases.overload().in_flight()));
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(metrics.render()?))

@@ -50,7 +50,7 @@ pub struct PurchaseRequest {
         (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
         (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
         (status = 429, description = "`TOO_MANY_PENDING`: too many of this user's keyed purchases are in flight", body = crate::http::api_error::ErrorBody),
-        (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry", body = crate::http::api_error::ErrorBody),
+        (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry. `OVERLOADED`: shed at the concurrency limit that follows the commits' latency, nothing reserved; `ORDERS_UNAVAILABLE`: the orders breaker is open after commits kept failing, nothing reserved; both with `Retry-After`", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn purchase(
     shopper: Shopper,

@@ -62,9 +62,9 @@ pub struct Breaker {
 }
 
 /// A purchase the breaker let through. Its commit's answer is reported with
-/// [`Ticket::commit_answered`]; a probe that ends without one (its purchase refused
+/// [`Clearance::commit_answered`]; a probe that ends without one (its purchase refused
 /// before the commit, or dropped) lets the next purchase probe instead.
-pub struct Ticket<'a> {
+pub struct Clearance<'a> {
     breaker: &'a Breaker,
     probe: bool,
     answered: bool,
@@ -89,7 +89,7 @@ impl Breaker {
     }
 
     /// Lets a purchase through at `now`, or answers how long to wait before trying again.
-    pub fn check(&self, now: Instant) -> Result<Ticket<'_>, Duration> {
+    pub fn check(&self, now: Instant) -> Result<Clearance<'_>, Duration> {
         let mut state = self.lock();
         let probe = match *state {
             State::Closed { .. } => false,
@@ -102,7 +102,7 @@ impl Breaker {
             // guess of when it is known.
             State::HalfOpen { probing: true } => return Err(Duration::from_secs(1)),
         };
-        Ok(Ticket {
+        Ok(Clearance {
             breaker: self,
             probe,
             answered: false,
@@ -166,7 +166,7 @@ impl Breaker {
     }
 }
 
-impl Ticket<'_> {
+impl Clearance<'_> {
     /// The purchase's commit answered at `now`: `healthy` when Postgres answered it
     /// (an order, sold out, already purchased), not when it failed or timed out.
     pub fn commit_answered(&mut self, healthy: bool, now: Instant) {
@@ -175,7 +175,7 @@ impl Ticket<'_> {
     }
 }
 
-impl Drop for Ticket<'_> {
+impl Drop for Clearance<'_> {
     fn drop(&mut self) {
         if self.probe && !self.answered {
             self.breaker.probe_abandoned();

@@ -18,7 +18,7 @@ pub mod shedding;
 
 use tokio::time::Instant;
 
-use self::breaker::{Breaker, BreakerSettings, Ticket};
+use self::breaker::{Breaker, BreakerSettings, Clearance};
 use self::gradient::GradientSettings;
 use self::shedding::{Permit, Shedder};
 use super::SaleError;
@@ -39,9 +39,9 @@ pub struct Overload {
 }
 
 /// What a purchase holds while it runs past the guards: its place among those in
-/// flight and the breaker's ticket. Dropping it gives both back.
+/// flight and the breaker's clearance. Dropping it gives both back.
 pub struct Admitted<'a> {
-    ticket: Ticket<'a>,
+    clearance: Clearance<'a>,
     permit: Permit<'a>,
 }
 
@@ -62,13 +62,13 @@ impl Overload {
     /// Lets a purchase through at `now`, the breaker first (an open breaker takes no
     /// place in flight), or answers its refusal.
     pub fn admit(&self, now: Instant) -> Result<Admitted<'_>, SaleError> {
-        let ticket = self
+        let clearance = self
             .breaker
             .check(now)
             .map_err(|retry_after| SaleError::OrdersUnavailable { retry_after })?;
-        // A probe shed here is handed on when its ticket drops.
+        // A probe shed here is handed on when its clearance drops.
         let permit = self.shedder.try_acquire(now).ok_or(SaleError::Overloaded)?;
-        Ok(Admitted { ticket, permit })
+        Ok(Admitted { clearance, permit })
     }
 
     /// Where the orders breaker stands.
@@ -87,6 +87,6 @@ impl Admitted<'_> {
     /// out. Its latency is a sample for the limit.
     pub fn commit_answered(&mut self, healthy: bool, now: Instant) {
         self.permit.commit_answered(now);
-        self.ticket.commit_answered(healthy, now);
+        self.clearance.commit_answered(healthy, now);
     }
 }

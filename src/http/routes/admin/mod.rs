@@ -294,7 +294,15 @@ pub async fn stats(
         admitted: sums.passes.values().copied().max().unwrap_or(0),
         sold_out: outcome(Outcome::SoldOut),
         already_purchased: outcome(Outcome::AlreadyPurchased),
-        errors: outcome(Outcome::OrderFailed) + outcome(Outcome::LimiterUnavailable),
+        errors: [
+            Outcome::OrderFailed,
+            Outcome::LimiterUnavailable,
+            Outcome::Overloaded,
+            Outcome::OrdersUnavailable,
+        ]
+        .into_iter()
+        .map(outcome)
+        .sum(),
         passes: sums.passes,
         rejections: sums.rejections,
         orders: sums.orders,
@@ -334,7 +342,8 @@ pub struct Stats<'a> {
     sold_out: i64,
     /// Purchases answered `ALREADY_PURCHASED`.
     already_purchased: i64,
-    /// Purchases answered `ORDER_FAILED` or `LIMITER_UNAVAILABLE`.
+    /// Purchases answered `ORDER_FAILED`, `LIMITER_UNAVAILABLE`, `OVERLOADED` or
+    /// `ORDERS_UNAVAILABLE`.
     errors: i64,
     /// Admissions of the sale's policy, by dimension (rule name): every admitted
     /// purchase counts once in each (see `admitted`).
