@@ -392,13 +392,21 @@ const UNCONFIRMED =
 /**
  * Whether an answer leaves it open that an order was placed: no answer at all, an answer
  * that is not the API's (a proxy's 502 page), or a server error the API does not explain.
- * The answers that say no order was made (ORDER_FAILED, LIMITER_UNAVAILABLE) are not.
+ * The answers that say no order was made (ORDER_FAILED, LIMITER_UNAVAILABLE, OVERLOADED,
+ * ORDERS_UNAVAILABLE) are not.
  */
+const NO_ORDER = new Set([
+  ErrorCode.ORDER_FAILED,
+  ErrorCode.LIMITER_UNAVAILABLE,
+  ErrorCode.OVERLOADED,
+  ErrorCode.ORDERS_UNAVAILABLE,
+]);
+
 function unconfirmed(result) {
   if (result.ok || result.status === 202) return false;
   const { code } = result.error;
   if (result.status === 0 || code.startsWith('HTTP_')) return true;
-  return result.status >= 500 && code !== ErrorCode.ORDER_FAILED && code !== ErrorCode.LIMITER_UNAVAILABLE;
+  return result.status >= 500 && !NO_ORDER.has(code);
 }
 
 /** The outcome of a purchase in words, and its tone. */
@@ -450,6 +458,8 @@ function describe(result, item) {
       return ['Your session has expired. Please sign in again.', 'warn'];
     case ErrorCode.LIMITER_UNAVAILABLE:
     case ErrorCode.ORDER_FAILED:
+    case ErrorCode.OVERLOADED:
+    case ErrorCode.ORDERS_UNAVAILABLE:
     {
       const text = sentence(message);
       return [`No order was placed. ${/try again|retry/i.test(text) ? text : `${text} Please try again.`}`, 'error'];

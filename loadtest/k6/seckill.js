@@ -64,7 +64,7 @@ const TOTAL_SECONDS = seconds(RAMP_UP) + seconds(DURATION) + seconds(RAMP_DOWN);
 const CONFLICT_CODES = ['SOLD_OUT', 'ALREADY_PURCHASED', 'SALE_NOT_STARTED', 'SALE_ENDED', 'IDEMPOTENCY_IN_PROGRESS'];
 const DIMENSIONS = ['api', 'user', 'ip'];
 // Refusals of an overloaded or broken backend: counted by name, and failures for the checks.
-const UNAVAILABLE_CODES = ['LIMITER_UNAVAILABLE', 'ORDER_FAILED'];
+const UNAVAILABLE_CODES = ['LIMITER_UNAVAILABLE', 'ORDER_FAILED', 'OVERLOADED', 'ORDERS_UNAVAILABLE'];
 
 // One counter per answer, so the end-of-test summary shows each count by name.
 const ordered = new Counter('seckill_200_order');
