@@ -105,6 +105,13 @@ pub struct Settings {
     /// A Redis Cluster to use instead of `redis_url`: its nodes' URLs, comma-separated
     /// (any subset that is up will do; the others are found). Empty: one server.
     pub redis_cluster_nodes: SecretString,
+    /// Redis Sentinels to ask where the master is, instead of `redis_url`'s address:
+    /// their URLs, comma-separated (any one that answers will do). The master is then
+    /// reached with `redis_url`'s password and database, and found again after a
+    /// failover. Empty: no Sentinel. Not together with `redis_cluster_nodes`.
+    pub redis_sentinels: SecretString,
+    /// The name the sentinels monitor the master under (`sentinel monitor <name> …`).
+    pub redis_sentinel_master: String,
     /// Every Redis key this instance writes starts with this, so several deployments
     /// (or parallel tests) can share one Redis without seeing each other.
     pub redis_key_prefix: String,
@@ -245,6 +252,16 @@ fn ip_list<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<IpAddr>, D::Er
         .collect()
 }
 
+/// The URLs of a comma-separated list, blanks dropped.
+fn url_list(list: &SecretString) -> Vec<SecretString> {
+    list.expose_secret()
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(SecretString::from)
+        .collect()
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
@@ -268,6 +285,8 @@ impl Default for Settings {
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),
+            redis_sentinels: SecretString::from(""),
+            redis_sentinel_master: "seckill".into(),
             redis_key_prefix: "seckill".into(),
             redis_timeout_ms: 500,
 
@@ -364,13 +383,12 @@ impl Settings {
 
     /// The cluster's node URLs; empty when the app uses one server.
     pub fn redis_cluster_nodes(&self) -> Vec<SecretString> {
-        self.redis_cluster_nodes
-            .expose_secret()
-            .split(',')
-            .map(str::trim)
-            .filter(|node| !node.is_empty())
-            .map(SecretString::from)
-            .collect()
+        url_list(&self.redis_cluster_nodes)
+    }
+
+    /// The sentinels' URLs; empty when the app does not use Sentinel.
+    pub fn redis_sentinels(&self) -> Vec<SecretString> {
+        url_list(&self.redis_sentinels)
     }
 
     pub fn log_format(&self) -> LogFormat {

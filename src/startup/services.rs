@@ -186,6 +186,8 @@ pub fn redis_options(settings: &Settings) -> RedisOptions {
     RedisOptions {
         url: settings.redis_url.clone(),
         cluster_nodes: settings.redis_cluster_nodes(),
+        sentinels: settings.redis_sentinels(),
+        sentinel_master: settings.redis_sentinel_master.clone(),
         key_prefix: settings.redis_key_prefix.clone(),
         limiter_timeout: Duration::from_millis(settings.limiter.timeout_ms),
         timeout: Duration::from_millis(settings.redis_timeout_ms),

@@ -33,12 +33,12 @@ pub(super) fn background(
             linger: Duration::from_millis(settings.commit_linger_ms),
         },
     );
-    // The sold-out channel's own connection: to the one server, or to any cluster node.
-    let pubsub_urls = match settings.redis_cluster_nodes() {
-        nodes if nodes.is_empty() => vec![settings.redis_url.clone()],
-        nodes => nodes,
+    // The sold-out channel's own connection: to the one server, any cluster node, or
+    // the master or a replica the sentinels name (`RedisStore::subscriber_urls`).
+    let listener = {
+        let (redis, sold_out) = (services.redis.clone(), Arc::clone(&sale.sold_out));
+        async move { sold_out.listen(redis.subscriber_urls().await).await }
     };
-    let listener = Arc::clone(&sale.sold_out).listen(pubsub_urls);
     let reconciler = Reconciler::new(sale, services.reservations).run(
         Duration::from_millis(settings.reconcile_interval_ms),
         uuid::Uuid::new_v4().to_string(),

@@ -3,5 +3,6 @@
 
 pub mod postgres_pool;
 pub mod redis_store;
+pub mod sentinel_master;
 
 pub use redis_store::RedisStore;

@@ -24,6 +24,14 @@
 //! command: the callers keep each script's and each `MULTI` pipeline's keys in one slot
 //! with hash tags), follows `MOVED`/`ASK` after a resharding or a failover, and retries
 //! within the call's timeout, which still bounds every call.
+//!
+//! **Or a master watched by Sentinel.** With [`RedisOptions::sentinels`] set, each
+//! thread's connection is a [`SentinelMaster`]: the sentinels name the master (the
+//! `redis` crate's lookup), and a reply that says the master is gone, or a call left
+//! without a reply, makes the next call ask them again (ours: the crate's connection
+//! stays pinned to one address). During a failover's gap calls fail at once, so
+//! purchases fail closed within their budget. See `sentinel_master` and
+//! docs/redis-sentinel.md.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +45,7 @@ use secrecy::{ExposeSecret, SecretString};
 use thread_local::ThreadLocal;
 use tokio::sync::OnceCell;
 
+use super::sentinel_master::{SentinelMaster, SentinelSetup};
 use crate::metrics::{Metrics, RedisPurpose};
 
 /// A handle on the deployment's Redis; cheap to clone.
@@ -60,12 +69,30 @@ enum Topology {
     Single {
         client: redis::Client,
         config: ConnectionManagerConfig,
+        /// For the subscriber ([`RedisStore::subscriber_urls`]).
+        url: SecretString,
     },
-    Cluster(ClusterClient),
+    Cluster {
+        client: ClusterClient,
+        nodes: Vec<SecretString>,
+    },
+    Sentinel(SentinelSetup),
 }
 
 impl Topology {
     fn new(settings: &RedisOptions) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            settings.cluster_nodes.is_empty() || settings.sentinels.is_empty(),
+            "SECKILL_REDIS_CLUSTER_NODES and SECKILL_REDIS_SENTINELS are both set: Redis is \
+             either a cluster or a master watched by sentinels; set one of them"
+        );
+        if !settings.sentinels.is_empty() {
+            return Ok(Self::Sentinel(SentinelSetup::new(
+                &settings.sentinels,
+                &settings.sentinel_master,
+                &settings.url,
+            )?));
+        }
         Ok(if settings.cluster_nodes.is_empty() {
             let client = redis::Client::open(settings.url.expose_secret())
                 .context("REDIS_URL is not a valid Redis URL")?;
@@ -78,7 +105,11 @@ impl Topology {
                 .set_connection_timeout(Some(Duration::from_millis(500)))
                 .set_response_timeout(Some(Duration::from_secs(2)))
                 .set_number_of_retries(0);
-            Self::Single { client, config }
+            Self::Single {
+                client,
+                config,
+                url: settings.url.clone(),
+            }
         } else {
             let nodes: Vec<&str> = settings
                 .cluster_nodes
@@ -96,26 +127,35 @@ impl Topology {
                 .max_retry_wait(200)
                 .build()
                 .context("SECKILL_REDIS_CLUSTER_NODES is not a list of Redis URLs")?;
-            Self::Cluster(client)
+            Self::Cluster {
+                client,
+                nodes: settings.cluster_nodes.clone(),
+            }
         })
     }
 
     async fn connect(&self) -> RedisResult<RedisConnection> {
         Ok(match self {
-            Self::Single { client, config } => RedisConnection::Single(
+            Self::Single { client, config, .. } => RedisConnection::Single(
                 ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
             ),
-            Self::Cluster(client) => RedisConnection::Cluster(client.get_async_connection().await?),
+            Self::Cluster { client, .. } => {
+                RedisConnection::Cluster(client.get_async_connection().await?)
+            }
+            Self::Sentinel(setup) => {
+                RedisConnection::Sentinel(SentinelMaster::connect(setup.clone()).await?)
+            }
         })
     }
 }
 
-/// A connection to the one server or to the cluster: each thread's own in the store,
-/// or one for a tool or a test ([`RedisStore::connect_raw`]).
+/// A connection to the one server, the cluster or the sentinels' master: each thread's
+/// own in the store, or one for a tool or a test ([`RedisStore::connect_raw`]).
 #[derive(Clone)]
 pub enum RedisConnection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelMaster),
 }
 
 impl ConnectionLike for RedisConnection {
@@ -123,6 +163,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Single(conn) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -135,6 +176,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Single(conn) => conn.req_packed_commands(cmd, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Self::Sentinel(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -142,6 +184,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Single(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
+            Self::Sentinel(conn) => conn.get_db(),
         }
     }
 }
@@ -202,6 +245,12 @@ pub struct RedisOptions {
     /// The nodes of a Redis Cluster to use instead of `url` (any of them will do to
     /// find the others); empty for one server.
     pub cluster_nodes: Vec<SecretString>,
+    /// Redis Sentinels to ask for the master instead of using `url`'s address (`url`
+    /// still gives the master's credentials and database); empty: no Sentinel. Never
+    /// with `cluster_nodes`.
+    pub sentinels: Vec<SecretString>,
+    /// The name the sentinels monitor the master under.
+    pub sentinel_master: String,
     pub key_prefix: String,
     pub limiter_timeout: Duration,
     pub timeout: Duration,
@@ -225,7 +274,7 @@ impl RedisStore {
 
     /// Whether this store talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self.0.topology, Topology::Cluster(_))
+        matches!(self.0.topology, Topology::Cluster { .. })
     }
 
     /// The key prefix of this deployment (`RedisOptions::key_prefix`).
@@ -293,9 +342,72 @@ impl RedisStore {
             .cloned()
     }
 
+    /// Where a subscriber, which needs a connection of its own (the sold-out channel),
+    /// may connect, in the order to try them: the one server; the cluster's nodes (a
+    /// `PUBLISH` reaches every node's subscribers); under Sentinel, the master and its
+    /// replicas as the sentinels name them when asked (a `PUBLISH` on the master
+    /// reaches its replicas' subscribers too, so a subscriber that moves on after its
+    /// server died finds the promoted replica in the list). Asks the sentinels again
+    /// every second until they answer.
+    pub async fn subscriber_urls(&self) -> Vec<SecretString> {
+        match &self.0.topology {
+            Topology::Single { url, .. } => vec![url.clone()],
+            Topology::Cluster { nodes, .. } => nodes.clone(),
+            Topology::Sentinel(setup) => loop {
+                match setup.node_urls().await {
+                    Ok(urls) if !urls.is_empty() => break urls,
+                    Ok(_) => tracing::warn!("the sentinels name no Redis master to subscribe to"),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "no Redis master to subscribe to")
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            },
+        }
+    }
+
     /// A connection of its own, outside the store (no timeout, no metrics): for tools
-    /// and tests that read back what the app wrote, on one server or a cluster alike.
+    /// and tests that read back what the app wrote, on any topology.
     pub async fn connect_raw(settings: &RedisOptions) -> anyhow::Result<RedisConnection> {
         Ok(Topology::new(settings)?.connect().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(cluster_nodes: &[&str], sentinels: &[&str]) -> RedisOptions {
+        let urls = |list: &[&str]| list.iter().map(|u| SecretString::from(*u)).collect();
+        RedisOptions {
+            url: SecretString::from("redis://127.0.0.1:6380"),
+            cluster_nodes: urls(cluster_nodes),
+            sentinels: urls(sentinels),
+            sentinel_master: "seckill".into(),
+            key_prefix: "seckill".into(),
+            limiter_timeout: Duration::from_millis(250),
+            timeout: Duration::from_millis(500),
+        }
+    }
+
+    #[test]
+    fn a_cluster_and_sentinels_together_are_refused_and_each_alone_is_a_topology() {
+        let both = Topology::new(&options(
+            &["redis://127.0.0.1:7001"],
+            &["redis://127.0.0.1:6393"],
+        ));
+        let refusal = format!("{:#}", both.err().expect("refused"));
+        assert!(
+            refusal.contains("SECKILL_REDIS_CLUSTER_NODES")
+                && refusal.contains("SECKILL_REDIS_SENTINELS"),
+            "{refusal}"
+        );
+        let single = Topology::new(&options(&[], &[])).expect("one server");
+        assert!(matches!(single, Topology::Single { .. }));
+        let cluster = Topology::new(&options(&["redis://127.0.0.1:7001"], &[])).expect("a cluster");
+        assert!(matches!(cluster, Topology::Cluster { .. }));
+        let sentinel =
+            Topology::new(&options(&[], &["redis://127.0.0.1:6393"])).expect("sentinels");
+        assert!(matches!(sentinel, Topology::Sentinel(_)));
     }
 }
