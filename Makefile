@@ -1,14 +1,19 @@
 # The two commands (see README): `make run` serves on 127.0.0.1:8080, `make test` runs every test.
 # `make run-cluster`: the same app on a local Redis Cluster (deploy/README.md, "Redis Cluster").
+# `make run-sentinel`: the same app on a local master, replica and three sentinels
+# (deploy/README.md, "Redis Sentinel").
 # `make fuzz`: the parser fuzz targets (fuzz/, cargo-fuzz on stable), FUZZ_SECONDS (30) each;
 # fails on a crash (docs/testing.md, "Fuzzing"). Not part of `make test`.
-.PHONY: run run-cluster test fuzz bench soak slowloris services services-down services-status services-cluster services-cluster-down
+.PHONY: run run-cluster run-sentinel test fuzz bench soak slowloris services services-down services-status services-cluster services-cluster-down services-sentinel services-sentinel-down
 
 run:
 	scripts/run.sh
 
 run-cluster:
 	scripts/run.sh --cluster
+
+run-sentinel:
+	scripts/run.sh --sentinel
 
 test:
 	scripts/test.sh
@@ -42,3 +47,9 @@ services-cluster:
 
 services-cluster-down:
 	scripts/services.sh cluster-down
+
+services-sentinel:
+	@scripts/services.sh sentinel-up >/dev/null
+
+services-sentinel-down:
+	scripts/services.sh sentinel-down

@@ -3,15 +3,31 @@
 # `make run-cluster` = `scripts/run.sh --cluster`: the same, with the app on the local
 # Redis Cluster (scripts/services.sh cluster-up) through SECKILL_REDIS_CLUSTER_NODES;
 # a SECKILL_REDIS_CLUSTER_NODES already set is taken as given (no local cluster then).
+# `make run-sentinel` = `scripts/run.sh --sentinel`: the same, with the app finding its
+# master through the local sentinels (scripts/services.sh sentinel-up) by
+# SECKILL_REDIS_SENTINELS and SECKILL_REDIS_SENTINEL_MASTER; a SECKILL_REDIS_SENTINELS
+# already set is taken as given (no local set then).
 # Other arguments go to the app.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-cluster=no
-if [ "${1:-}" = --cluster ]; then cluster=yes; shift; fi
+topology=single
+case "${1:-}" in
+  --cluster) topology=cluster; shift ;;
+  --sentinel) topology=sentinel; shift ;;
+esac
 
 eval "$(scripts/services.sh up)"
-if [ "$cluster" = yes ]; then
+if [ "$topology" = sentinel ]; then
+  if [ -n "${SECKILL_REDIS_SENTINELS:-}" ]; then
+    echo "run: using SECKILL_REDIS_SENTINELS from the environment" >&2
+  else
+    eval "$(scripts/services.sh sentinel-up)"
+  fi
+  # REDIS_URL stays set: its address is unused, its password and database are the master's.
+  echo "run: Redis master ${SECKILL_REDIS_SENTINEL_MASTER:-seckill} through the sentinels $SECKILL_REDIS_SENTINELS" >&2
+fi
+if [ "$topology" = cluster ]; then
   if [ -n "${SECKILL_REDIS_CLUSTER_NODES:-}" ]; then
     echo "run: using SECKILL_REDIS_CLUSTER_NODES from the environment" >&2
   else
