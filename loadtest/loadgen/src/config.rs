@@ -118,4 +118,33 @@ pub struct Options {
     /// then for a whole reconciler round: after faults, Redis is judged as the
     /// reconciler leaves it.
     pub await_reconciliation: Option<Duration>,
+    /// Beside the purchases, a few keys of the policies that limit in process while
+    /// Redis is away, each at a fixed rate (see `side`); their limits are checked too.
+    pub side: Option<SideLoad>,
+    /// The Redis outages a fault injector writes down while the load runs (see
+    /// `outages`): the checks judge the windows around them by the bounds that hold
+    /// there.
+    pub outages_file: Option<std::path::PathBuf>,
+    /// Sample these metric families (name prefixes) from every target's `/metrics`...
+    pub sample_metrics: Vec<String>,
+    /// ...this often, while the load runs.
+    pub sample_every: Duration,
+}
+
+/// The side load (see `side`): `GET /api/limited` from a few client ids and
+/// `GET /api/orders/mine` from a few users, all behind one address, each key at `rate`.
+#[derive(Debug, Clone)]
+pub struct SideLoad {
+    /// Client ids of `/api/limited`: how many ask for each algorithm (`?policy=`).
+    pub limited: Vec<(String, u32)>,
+    /// Users reading their orders (ids after the purchasing users).
+    pub orders_read_users: u32,
+    /// Requests per second of each key.
+    pub rate: f64,
+    /// The k-th key of an algorithm (and the k-th reader) starts k × `stagger` after
+    /// the load: a window algorithm's keys then meet a fault in different phases of
+    /// their windows (a full log is refused from the denial cache, in process or not).
+    pub stagger: Duration,
+    /// To read the policies' rules (`GET /admin/api/policies/{name}`).
+    pub admin_token: String,
 }

@@ -12,6 +12,8 @@ use crate::client::Failure;
 /// What happened to one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
+    /// The instance it went to: an index into the run's targets.
+    pub(crate) target: usize,
     pub(crate) user: i64,
     pub(crate) ip: u32,
     pub(crate) sent: Duration,
@@ -33,6 +35,17 @@ impl Record {
     /// connection was reset, the client gave up waiting).
     pub(crate) fn possibly_admitted(&self) -> bool {
         self.admitted || matches!(self.failure, Some(Failure::Lost | Failure::Timeout))
+    }
+
+    /// The key of `Report::answers`: the status and the body's code (`503 OVERLOADED`,
+    /// `200`), or why no answer came (`error timeout`).
+    pub(crate) fn answer(&self) -> String {
+        match (self.status, self.failure, self.code.as_deref()) {
+            (0, Some(failure), _) => format!("error {}", failure.as_str()),
+            (0, None, _) => "error".to_string(),
+            (status, _, Some(code)) => format!("{status} {code}"),
+            (status, _, None) => status.to_string(),
+        }
     }
 
     /// The key of `Report::by_cause`: a 5xx with its code, or why no answer came.

@@ -7,11 +7,14 @@
 //! - `client`: the HTTP client, the address a client is sent as, why no answer came.
 //! - `request`: one request, sent and written to the ledger.
 //! - `schedule`: the load, in the open model (a rate) or the closed one (a concurrency).
+//! - `side`: beside the purchases, a few keys of the policies that limit in process
+//!   while Redis is away; `samples`: the targets' metrics over the run.
 //! - `progress`: the line on stderr while the load runs.
 //! - `ledger`: what happened to each request.
 //! - `report`: the figures of the ledger ([`Report`]); `phases` cuts them along named
 //!   windows.
-//! - `limit_checks`: the limits, proven from the ledger alone.
+//! - `limit_checks`: the limits, proven from the ledger alone; `fallback_checks`: the
+//!   side load's, around the Redis outages a fault injector wrote down (`outages`).
 //! - `stores`: the stock and the orders, proven against Postgres and Redis.
 //! - `run`: [`run`] and [`run_with`], all of the above in order.
 //! - [`slowloris`]: a tool of its own (`src/bin/slowloris.rs`) that borrows `setup`,
@@ -23,21 +26,26 @@
 
 mod client;
 mod config;
+mod fallback_checks;
 mod ledger;
 mod limit_checks;
+mod outages;
 mod phases;
 mod progress;
 pub mod queue;
 mod report;
 mod request;
 mod run;
+mod samples;
 mod schedule;
 mod setup;
+mod side;
 pub mod slowloris;
 mod stores;
 pub mod trace;
 
-pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, Stores};
+pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
 pub use phases::Phase;
-pub use report::{Check, Latency, Report};
+pub use report::{Answers, Check, Latency, Report, Span};
 pub use run::{run, run_with};
+pub use samples::Sample;

@@ -3,14 +3,18 @@
 //! admissions of one key whose first send and last receive lie less than one window
 //! apart were necessarily decided inside one window. "Less" by a margin
 //! ([`clock_slack`]): the limiter decides on Redis's clock, truncated to milliseconds,
-//! which is not the one we measure with.
+//! which is not the one we measure with. Admissions on both sides of a Redis that lost
+//! entries (a SIGKILL, see `outages`) are not judged: the lost entries' admissions are,
+//! for every later decision, indistinguishable from an over-admission.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::client::ip_of;
 use crate::config::{Limit, Limits};
+use crate::fallback_checks::{class, Class};
 use crate::ledger::Record;
+use crate::outages::Outage;
 use crate::report::Check;
 
 /// How much shorter than the window a span must be for its admissions to be certainly
@@ -18,14 +22,15 @@ use crate::report::Check;
 /// milliseconds (a span of 999.8 ms can cover decisions 1000 ms apart, the first one
 /// expired by then), plus 0.1 % of the window for that clock running at another rate
 /// than our monotonic one (NTP slews by at most 0.05 %).
-fn clock_slack(window: Duration) -> Duration {
+pub(crate) fn clock_slack(window: Duration) -> Duration {
     Duration::from_millis(1) + window / 1000
 }
 
 /// The first certain breach of `limit` among the requests `counted` (as admissions),
-/// grouped by `key`, if any.
+/// grouped by `key`, if any; groups touching an outage of lost data are left out.
 fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
     records: &[Record],
+    outages: &[Outage],
     limit: Limit,
     key: impl Fn(&Record) -> K,
     counted: impl Fn(&Record) -> bool,
@@ -59,7 +64,9 @@ fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
             }
             let last_received = admissions[window[0]].1;
             let span = last_received.saturating_sub(admissions[i].0);
-            if span + clock_slack(limit.window) < limit.window {
+            if span + clock_slack(limit.window) < limit.window
+                && class(admissions[i].0, last_received, outages) != Class::Unjudged
+            {
                 return Some(format!(
                     "{key}: {k} admissions between {:.3} s and {:.3} s, {:.3} s apart (limit {} per {:?})",
                     admissions[i].0.as_secs_f64(),
@@ -82,16 +89,16 @@ fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
 /// failing on them would fail every run with a killed instance while proving nothing;
 /// how many there were is in the detail, for the reader to weigh. Requests that were
 /// never sent (no connection) count for nothing.
-pub(crate) fn limit_checks(records: &[Record], limits: &Limits) -> Vec<Check> {
+pub(crate) fn limit_checks(records: &[Record], limits: &Limits, outages: &[Outage]) -> Vec<Check> {
     let unknown = records
         .iter()
         .filter(|r| r.status == 0 && r.possibly_admitted())
         .count();
     let check = |name: &str, limit: Limit, key: &dyn Fn(&Record) -> String| {
-        let certain = certain_breach(records, limit, key, |r| r.admitted);
+        let certain = certain_breach(records, outages, limit, key, |r| r.admitted);
         let possible = match certain {
             Some(_) => None,
-            None => certain_breach(records, limit, key, Record::possibly_admitted),
+            None => certain_breach(records, outages, limit, key, Record::possibly_admitted),
         };
         let detail = match (&certain, &possible) {
             (Some(breach), _) => breach.clone(),
@@ -102,6 +109,11 @@ pub(crate) fn limit_checks(records: &[Record], limits: &Limits) -> Vec<Check> {
                 "no key admitted more than {} per {:?}, even counting the {unknown} lost answers as admissions",
                 limit.count, limit.window
             ),
+        };
+        let detail = if outages.iter().any(|o| !o.kept) {
+            format!("{detail} (windows across a Redis that lost data not judged)")
+        } else {
+            detail
         };
         Check {
             name: name.to_string(),
@@ -124,6 +136,7 @@ mod tests {
 
     fn admitted(user: i64, sent_ms: u64, received_ms: u64) -> Record {
         Record {
+            target: 0,
             user,
             ip: 0,
             sent: Duration::from_millis(sent_ms),
@@ -146,7 +159,7 @@ mod tests {
         let by_user = |r: &Record| r.user;
         // Four admissions within 1 s: certain.
         let records: Vec<_> = (0..4).map(|i| admitted(1, i * 100, i * 100 + 50)).collect();
-        assert!(certain_breach(&records, limit, by_user, |r| r.admitted).is_some());
+        assert!(certain_breach(&records, &[], limit, by_user, |r| r.admitted).is_some());
         // Four admissions whose first send and last receive are 60 s apart: not certain.
         let records = vec![
             admitted(1, 0, 10),
@@ -154,7 +167,7 @@ mod tests {
             admitted(1, 40, 50),
             admitted(1, 60_000, 60_010),
         ];
-        assert!(certain_breach(&records, limit, by_user, |r| r.admitted).is_none());
+        assert!(certain_breach(&records, &[], limit, by_user, |r| r.admitted).is_none());
         // 1001 admissions of a 1000-per-second limit 999.8 ms apart: the millisecond
         // clock may have put the first and the last 1000 ms apart, so not certain.
         let api = Limit {
@@ -169,7 +182,7 @@ mod tests {
                 r
             })
             .collect();
-        assert!(certain_breach(&records, api, by_user, |r| r.admitted).is_none());
+        assert!(certain_breach(&records, &[], api, by_user, |r| r.admitted).is_none());
         let squeezed: Vec<_> = records
             .into_iter()
             .map(|mut r| {
@@ -178,19 +191,51 @@ mod tests {
                 r
             })
             .collect();
-        assert!(certain_breach(&squeezed, api, by_user, |r| r.admitted).is_some());
+        assert!(certain_breach(&squeezed, &[], api, by_user, |r| r.admitted).is_some());
         // Three admissions are within the limit, and other users do not add up.
         let records: Vec<_> = (0..6)
             .map(|i| admitted(i % 2, i as u64, i as u64 + 1))
             .collect();
-        assert!(certain_breach(&records, limit, by_user, |r| r.admitted).is_none());
+        assert!(certain_breach(&records, &[], limit, by_user, |r| r.admitted).is_none());
+    }
+
+    #[test]
+    fn admissions_across_a_redis_that_lost_data_are_not_judged() {
+        let limits = Limits::default();
+        // Redis SIGKILLed at 10 s, back at 12 s: user 1's three admissions before it
+        // were lost, and it admitted three more after.
+        let lost = Outage {
+            kept: false,
+            from: Duration::from_secs(10),
+            down: Duration::from_secs(10),
+            up: Duration::from_secs(12),
+            to: Duration::from_secs(14),
+        };
+        let mut records: Vec<_> = (0..3)
+            .map(|i| admitted(1, 9_000 + i * 100, 9_050 + i * 100))
+            .collect();
+        records.extend((0..3).map(|i| admitted(1, 15_000 + i * 100, 15_050 + i * 100)));
+        let user = |outages: &[Outage]| {
+            limit_checks(&records, &limits, outages)
+                .into_iter()
+                .find(|c| c.name == "user limit")
+                .expect("a user check")
+        };
+        assert!(!user(&[]).passed);
+        let across = user(&[lost]);
+        assert!(across.passed, "{}", across.detail);
+        assert!(across
+            .detail
+            .ends_with("(windows across a Redis that lost data not judged)"));
+        // Data kept: the same admissions are a breach.
+        assert!(!user(&[Outage { kept: true, ..lost }]).passed);
     }
 
     #[test]
     fn a_lost_answer_may_be_an_admission_and_a_refused_connection_is_not() {
         let limits = Limits::default();
         let user_check = |records: &[Record]| {
-            limit_checks(records, &limits)
+            limit_checks(records, &limits, &[])
                 .into_iter()
                 .find(|c| c.name == "user limit")
                 .expect("a user check")

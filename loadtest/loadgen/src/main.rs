@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use loadgen::{Config, ItemChoice, Limit, Limits, Load, Options, Stores};
+use loadgen::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
 
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -105,6 +105,40 @@ struct Args {
     /// of the targets).
     #[arg(long)]
     await_reconciliation: Option<f64>,
+    /// Side load: this many client ids of `GET /api/limited` asking for an algorithm,
+    /// as ALGORITHM=COUNT (repeat for several algorithms).
+    #[arg(long = "limited", value_parser = algorithm_count)]
+    limited: Vec<(String, u32)>,
+    /// Side load: this many users reading `GET /api/orders/mine`.
+    #[arg(long, default_value_t = 0)]
+    orders_read_users: u32,
+    /// Side load: requests per second of each of its keys.
+    #[arg(long, default_value_t = 12.0)]
+    side_rate: f64,
+    /// Side load: the k-th key of an algorithm (and the k-th reader) starts k times
+    /// this many seconds after the load.
+    #[arg(long, default_value_t = 0.0)]
+    side_stagger: f64,
+    /// Judge the limits around the Redis outages this file lists (`kept|lost FROM_MS
+    /// DOWN_MS UP_MS TO_MS` per line, Unix milliseconds; written while the load runs).
+    #[arg(long)]
+    redis_outages: Option<std::path::PathBuf>,
+    /// Sample the series starting with this (a family, or a family and its first
+    /// labels) from every target while the load runs (repeat for several); the samples
+    /// go into the JSON report.
+    #[arg(long = "sample-metric")]
+    sample_metrics: Vec<String>,
+    #[arg(long, default_value_t = 200)]
+    sample_every_ms: u64,
+}
+
+/// `ALGORITHM=COUNT`.
+fn algorithm_count(value: &str) -> Result<(String, u32), String> {
+    let (algorithm, count) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?}: expected ALGORITHM=COUNT"))?;
+    let count = count.parse().map_err(|e| format!("{value:?}: {e}"))?;
+    Ok((algorithm.to_string(), count))
 }
 
 fn limit(count: u64, seconds: f64) -> Limit {
@@ -165,6 +199,16 @@ async fn main() {
         sales: args.sales,
         phases_file: args.phases.clone(),
         await_reconciliation: args.await_reconciliation.map(Duration::from_secs_f64),
+        side: (!args.limited.is_empty() || args.orders_read_users > 0).then(|| SideLoad {
+            limited: args.limited.clone(),
+            orders_read_users: args.orders_read_users,
+            rate: args.side_rate,
+            stagger: Duration::from_secs_f64(args.side_stagger),
+            admin_token: args.admin_token.clone(),
+        }),
+        outages_file: args.redis_outages.clone(),
+        sample_metrics: args.sample_metrics.clone(),
+        sample_every: Duration::from_millis(args.sample_every_ms),
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,

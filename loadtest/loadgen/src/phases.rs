@@ -2,6 +2,7 @@
 //! statuses and causes. A script injecting faults appends one line per window to a file
 //! while the load runs, `NAME START_MS END_MS` in Unix milliseconds; the report is cut
 //! along them once the load is over. A request belongs to the window it was sent in.
+//! (The Redis outages the checks judge around are read the same way: `outages`.)
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,7 +12,8 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::ledger::Record;
-use crate::report::{by_cause, latency, Latency};
+use crate::report::{answers, by_cause, latency, Answers, Latency};
+use crate::side::{side_answers, SideRecord};
 
 #[derive(Debug, Serialize)]
 pub struct Phase {
@@ -23,6 +25,10 @@ pub struct Phase {
     pub latency: Latency,
     pub by_status: BTreeMap<String, u64>,
     pub by_cause: BTreeMap<String, u64>,
+    /// The purchases by answer, each with its latency (`Report::answers`).
+    pub answers: BTreeMap<String, Answers>,
+    /// The side load's answers by route (`Report::side`).
+    pub side: BTreeMap<String, BTreeMap<String, Answers>>,
 }
 
 /// A window as offsets from the start of the run.
@@ -32,21 +38,35 @@ struct Window {
     to: Duration,
 }
 
-/// Reads the windows of `path` (absent: none), relative to `start`, the wall-clock
-/// instant the run's offsets count from.
-fn read(path: &Path, start: SystemTime) -> anyhow::Result<Vec<Window>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
+/// The non-blank lines of `path`, a file a fault injector writes while the load runs;
+/// none when it does not exist.
+pub(crate) fn lines(path: &Path) -> anyhow::Result<Vec<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Unix milliseconds as an offset from `start`, the wall-clock instant the run's
+/// offsets count from (0 for an instant before it).
+pub(crate) fn offset_from(start: SystemTime) -> anyhow::Result<impl Fn(i64) -> Duration> {
     let start_ms = start
         .duration_since(UNIX_EPOCH)
         .context("the clock is before 1970")?
         .as_millis() as i64;
-    let offset = |ms: i64| Duration::from_millis((ms - start_ms).max(0) as u64);
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
+    Ok(move |ms: i64| Duration::from_millis((ms - start_ms).max(0) as u64))
+}
+
+/// Reads the windows of `path` (absent: none), relative to `start`.
+fn read(path: &Path, start: SystemTime) -> anyhow::Result<Vec<Window>> {
+    let offset = offset_from(start)?;
+    lines(path)?
+        .iter()
         .map(|l| {
             let mut fields = l.split_whitespace();
             let (Some(name), Some(from), Some(to), None) =
@@ -67,16 +87,18 @@ fn read(path: &Path, start: SystemTime) -> anyhow::Result<Vec<Window>> {
         .collect()
 }
 
-/// The figures of each window of `path`.
+/// The figures of each window of `path`: the purchases' and the side load's.
 pub(super) fn cut(
     path: &Path,
     start: SystemTime,
     records: &[Record],
+    side: &[SideRecord],
 ) -> anyhow::Result<Vec<Phase>> {
     Ok(read(path, start)?
         .into_iter()
         .map(|w| {
-            let inside = || records.iter().filter(|r| r.sent >= w.from && r.sent < w.to);
+            let during = |r: &Record| r.sent >= w.from && r.sent < w.to;
+            let inside = || records.iter().filter(|r| during(r));
             let mut by_status = BTreeMap::new();
             for r in inside() {
                 let status = match r.status {
@@ -93,6 +115,8 @@ pub(super) fn cut(
                 latency: latency(inside()),
                 by_status,
                 by_cause: by_cause(inside()),
+                answers: answers(inside()),
+                side: side_answers(side.iter().filter(|s| during(&s.record))),
             }
         })
         .collect())

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::ledger::Record;
 use crate::phases::Phase;
+use crate::samples::Sample;
 
 #[derive(Debug, Serialize)]
 pub struct Latency {
@@ -14,6 +15,47 @@ pub struct Latency {
     pub p90_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+}
+
+/// The requests of one answer (`200`, `503 OVERLOADED`, `error timeout`): how many, when
+/// the first and the last were sent (seconds since the measured phase began), their
+/// latency, and the same counts per target.
+#[derive(Debug, Serialize)]
+pub struct Answers {
+    pub count: u64,
+    pub first_s: f64,
+    pub last_s: f64,
+    pub latency: Latency,
+    /// Indexed by target (each instance has its own breaker and shedding limit).
+    pub per_target: Vec<Span>,
+}
+
+/// How many requests, and when the first and the last of them were sent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Span {
+    pub count: u64,
+    pub first_s: f64,
+    pub last_s: f64,
+}
+
+impl Span {
+    fn of<'a>(records: impl Iterator<Item = &'a &'a Record>) -> Self {
+        let mut span = Self {
+            count: 0,
+            first_s: f64::INFINITY,
+            last_s: 0.0,
+        };
+        for r in records {
+            let sent = r.sent.as_secs_f64();
+            span.count += 1;
+            span.first_s = span.first_s.min(sent);
+            span.last_s = span.last_s.max(sent);
+        }
+        if span.count == 0 {
+            span.first_s = 0.0;
+        }
+        span
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -26,6 +68,9 @@ pub struct Check {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub item_id: i64,
+    /// When the measured phase began (Unix milliseconds): every `_s` figure counts
+    /// from it.
+    pub start_unix_ms: u64,
     pub requests: u64,
     pub seconds: f64,
     pub requests_per_sec: f64,
@@ -37,11 +82,20 @@ pub struct Report {
     /// without an answer by why (`error connect`, `error connection lost`, `error
     /// timeout`).
     pub by_cause: BTreeMap<String, u64>,
+    /// Every answer by status and code (`Record::answer`), each with its own latency:
+    /// a fast refusal and a slow admission are not one distribution.
+    pub answers: BTreeMap<String, Answers>,
+    /// The side load's answers (`side`), by route (`limited`, `orders_read`).
+    pub side: BTreeMap<String, BTreeMap<String, Answers>>,
+    /// The targets' metrics sampled during the load (`samples`), when asked for.
+    pub samples: Vec<Sample>,
     /// Requests sent whose answer was lost: counted as possibly admitted by the limit
     /// checks, and as possibly ordered by "orders match 200 answers".
     pub unknown_outcomes: u64,
     /// Open model: sends skipped because `max_in_flight` requests were outstanding.
     pub dropped: u64,
+    /// The side load's sends skipped because 64 of their key were outstanding.
+    pub side_dropped: u64,
     /// The named time windows of `Options::phases_file`, each with its own figures.
     pub phases: Vec<Phase>,
     pub checks: Vec<Check>,
@@ -91,6 +145,19 @@ impl Report {
                 phase.latency.max_ms,
                 line(&phase.by_cause)
             );
+            println!("  answers: {}", answers_line(&phase.answers));
+            for (route, answers) in &phase.side {
+                println!("  {route}: {}", answers_line(answers));
+            }
+        }
+        for (route, answers) in &self.side {
+            println!("side {route}: {}", answers_line(answers));
+        }
+        if self.side_dropped > 0 {
+            println!(
+                "side dropped: {} sends (64 of their key in flight)",
+                self.side_dropped
+            );
         }
         if self.dropped > 0 {
             println!("dropped:      {} sends (too many in flight)", self.dropped);
@@ -112,6 +179,18 @@ fn line(map: &BTreeMap<String, u64>) -> String {
     }
     map.iter()
         .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
+/// `200 ×812 p99 4.1 ms  503 OVERLOADED ×12 p99 0.9 ms`.
+fn answers_line(answers: &BTreeMap<String, Answers>) -> String {
+    if answers.is_empty() {
+        return "-".into();
+    }
+    answers
+        .iter()
+        .map(|(k, a)| format!("{k} ×{} p99 {:.1} ms", a.count, a.latency.p99_ms))
         .collect::<Vec<_>>()
         .join("  ")
 }
@@ -144,6 +223,7 @@ pub(crate) fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Repor
     }
     Report {
         item_id,
+        start_unix_ms: 0,
         requests: records.len() as u64,
         seconds,
         requests_per_sec: records.len() as f64 / seconds.max(f64::EPSILON),
@@ -152,11 +232,15 @@ pub(crate) fn summarize(item_id: i64, records: &[Record], seconds: f64) -> Repor
         by_dimension,
         by_code,
         by_cause: by_cause(records.iter()),
+        answers: answers(records.iter()),
+        side: BTreeMap::new(),
+        samples: Vec::new(),
         unknown_outcomes: records
             .iter()
             .filter(|r| r.status == 0 && r.possibly_admitted())
             .count() as u64,
         dropped: 0,
+        side_dropped: 0,
         phases: Vec::new(),
         checks: Vec::new(),
     }
@@ -173,6 +257,32 @@ pub(crate) fn latency<'a>(records: impl Iterator<Item = &'a Record>) -> Latency 
         p99_ms: percentile(&latencies, 99.0),
         max_ms: latencies.last().copied().unwrap_or(0.0),
     }
+}
+
+/// The records by answer, each with its count, its first and last send and its latency.
+pub(crate) fn answers<'a>(records: impl Iterator<Item = &'a Record>) -> BTreeMap<String, Answers> {
+    let mut groups: BTreeMap<String, Vec<&Record>> = BTreeMap::new();
+    for r in records {
+        groups.entry(r.answer()).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(answer, records)| {
+            let all = Span::of(records.iter());
+            let targets = records.iter().map(|r| r.target + 1).max().unwrap_or(0);
+            let per_target = (0..targets)
+                .map(|t| Span::of(records.iter().filter(|r| r.target == t)))
+                .collect();
+            let figures = Answers {
+                count: all.count,
+                first_s: all.first_s,
+                last_s: all.last_s,
+                latency: latency(records.into_iter()),
+                per_target,
+            };
+            (answer, figures)
+        })
+        .collect()
 }
 
 pub(crate) fn by_cause<'a>(records: impl Iterator<Item = &'a Record>) -> BTreeMap<String, u64> {

@@ -28,7 +28,8 @@ impl Shared {
         let index = (n % u64::from(self.config.users)) as u32;
         let user = self.config.first_user + i64::from(index);
         let ip = self.first_ip.wrapping_add(index % self.config.ips);
-        let target = &self.config.targets[(n % self.config.targets.len() as u64) as usize];
+        let target_index = (n % self.config.targets.len() as u64) as usize;
+        let target = &self.config.targets[target_index];
         let token = self
             .tokens
             .get(&user)
@@ -47,6 +48,7 @@ impl Shared {
         let sent = self.start.elapsed();
         let response = request.header("X-Forwarded-For", ip_of(ip)).send().await;
         let mut record = Record {
+            target: target_index,
             user,
             ip,
             sent,

@@ -1,5 +1,6 @@
-//! A run from end to end: the setup, the load, the report, then the checks of the
-//! limits (from the ledger) and of the stock and orders (from the stores).
+//! A run from end to end: the setup, the load (with the side load and the metric
+//! samples beside it), the report, then the checks of the limits (from the ledgers) and
+//! of the stock and orders (from the stores).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -9,13 +10,15 @@ use std::time::Instant;
 use anyhow::Context;
 
 use crate::config::{Config, ItemChoice, Options};
+use crate::fallback_checks::fallback_checks;
 use crate::ledger::Record;
 use crate::limit_checks::limit_checks;
 use crate::report::{summarize, Check, Report};
 use crate::request::Shared;
 use crate::setup::{create_item, tokens, wait_until_listed};
+use crate::side::side_answers;
 use crate::stores::{order_count, store_checks};
-use crate::{client, phases, progress, schedule, stores};
+use crate::{client, outages, phases, progress, samples, schedule, side, stores};
 
 pub async fn run(config: Config) -> anyhow::Result<Report> {
     run_with(config, Options::default()).await
@@ -55,6 +58,19 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         (item_ids, tokens, orders_before)
     };
     let item_id = item_ids[0];
+    let side_plan = match &options.side {
+        Some(load) if config.probe.is_none() => Some(
+            side::prepare(
+                &client,
+                &config.targets[0],
+                load,
+                config.first_user + i64::from(config.users),
+                options.first_ip.wrapping_add(config.ips),
+            )
+            .await?,
+        ),
+        _ => None,
+    };
     if let Some(path) = &options.started_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
     }
@@ -81,15 +97,39 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         .then(|| progress::spawn(Arc::clone(&ledger), Arc::clone(&done), start));
 
     let max = config.max_requests.unwrap_or(u64::MAX);
-    let dropped = schedule::drive(
-        &shared,
-        &config.load,
-        max,
-        deadline,
-        options.max_in_flight,
-        &done,
-    )
-    .await?;
+    let side_load = async {
+        match &side_plan {
+            Some(plan) => side::run(&client, &config.targets, plan, start, deadline).await,
+            None => (Vec::new(), 0),
+        }
+    };
+    let sampled = async {
+        if options.sample_metrics.is_empty() {
+            return Vec::new();
+        }
+        samples::sample(
+            &client,
+            &config.targets,
+            &options.sample_metrics,
+            options.sample_every,
+            start,
+            deadline,
+        )
+        .await
+    };
+    let (dropped, (side_records, side_dropped), samples) = tokio::join!(
+        schedule::drive(
+            &shared,
+            &config.load,
+            max,
+            deadline,
+            options.max_in_flight,
+            &done,
+        ),
+        side_load,
+        sampled
+    );
+    let dropped = dropped?;
     let seconds = start.elapsed().as_secs_f64();
     if let Some(progress) = progress {
         progress.abort();
@@ -103,13 +143,31 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
     );
     let mut report = summarize(item_id, &records, seconds);
     report.dropped = dropped;
+    report.start_unix_ms = start_wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    report.side_dropped = side_dropped;
+    report.side = side_answers(side_records.iter());
+    report.samples = samples;
     if let Some(path) = &options.phases_file {
-        report.phases = phases::cut(path, start_wall, &records)?;
+        report.phases = phases::cut(path, start_wall, &records, &side_records)?;
     }
     if config.probe.is_some() {
         return Ok(report);
     }
-    report.checks.extend(limit_checks(&records, &config.limits));
+    let outages = match &options.outages_file {
+        Some(path) => outages::read(path, start_wall)?,
+        None => Vec::new(),
+    };
+    report
+        .checks
+        .extend(limit_checks(&records, &config.limits, &outages));
+    if let Some(plan) = &side_plan {
+        let instances = config.targets.len() as u64;
+        report
+            .checks
+            .extend(fallback_checks(&side_records, plan, &outages, instances));
+    }
     if let (Some(stores), Some(before)) = (&config.stores, orders_before) {
         if let Some(limit) = options.await_reconciliation {
             let waited =

@@ -196,6 +196,7 @@ impl Run {
             target,
             holder: who.holder,
             record: Record {
+                target,
                 user: who.user,
                 ip: who.ip_index,
                 sent: answer.sent,
