@@ -123,6 +123,10 @@ fn chaos_env(settings: &seckill::configuration::Settings) -> Vec<(String, String
             settings.redis_cluster_nodes.expose_secret().to_string(),
         ),
         (
+            "SECKILL_REDIS_SENTINELS",
+            settings.redis_sentinels.expose_secret().to_string(),
+        ),
+        (
             "SECKILL_REDIS_KEY_PREFIX",
             settings.redis_key_prefix.clone(),
         ),
