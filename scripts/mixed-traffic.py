@@ -11,7 +11,10 @@ usage: mixed-traffic.py --target URL [--target URL] --seconds N [--threads 8]
        [--item ID] [--rate R (requests/s over all threads, 0 = as fast as possible)]
        [--close P (this share of requests ends its connection: browsers and clients
        behind proxies come and go; the rest reuse theirs)] [--admin-token T]
-Prints one line of counts by status when done.
+       [--errors FILE (each 5xx and unanswered request: UNIX_MS KIND STATUS CODE
+       LATENCY_MS, so a soak can set them beside its fault windows)]
+Prints one line of counts by status when done, then one of the 5xx and unanswered
+requests by kind.
 """
 import argparse
 import base64
@@ -48,7 +51,7 @@ def ip() -> str:
 
 
 def request(rng: random.Random, item: int):
-    """One request: (method, path, headers, body)."""
+    """One request: (kind, method, path, headers, body)."""
     kind = rng.random()
     xff = {"X-Forwarded-For": ip()}
     if kind < 0.40:
@@ -57,10 +60,10 @@ def request(rng: random.Random, item: int):
         user = rng.randrange(10**7, 2**31 - 1)
         headers = {"Authorization": f"Bearer {token(user)}", "Content-Type": "application/json",
                    "Idempotency-Key": uuid.uuid4().hex, **xff}
-        return "POST", "/seckill", headers, json.dumps({"itemId": item})
+        return "purchase", "POST", "/seckill", headers, json.dumps({"itemId": item})
     if kind < 0.55:
         algo = rng.choice(["sliding_window", "token_bucket"])
-        return "GET", f"/api/limited?policy={algo}", {"X-Client-Id": uuid.uuid4().hex, **xff}, None
+        return "limited", "GET", f"/api/limited?policy={algo}", {"X-Client-Id": uuid.uuid4().hex, **xff}, None
     if kind < 0.65:
         path = rng.choice([
             f"/admin/api/orders?page={rng.randrange(1, 50)}&perPage={rng.randrange(1, 100)}&user={rng.randrange(1, 10**6)}",
@@ -68,24 +71,25 @@ def request(rng: random.Random, item: int):
             f"/admin/api/stats?window={rng.randrange(1, 3600)}",
             "/admin/api/policies", "/admin/api/policies/seckill", "/admin/api/audit?policy=seckill",
         ])
-        return "GET", path, {"Authorization": f"Bearer {ADMIN}", **xff}, None
+        return f"admin_read:{path.split('?')[0]}", "GET", path, {"Authorization": f"Bearer {ADMIN}", **xff}, None
     if kind < 0.70:
-        return "GET", "/admin/api/me", {"Authorization": f"Bearer wrong-{uuid.uuid4().hex}", **xff}, None
+        return "admin_wrong_token", "GET", "/admin/api/me", {"Authorization": f"Bearer wrong-{uuid.uuid4().hex}", **xff}, None
     if kind < 0.80:
-        return "GET", f"/{uuid.uuid4().hex}/{rng.randrange(10**9)}?q={uuid.uuid4().hex}", xff, None
+        return "unknown_path", "GET", f"/{uuid.uuid4().hex}/{rng.randrange(10**9)}?q={uuid.uuid4().hex}", xff, None
     if kind < 0.85:
-        return "GET", f"/api/orders/mine", {"Authorization": f"Bearer {token(rng.randrange(10**7, 2**31 - 1))}", **xff}, None
+        return "orders_read", "GET", "/api/orders/mine", {"Authorization": f"Bearer {token(rng.randrange(10**7, 2**31 - 1))}", **xff}, None
     if kind < 0.93:
-        return "GET", "/api/items", xff, None
+        return "items", "GET", "/api/items", xff, None
     if kind < 0.97:
-        return "GET", rng.choice(["/", "/admin/", "/index.html", "/app.js"]), xff, None
-    return "GET", "/metrics", {}, None
+        return "static", "GET", rng.choice(["/", "/admin/", "/index.html", "/app.js"]), xff, None
+    return "metrics", "GET", "/metrics", {}, None
 
 
-def worker(targets, deadline, item, interval, close, counts, lock, seed):
+def worker(targets, deadline, item, interval, close, counts, failures, lock, seed):
     rng = random.Random(seed)
     conns = {}
     local = {}
+    failed = []
     next_at = time.monotonic()
     while time.monotonic() < deadline:
         if interval:
@@ -94,9 +98,11 @@ def worker(targets, deadline, item, interval, close, counts, lock, seed):
             if pause > 0:
                 time.sleep(pause)
         target = rng.choice(targets)
-        method, path, headers, body = request(rng, item)
+        kind, method, path, headers, body = request(rng, item)
         if rng.random() < close:
             headers["Connection"] = "close"
+        code = "-"
+        sent = time.time()
         try:
             conn = conns.get(target)
             if conn is None:
@@ -104,8 +110,13 @@ def worker(targets, deadline, item, interval, close, counts, lock, seed):
                 conn = conns[target] = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
             conn.request(method, path, body=body, headers=headers)
             response = conn.getresponse()
-            response.read()
+            answer = response.read()
             status = str(response.status)
+            if response.status >= 500:
+                try:
+                    code = json.loads(answer).get("code") or "-"
+                except (ValueError, AttributeError):
+                    pass
             if headers.get("Connection") == "close" or response.getheader("Connection", "").lower() == "close":
                 conn.close()
                 conns.pop(target, None)
@@ -113,9 +124,12 @@ def worker(targets, deadline, item, interval, close, counts, lock, seed):
             status = "error"
             conns.pop(target, None)
         local[status] = local.get(status, 0) + 1
+        if status == "error" or int(status) >= 500:
+            failed.append((int(sent * 1000), kind, status, code, (time.time() - sent) * 1000))
     with lock:
         for k, v in local.items():
             counts[k] = counts.get(k, 0) + v
+        failures.extend(failed)
 
 
 def main():
@@ -127,6 +141,7 @@ def main():
     p.add_argument("--rate", type=float, default=0)
     p.add_argument("--admin-token", default=ADMIN)
     p.add_argument("--close", type=float, default=0.0)
+    p.add_argument("--errors")
     a = p.parse_args()
     globals()["ADMIN"] = a.admin_token
     for t in a.target:
@@ -135,14 +150,24 @@ def main():
             raise SystemExit(f"loopback targets only, not {t}")
     deadline = time.monotonic() + a.seconds
     interval = a.threads / a.rate if a.rate > 0 else 0
-    counts, lock = {}, threading.Lock()
-    threads = [threading.Thread(target=worker, args=(a.target, deadline, a.item, interval, a.close, counts, lock, i))
+    counts, failures, lock = {}, [], threading.Lock()
+    threads = [threading.Thread(target=worker,
+                                args=(a.target, deadline, a.item, interval, a.close, counts, failures, lock, i))
                for i in range(a.threads)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    by_kind = {}
+    for _, kind, status, code, _ in failures:
+        key = f"{kind}:{status}:{code}"
+        by_kind[key] = by_kind.get(key, 0) + 1
+    print("5xx and unanswered: " + (" ".join(f"{k}={v}" for k, v in sorted(by_kind.items())) or "none"))
+    if a.errors:
+        with open(a.errors, "w") as f:
+            for ms, kind, status, code, latency in sorted(failures):
+                f.write(f"{ms} {kind} {status} {code} {latency:.1f}\n")
 
 
 if __name__ == "__main__":
