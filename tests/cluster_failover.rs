@@ -21,14 +21,17 @@ use seckill::configuration::Settings;
 use secrecy::SecretString;
 use sqlx::PgPool;
 
+// The last check both failover tests make.
+#[path = "support/failover.rs"]
+mod failover;
 // The API suite's helpers (a separate test binary uses only some of them).
 #[allow(dead_code)]
 #[path = "api/helpers.rs"]
 mod helpers;
 
-use helpers::{
-    eventually, pg_orders, pg_remaining, redis_connection, spawn_app_from, test_settings,
-};
+use failover::until_redis_agrees_with_postgres;
+
+use helpers::{redis_connection, spawn_app_from, test_settings};
 
 /// Its own ports (and bus ports +10000), away from the development cluster's 7001-7006.
 const FIRST_PORT: u16 = 7301;
@@ -248,42 +251,8 @@ async fn a_master_killed_mid_sale_fails_purchases_closed_then_they_resume_and_no
     .await
     .expect("the doubles count");
     assert_eq!(doubled, 0, "no user has two orders");
-    let keys = app.item_keys(item);
-    let conn = redis_connection(&app.settings).await;
-    let (state, _) = eventually(
-        "Redis agrees with Postgres after the reconciler",
-        Duration::from_secs(30),
-        || {
-            let mut conn = conn.clone();
-            let (stock_key, success_key, pending_key) =
-                (keys.stock(), keys.success(), keys.pending());
-            let db = db.clone();
-            async move {
-                let redis_stock: Option<i64> = redis::cmd("GET")
-                    .arg(&stock_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let success: Option<i64> = redis::cmd("GET")
-                    .arg(&success_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let pending: i64 = redis::cmd("ZCARD")
-                    .arg(&pending_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let orders = pg_orders(&db, item).await;
-                let remaining = i64::from(pg_remaining(&db, item).await);
-                let agree = pending == 0
-                    && redis_stock == Some(remaining)
-                    && success.unwrap_or(0) == orders;
-                agree.then_some((orders, remaining))
-            }
-        },
-    )
-    .await;
+    let (state, _) =
+        until_redis_agrees_with_postgres(&app, &db, item, Duration::from_secs(30)).await;
     let (orders, remaining) = state;
     assert_eq!(
         orders + remaining,

@@ -32,14 +32,17 @@ use seckill::store::RedisStore;
 use secrecy::SecretString;
 use sqlx::PgPool;
 
+// The last check both failover tests make.
+#[path = "support/failover.rs"]
+mod failover;
 // The API suite's helpers (a separate test binary uses only some of them).
 #[allow(dead_code)]
 #[path = "api/helpers.rs"]
 mod helpers;
 
-use helpers::{
-    eventually, pg_orders, pg_remaining, redis_connection, spawn_app_from, test_settings,
-};
+use failover::until_redis_agrees_with_postgres;
+
+use helpers::{eventually, spawn_app_from, test_settings};
 
 /// Each test's own ports: the master, the replica, then the three sentinels. Away from
 /// the development set's 6391-6395, the clusters' 7001-7006, 7301-7306
@@ -360,42 +363,8 @@ async fn a_sentinel_master_killed_mid_sale_fails_purchases_closed_then_they_resu
 
     // After a reconciler round Redis says what Postgres says: stock, success counter,
     // nothing pending. Read through the sentinels, as the app does.
-    let keys = app.item_keys(item);
-    let conn = redis_connection(&app.settings).await;
-    let ((orders, remaining), took) = eventually(
-        "Redis agrees with Postgres after the reconciler",
-        Duration::from_secs(10),
-        || {
-            let mut conn = conn.clone();
-            let (stock_key, success_key, pending_key) =
-                (keys.stock(), keys.success(), keys.pending());
-            let db = db.clone();
-            async move {
-                let redis_stock: Option<i64> = redis::cmd("GET")
-                    .arg(&stock_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let success: Option<i64> = redis::cmd("GET")
-                    .arg(&success_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let pending: i64 = redis::cmd("ZCARD")
-                    .arg(&pending_key)
-                    .query_async(&mut conn)
-                    .await
-                    .ok()?;
-                let orders = pg_orders(&db, item).await;
-                let remaining = i64::from(pg_remaining(&db, item).await);
-                let agree = pending == 0
-                    && redis_stock == Some(remaining)
-                    && success.unwrap_or(0) == orders;
-                agree.then_some((orders, remaining))
-            }
-        },
-    )
-    .await;
+    let ((orders, remaining), took) =
+        until_redis_agrees_with_postgres(&app, &db, item, Duration::from_secs(10)).await;
     eprintln!(
         "sentinel failover: Redis agreed with Postgres {} ms after the sale",
         took.as_millis()
