@@ -26,14 +26,16 @@
 #                     up to a second of writes may be lost, so no ledger claim spans it.
 #   instance_kill     instance 1 is SIGKILLed, then started again on its port.
 # Each fault is a window of loadgen's report (from the fault until 2 s after the
-# service is back): p99, and every answer by status and code with its own latency.
+# service is back): p99, and every answer by status and code with its own latency; a
+# Redis outage has a second one, NAME.down, from its process's exit to its start.
 # The Redis outages are written down for loadgen's checks too (scripts/soak-summary.py
 # and docs/soak.md say what each one proves). After the load, loadgen waits for nothing
 # to be pending and one whole reconciler round, then proves from its ledger and the
 # stores: no dimension over its limit (an answer lost in the kill counts as possibly
 # admitted), the side load's keys within the fallback bounds of docs/limiter.md, no
 # oversell, no duplicate orders, every 200 has its order row, Redis agrees with
-# Postgres. Each instance's resident memory (VmRSS) is sampled every 5 s; the surviving
+# Postgres. Each instance's resident memory (VmRSS) and the load average are sampled
+# every 5 s; the surviving
 # instance may not grow by more than SOAK_RSS_GROWTH_MB from the end of the warm-up to
 # the end of the load. scripts/soak-summary.py judges the faults' claims from loadgen's
 # report and writes the summary (markdown) to $SOAK_OUT/summary.md and stdout;
@@ -151,9 +153,11 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0;
 rss_point() { echo "$1 $2 $(cat "$OUT/pid-$2") $(rss_kb "$(cat "$OUT/pid-$2")")" >>"$OUT/rss-points.txt"; }
 : >"$OUT/rss-points.txt"
 echo "ms instance pid kB" >"$OUT/rss.txt"
+# Beside it, the machine's load average: anything else on the two cores (a build) shows.
 (
   while :; do
     for i in 0 1; do echo "$(now_ms) $i $(cat "$OUT/pid-$i") $(rss_kb "$(cat "$OUT/pid-$i")")"; done
+    echo "$(now_ms) $(cut -d' ' -f1 /proc/loadavg)" >>"$OUT/loadavg.txt"
     sleep 5
   done
 ) >>"$OUT/rss.txt" &
@@ -235,6 +239,7 @@ redis_outage() {
   back=$(now_ms)
   fault "$name" "$from" "$up" "$back"
   echo "$kind $from $down $up $(now_ms)" >>"$OUT/outages.txt"
+  phase "$name.down" "$down" "$up" # a window of its own: Redis's process gone
 }
 # admin_burst COUNT: wrong admin tokens from one new address, alternating instances;
 # the answers by status in admin-burst.txt (401: compared and refused; 429: locked out).
