@@ -350,6 +350,9 @@ fn rule_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::Failure;
+    use crate::ledger::Record;
+    use crate::side::{Route, Stream};
 
     const S: fn(u64) -> Duration = Duration::from_secs;
     const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -466,6 +469,101 @@ mod tests {
         admissions.extend(burst(S(60), MS(10), 100));
         let t = tightest(&mut admissions, log_of(100), &[]);
         assert_eq!(t[&Class::InRedis].count, 100);
+    }
+
+    fn plan(fail_mode: &str) -> SidePlan {
+        SidePlan {
+            streams: vec![Stream {
+                route: Route::Limited,
+                algorithm: "sliding_window".into(),
+                key: "client-a".into(),
+                user: None,
+                offset: Duration::ZERO,
+            }],
+            policies: vec![Policy {
+                name: "limited".into(),
+                algorithm: "sliding_window".into(),
+                fail_mode: fail_mode.into(),
+                enabled: true,
+                rules: vec![Rule {
+                    name: "client".into(),
+                    key: serde_json::json!("client_id"),
+                    window_ms: 60_000,
+                    threshold: 5,
+                    shadow: false,
+                }],
+            }],
+            ip: 0,
+            rate: 1.0,
+        }
+    }
+
+    fn answered(status: u16, sent: Duration) -> SideRecord {
+        SideRecord {
+            stream: 0,
+            route: Route::Limited,
+            record: Record {
+                target: 0,
+                user: 0,
+                ip: 0,
+                sent,
+                received: sent + MS(2),
+                status,
+                code: None,
+                dimension: None,
+                admitted: status == 200,
+                failure: None,
+                order_id: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_policy_is_checked_per_rule_and_fails_on_a_certain_breach_or_a_wrong_fail_mode() {
+        let outages = [outage(true)];
+        // Six admissions of client-a inside the downtime: 3 + 3, the bound.
+        let mut records: Vec<_> = (0..6).map(|k| answered(200, S(101 + k))).collect();
+        records.push(answered(429, S(107)));
+        let checks = fallback_checks(&records, &plan("local"), &outages, 2);
+        assert_eq!(checks.len(), 1);
+        assert_eq!(
+            checks[0].name,
+            "fallback limit limited/client (sliding_window)"
+        );
+        assert!(checks[0].passed, "{}", checks[0].detail);
+        assert!(
+            checks[0].detail.contains(
+                "in process only: 6 admissions of sliding_window client-a in 5.0 s from 101.0 s (bound 6)"
+            ),
+            "{}",
+            checks[0].detail
+        );
+        // A seventh is certain: the refusal answered 200 (no quota headers needed).
+        records[6] = answered(200, S(107));
+        let checks = fallback_checks(&records, &plan("local"), &outages, 2);
+        assert!(!checks[0].passed);
+        assert!(
+            checks[0].detail.contains("in process only: 7 admissions"),
+            "{}",
+            checks[0].detail
+        );
+        // A lost answer instead is only possible.
+        records[6].record.status = 0;
+        records[6].record.admitted = false;
+        records[6].record.failure = Some(Failure::Lost);
+        let checks = fallback_checks(&records, &plan("local"), &outages, 2);
+        assert!(checks[0].passed);
+        assert!(
+            checks[0]
+                .detail
+                .contains("possible only if some of the 1 lost"),
+            "{}",
+            checks[0].detail
+        );
+        // Failing open is no local limit, whatever the counts.
+        let checks = fallback_checks(&records[..1], &plan("open"), &outages, 2);
+        assert!(!checks[0].passed);
+        assert!(checks[0].detail.contains("fails open, not local"));
     }
 
     #[test]

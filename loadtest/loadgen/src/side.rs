@@ -50,9 +50,9 @@ pub(crate) struct Stream {
     /// `X-Client-Id` of `limited`; the user's name for `orders_read`.
     pub(crate) key: String,
     /// The reader of `orders_read` and its token.
-    user: Option<(i64, String)>,
+    pub(crate) user: Option<(i64, String)>,
     /// When its first request goes, after the load's start.
-    offset: Duration,
+    pub(crate) offset: Duration,
 }
 
 /// A side request, written to the side ledger.
@@ -104,7 +104,7 @@ pub(crate) struct SidePlan {
     pub(crate) policies: Vec<Policy>,
     /// Index of the address every side request comes from (see `ip_of`).
     pub(crate) ip: u32,
-    rate: f64,
+    pub(crate) rate: f64,
 }
 
 /// Reads the policies and logs the readers in. The readers are users
