@@ -60,6 +60,7 @@ pub const ERROR_CODES: &[&str] = &[
     "SALE_PAUSED",
     "SOLD_OUT",
     "STOCK_TOO_LOW",
+    "STORE_UNAVAILABLE",
     "TOO_MANY_PENDING",
     "UNAUTHENTICATED",
     "UNSUPPORTED_MEDIA_TYPE",
@@ -233,6 +234,9 @@ impl ApiError {
     /// cause of a failure the client cannot fix is logged here, once.
     pub fn parts(&self) -> (StatusCode, HeaderMap, String) {
         match self {
+            Self::Internal(cause) if crate::store::is_unreachable(cause) => {
+                tracing::warn!(error = %format!("{cause:#}"), "request failed: a store cannot be reached")
+            }
             Self::Internal(cause) => {
                 tracing::error!(error = %format!("{cause:#}"), "request failed")
             }
@@ -357,6 +361,12 @@ impl ApiError {
                 body.down = Some(down);
                 body.degraded = (!degraded.is_empty()).then_some(degraded.as_slice());
                 (S::SERVICE_UNAVAILABLE, "NOT_READY")
+            }
+            Self::Internal(cause) if crate::store::is_unreachable(cause) => {
+                // The cause is logged (`parts`), never sent.
+                body.message = Cow::Borrowed("a store cannot be reached; try again shortly");
+                headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                (S::SERVICE_UNAVAILABLE, "STORE_UNAVAILABLE")
             }
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),
         };

@@ -3,7 +3,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
+    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp, ADMIN_TOKEN,
 };
 
 /// Polls readiness until it reports exactly `store` down; liveness must not care.
@@ -70,4 +70,53 @@ async fn readiness_follows_postgres_down_and_back_without_a_restart(db: PgPool) 
     wait_until_not_ready(&app, "postgres").await;
     app.bring_postgres_back().await;
     wait_until_ready(&app, "postgres").await;
+}
+
+async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("an answer")
+}
+
+/// A read that needs a store that cannot be reached answers 503 `STORE_UNAVAILABLE`
+/// with `Retry-After`, not 500 `INTERNAL`: the client did nothing wrong and may retry
+/// (the soak saw 500s from `/api/orders/mine` and the admin reads while Postgres
+/// refused connections, and from `/admin/api/stats` while Redis was down).
+#[sqlx::test]
+async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
+    let token = app.token_for(41).await;
+    let orders = || async {
+        app.client
+            .get(app.url("/api/orders/mine"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("an answer")
+    };
+    assert_eq!(orders().await.status(), 200);
+
+    app.take_postgres_away().await;
+    for response in [orders().await, admin_get(&app, "/admin/api/items").await] {
+        assert_eq!(response.status(), 503);
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap()),
+            Some("1")
+        );
+        assert_eq!(json(response).await["code"], "STORE_UNAVAILABLE");
+    }
+    app.bring_postgres_back().await;
+
+    redis.stop();
+    let stats = admin_get(&app, "/admin/api/stats").await;
+    assert_eq!(stats.status(), 503);
+    assert_eq!(json(stats).await["code"], "STORE_UNAVAILABLE");
 }
