@@ -84,13 +84,15 @@ async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
 /// A read that needs a store that cannot be reached answers 503 `STORE_UNAVAILABLE`
 /// with `Retry-After`, not 500 `INTERNAL`: the client did nothing wrong and may retry
 /// (the soak saw 500s from `/api/orders/mine` and the admin reads while Postgres
-/// refused connections, and from `/admin/api/stats` while Redis was down).
+/// refused connections, and from `/admin/api/stats` while Redis was down), and a
+/// purchase whose `Idempotency-Key` cannot be claimed says so.
 #[sqlx::test]
 async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
     let mut redis = OwnRedis::start().await;
     let url = redis.url();
     let app = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
     let token = app.token_for(41).await;
+    let item = app.open_item(3).await;
     let orders = || async {
         app.client
             .get(app.url("/api/orders/mine"))
@@ -119,4 +121,17 @@ async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
     let stats = admin_get(&app, "/admin/api/stats").await;
     assert_eq!(stats.status(), 503);
     assert_eq!(json(stats).await["code"], "STORE_UNAVAILABLE");
+    // A purchase's `Idempotency-Key` is claimed in Redis first: no order was tried, so
+    // not `ORDER_FAILED`.
+    let keyed = app
+        .client
+        .post(app.url("/seckill"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "health-store-unavailable")
+        .json(&serde_json::json!({ "itemId": item }))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(keyed.status(), 503);
+    assert_eq!(json(keyed).await["code"], "STORE_UNAVAILABLE");
 }

@@ -186,12 +186,16 @@ impl Idempotent {
         let key = &key;
         let Attempt { user, item, id } = attempt;
         // Without the store there is no knowing whether this is a retry: no work either.
-        match self
-            .store
-            .claim(user, key, item, id)
-            .await
-            .map_err(SaleError::OrderFailed)?
-        {
+        // A Redis that cannot be reached is said so (503 `STORE_UNAVAILABLE`): no order
+        // was tried, so `ORDER_FAILED` would mislead.
+        let claimed = self.store.claim(user, key, item, id).await.map_err(|e| {
+            if crate::store::is_unreachable(&e) {
+                ApiError::Internal(e)
+            } else {
+                SaleError::OrderFailed(e).into()
+            }
+        })?;
+        match claimed {
             Claim::Fresh => {}
             Claim::TooMany => return Err(ApiError::TooManyPending),
             Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
