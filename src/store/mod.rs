@@ -34,20 +34,19 @@ pub fn is_unreachable(error: &anyhow::Error) -> bool {
         }
         match cause.downcast_ref::<redis_store::RedisCallError>() {
             Some(redis_store::RedisCallError::Timeout { .. }) => true,
-            Some(redis_store::RedisCallError::Failed { source, .. }) => {
-                source.is_io_error()
-                    || source.is_connection_refusal()
-                    || source.is_connection_dropped()
-                    || source.is_timeout()
-            }
+            Some(redis_store::RedisCallError::Failed { source, .. }) => redis_gone(source),
             None => cause
                 .downcast_ref::<redis::RedisError>()
-                .is_some_and(|source| {
-                    source.is_io_error()
-                        || source.is_connection_refusal()
-                        || source.is_connection_dropped()
-                        || source.is_timeout()
-                }),
+                .is_some_and(redis_gone),
         }
     })
+}
+
+/// A Redis error that says the server could not be reached or went away, not that the
+/// command was wrong.
+fn redis_gone(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
 }
