@@ -26,7 +26,9 @@
 --
 -- TTL: a key lives until its window ends. The one write a refusal may make: a key
 -- whose TTL falls short of its window's end by more than 1 % of the window (at least
--- 2 ms; a rule edit lengthened the window) has it extended.
+-- 2 ms; a rule edit lengthened the window) has it extended; so has a shadow rule's key
+-- whenever it refuses or the enforced rules do (the property test found a shadow
+-- count expiring early after an edit, and the rule admitting what it should refuse).
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
@@ -79,16 +81,25 @@ for i = 1, m do
   end
 end
 
-if refusing > 0 then
-  for i = 1, m do
-    if counts[i] and counts[i] > 0 then
-      local window = tonumber(ARGV[2 + 2 * i])
-      local need = starts[i] + window - now
-      local ttl = redis.call('PTTL', KEYS[i])
-      if ttl >= 0 and need - ttl > math.max(2, math.floor(window / 100)) then
-        redis.call('PEXPIRE', KEYS[i], need)
-      end
+-- A key read with a count keeps it until its window in force ends, though an edit
+-- lengthened the window after the key's TTL was set.
+local function keep(i)
+  if counts[i] and counts[i] > 0 then
+    local window = tonumber(ARGV[2 + 2 * i])
+    local need = starts[i] + window - now
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl >= 0 and need - ttl > math.max(2, math.floor(window / 100)) then
+      redis.call('PEXPIRE', KEYS[i], need)
     end
+  end
+end
+
+if refusing > 0 then
+  for i = 1, m do keep(i) end
+  -- Shadow rules' keys too: nothing else extends them while the enforced rules refuse.
+  for i = m + 1, n do
+    read(i, tonumber(ARGV[2 + 2 * i]))
+    keep(i)
   end
   return {0, refusing, wait, longest, late}
 end
@@ -103,6 +114,7 @@ for i = m + 1, n do
   local _, count = read(i, tonumber(ARGV[2 + 2 * i]))
   if count >= threshold then
     shadow = shadow + 2 ^ (i - 1)
+    keep(i)
   else
     record[i] = true
     if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end

@@ -112,16 +112,25 @@ for i = 1, m do
   end
 end
 
-if refusing > 0 then
-  for i = 1, m do
-    if anchors[i] then
-      local window = tonumber(ARGV[2 + 2 * i])
-      local need = anchors[i] + 2 * window - now
-      local ttl = redis.call('PTTL', KEYS[i])
-      if ttl >= 0 and need - ttl > math.max(2, math.floor(window / 100)) then
-        redis.call('PEXPIRE', KEYS[i], need)
-      end
+-- A key read keeps its counts until they stop counting (two windows from its anchor),
+-- though an edit lengthened the window after the key's TTL was set.
+local function keep(i)
+  if anchors[i] then
+    local window = tonumber(ARGV[2 + 2 * i])
+    local need = anchors[i] + 2 * window - now
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl >= 0 and need - ttl > math.max(2, math.floor(window / 100)) then
+      redis.call('PEXPIRE', KEYS[i], need)
     end
+  end
+end
+
+if refusing > 0 then
+  for i = 1, m do keep(i) end
+  -- Shadow rules' keys too: nothing else extends them while the enforced rules refuse.
+  for i = m + 1, n do
+    decide(i)
+    keep(i)
   end
   return {0, refusing, wait, longest, late}
 end
@@ -136,6 +145,7 @@ for i = m + 1, n do
     if close then near = near + 2 ^ (i - 1) end
   else
     shadow = shadow + 2 ^ (i - 1)
+    keep(i)
   end
 end
 
