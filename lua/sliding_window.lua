@@ -96,19 +96,29 @@ for i = 1, m do
   end
 end
 
-if refusing > 0 then
-  -- No entry is written; only a TTL that falls short of the window (see the header).
-  for i = 1, m do
-    if counts[i] and counts[i] > 0 then
-      local ttl = redis.call('PTTL', KEYS[i])
-      if ttl >= 0 then
-        local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-        local need = tonumber(newest[2]) + windows[i] - now
-        if need - ttl > math.max(2, math.floor(windows[i] / 100)) then
-          redis.call('PEXPIRE', KEYS[i], need)
-        end
+-- A key read with entries keeps them until its newest leaves the window, though an
+-- edit lengthened the window after the key's TTL was set.
+local function keep(i)
+  if counts[i] and counts[i] > 0 then
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl >= 0 then
+      local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+      local need = tonumber(newest[2]) + windows[i] - now
+      if need - ttl > math.max(2, math.floor(windows[i] / 100)) then
+        redis.call('PEXPIRE', KEYS[i], need)
       end
     end
+  end
+end
+
+if refusing > 0 then
+  -- No entry is written; only a TTL that falls short of the window (see the header),
+  -- shadow rules' too: nothing else extends them while the enforced rules refuse.
+  for i = 1, m do keep(i) end
+  for i = m + 1, n do
+    windows[i] = tonumber(ARGV[2 + 2 * i])
+    counts[i] = redis.call('ZCOUNT', KEYS[i], '(' .. (now - windows[i]), '+inf')
+    keep(i)
   end
   return {0, refusing, wait, longest, late}
 end
@@ -122,8 +132,10 @@ for i = m + 1, n do
   local threshold = tonumber(ARGV[3 + 2 * i])
   windows[i] = window
   local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
+  counts[i] = count
   if count >= threshold then
     shadow = shadow + 2 ^ (i - 1)
+    keep(i)
   else
     record[i] = true
     if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end

@@ -136,18 +136,27 @@ for i = 1, m do
   end
 end
 
-if refusing > 0 then
-  -- Nothing is written; only a TTL that falls short of the refill (see the header).
-  for i = 1, m do
-    if refills[i] and refills[i] > 0 then
-      local ttl = redis.call('PTTL', KEYS[i])
-      local refill_tokens = tonumber(ARGV[2 + 3 * i])
-      local empty = math.floor((tonumber(ARGV[1 + 3 * i]) * tonumber(ARGV[3 + 3 * i])
-        + refill_tokens - 1) / refill_tokens)
-      if ttl >= 0 and refills[i] - ttl > math.max(2, math.floor(empty / 100)) then
-        redis.call('PEXPIRE', KEYS[i], refills[i])
-      end
+-- A key read that is not yet full keeps its level until it refills, though an edit
+-- slowed the refill after the key's TTL was set.
+local function keep(i)
+  if refills[i] and refills[i] > 0 then
+    local ttl = redis.call('PTTL', KEYS[i])
+    local refill_tokens = tonumber(ARGV[2 + 3 * i])
+    local empty = math.floor((tonumber(ARGV[1 + 3 * i]) * tonumber(ARGV[3 + 3 * i])
+      + refill_tokens - 1) / refill_tokens)
+    if ttl >= 0 and refills[i] - ttl > math.max(2, math.floor(empty / 100)) then
+      redis.call('PEXPIRE', KEYS[i], refills[i])
     end
+  end
+end
+
+if refusing > 0 then
+  -- Nothing is written; only a TTL that falls short of the refill (see the header),
+  -- shadow rules' too: nothing else extends them while the enforced rules refuse.
+  for i = 1, m do keep(i) end
+  for i = m + 1, n do
+    read(i, tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i]))
+    keep(i)
   end
   return {0, refusing, wait, longest, late}
 end
@@ -162,6 +171,7 @@ for i = m + 1, n do
   read(i, capacity, tonumber(ARGV[2 + 3 * i]), refill_ms)
   if levels[i] < refill_ms then
     shadow = shadow + 2 ^ (i - 1)
+    keep(i)
   else
     record[i] = true
     local left = math.floor(levels[i] / refill_ms) - 1
