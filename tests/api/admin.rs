@@ -14,18 +14,9 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, redis_connection, redis_test_settings, spawn_app, spawn_app_from,
+    admin_get, eventually, json, redis_connection, redis_test_settings, spawn_app, spawn_app_from,
     spawn_app_with, use_own_redis, OwnRedis, TestApp, ADMIN_TOKEN,
 };
-
-async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-}
 
 async fn admin_send(
     app: &TestApp,

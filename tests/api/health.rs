@@ -3,7 +3,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::helpers::{
-    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp, ADMIN_TOKEN,
+    admin_get, eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
 };
 
 /// Polls readiness until it reports exactly `store` down; liveness must not care.
@@ -70,15 +70,6 @@ async fn readiness_follows_postgres_down_and_back_without_a_restart(db: PgPool) 
     wait_until_not_ready(&app, "postgres").await;
     app.bring_postgres_back().await;
     wait_until_ready(&app, "postgres").await;
-}
-
-async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("an answer")
 }
 
 /// A read that needs a store that cannot be reached answers 503 `STORE_UNAVAILABLE`

@@ -323,6 +323,16 @@ impl TestApp {
     }
 }
 
+/// `GET path` with the admin token.
+pub async fn admin_get(app: &TestApp, path: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("an answer")
+}
+
 /// Postgres's remaining stock of an item.
 pub async fn pg_remaining(db: &PgPool, item: i64) -> i32 {
     sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
