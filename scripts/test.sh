@@ -1,54 +1,100 @@
 #!/usr/bin/env bash
-# `make test`: private Redis and Postgres up, then the whole suite against them.
+# `make test`: private Redis and Postgres up, then the whole suite against them. Each step
+# is timed, and a table of the times is printed at the end, also when a step fails
+# (docs/testing.md, "Where the time goes").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-eval "$(scripts/services.sh up)"
+STEP_NAMES=()
+STEP_SECONDS=()
+STEP_RESULTS=()
+RUN_START=$SECONDS
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/seckill-test.XXXXXX")
+
+# step NAME CMD…: runs CMD, and notes how long it took and whether it passed.
+step() {
+  local name=$1 start=$SECONDS status=0; shift
+  echo "==> $name" >&2
+  "$@" || status=$?
+  note "$name" $((SECONDS - start)) "$([ "$status" = 0 ] && echo ok || echo "FAILED ($status)")"
+  return "$status"
+}
+note() { STEP_NAMES+=("$1"); STEP_SECONDS+=("$2"); STEP_RESULTS+=("$3"); }
+
+# The time of each test binary a `cargo test` log ran, from libtest's own figure: the
+# lines cargo prints before a binary ("Running tests/api/main.rs (…/api-…)") and after
+# it ("test result: … finished in 12.34s").
+binary_times() {
+  awk '/^ *Running / { name = $2; sub(/^(src|tests)\//, "", name); sub(/(\/main)?\.rs$/, "", name) }
+       /^ *Doc-tests / { name = "doc-tests " $2 }
+       /^test result:/ && /finished in/ { t = $NF; sub(/s$/, "", t); if (t + 0 >= 1) printf "  %s %d\n", name, t }' "$1"
+}
+
+print_steps() {
+  local i
+  {
+    printf '\n%-30s %8s  %s\n' step seconds result
+    for i in "${!STEP_NAMES[@]}"; do
+      printf '%-30s %8s  %s\n' "${STEP_NAMES[$i]}" "${STEP_SECONDS[$i]}" "${STEP_RESULTS[$i]}"
+    done
+    printf '%-30s %8s\n' total $((SECONDS - RUN_START))
+  } >&2
+  rm -rf "$LOGS"
+}
+trap print_steps EXIT
+
+services_up() { eval "$(scripts/services.sh up)"; }
+step services services_up
 # Tests wait on I/O far more than on CPU: more threads than the two cores finish sooner.
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
+# A clean clone gains nothing from incremental compilation's bookkeeping (docs/testing.md).
+[ -d target/debug ] || export CARGO_INCREMENTAL=0
 
-# Lints first, so a formatting slip or a stale query cache fails in seconds: rustfmt,
-# clippy with warnings as errors, and the committed sqlx offline data regenerated into a
-# temporary folder and compared.
-cargo fmt --all --check
-cargo clippy --locked --workspace --all-targets --features seckill/failpoints -- -D warnings
-scripts/sqlx-prepare.sh --check
+step fmt cargo fmt --all --check
 
+# One compile of the whole workspace, dependencies once: clippy's driver is the compiler
+# of the workspace's own crates (what `cargo clippy` does, but with code generated, so the
+# tests below run what it linted; warnings are errors), and the query macros regenerate
+# the sqlx offline data into a temporary folder, compared with the committed `.sqlx/`.
 # `failpoints` compiles in the fault-injection points the crash tests use.
-cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints
+CLIPPY_DRIVER=$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")
+export RUSTC_WORKSPACE_WRAPPER=$CLIPPY_DRIVER
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+step lint-and-build scripts/sqlx-prepare.sh --check -- \
+  cargo test --locked --workspace --all-targets --features seckill/failpoints --no-run
 
-# The HTTP suite again, on a Redis Cluster of 3 masters and 3 replicas (127.0.0.1:7001-7006,
-# data in .local/redis-cluster): every script, pipeline, read across items and the
-# sold-out subscription must work there too. In a subshell, so the cluster setting does
-# not reach the checks below. Left out: tests whose Redis is their own or whose work is
-# Postgres's (the CSV export of 100 000 orders, validation, an item's audit, rule-set
-# changes refused and the upgrade from the previous schema), the waiting room's slow
-# timers (abandonment, the pre-queue's draw; its scripts still run there through the
-# tests of two instances, passes, 429s and sold out), and the limiter scripts' property
-# tests against their models: they test the scripts, not the topology (every algorithm
-# still decides there through /api/limited).
-(
+suite() {
+  cargo test --locked --workspace --all-targets --no-fail-fast --features seckill/failpoints \
+    2>&1 | tee "$LOGS/suite"
+}
+step suite suite || suite_status=$?
+while read -r name seconds; do note "  $name" "$seconds" ""; done < <(binary_times "$LOGS/suite")
+[ "${suite_status:-0}" = 0 ] || exit "$suite_status"
+
+# The tests whose code depends on the Redis topology (scripts, pipelines, reads across
+# items and keys, the sold-out channel, the waiting room's scripts) again, on a Redis
+# Cluster of 3 masters and 3 replicas (127.0.0.1:7001-7006, data in .local/redis-cluster).
+# They are the tests in a module named `topology` (docs/testing.md, "The cluster pass"):
+# libtest's filter picks them by that path, so a renamed test stays in. In a subshell, so
+# the cluster setting does not reach the checks below.
+cluster_pass() (
   eval "$(scripts/services.sh cluster-up)"
-  cargo test --locked -p seckill --test api --no-fail-fast --features seckill/failpoints -- \
-    --skip item_admin::orders_show_names_and_amounts_and_export_as_csv \
-    --skip item_admin::an_edit_is_checked_field_by_field_applied_and_audited \
-    --skip waiting_room::settings_are_bounded_named_and_read_back \
-    --skip waiting_room::a_shopper_who_stops_polling_is_skipped \
-    --skip waiting_room::the_pre_queue_is_drawn_at_the_start_and_the_draw_replays \
-    --skip waiting_room::without_redis_polls_say_stale_and_hand_out_no_pass \
-    --skip rule_sets::rule_set_changes_that_cannot_work_are_refused_and_change_nothing \
-    --skip rule_sets::an_upgrade_adds_a_new_default_rule_once_and_keeps_what_an_operator_changed \
-    --skip limiter_model::
+  cargo test --locked -p seckill --test api --no-fail-fast --features seckill/failpoints \
+    -- topology:: 2>&1 | tee "$LOGS/cluster"
+  # A filter that matches nothing passes; a cluster pass that ran no test fails here.
+  grep -qE '^running [1-9][0-9]* tests?$' "$LOGS/cluster" ||
+    { echo "cluster pass: no test in a \`topology\` module ran" >&2; exit 1; }
 )
+step cluster-pass cluster_pass
 
 # The API contract under attack: /api/openapi.json validated, then schemathesis against a
-# live instance of its own (private virtualenv in .local/venv-api; about 40 s).
-scripts/api-fuzz.sh
+# live instance of its own (private virtualenv in .local/venv-api).
+step api-fuzz scripts/api-fuzz.sh
 
 # The deployment files, checked without a Docker engine: promtool, a real Prometheus
 # scraping a real instance, docker-compose config, nginx -t.
-scripts/check-deploy.sh
+step deploy-checks scripts/check-deploy.sh
 
 # The shopper page and the admin dashboard in headless Chromium (installs chromium and
 # playwright-core when missing); screenshots land in test-artifacts/e2e/.
-scripts/e2e.sh
+step browser-tests scripts/e2e.sh
