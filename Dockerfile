@@ -15,16 +15,21 @@ ENV SQLX_OFFLINE=true \
     CARGO_TERM_COLOR=never
 
 # 1. Dependencies first, against stub sources: this layer is rebuilt only when a
-#    manifest or the lock file changes, not on every source edit. The workspace member
-#    must be present because the root manifest names it.
+#    manifest or the lock file changes, not on every source edit. Every workspace
+#    member's manifest must be present because the root manifest names them; only
+#    seckill's sources are built, the others stay stubs.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
 COPY loadtest/loadgen/Cargo.toml loadtest/loadgen/Cargo.toml
-RUN mkdir -p src loadtest/loadgen/src \
+COPY loadtest/ceiling/Cargo.toml loadtest/ceiling/Cargo.toml
+COPY tests/support/Cargo.toml tests/support/Cargo.toml
+RUN mkdir -p src loadtest/loadgen/src loadtest/ceiling/src tests/support/src \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > loadtest/loadgen/src/main.rs \
  && touch loadtest/loadgen/src/lib.rs \
+ && echo 'fn main() {}' > loadtest/ceiling/src/main.rs \
+ && touch tests/support/src/lib.rs \
  && cargo build --release --locked --bin seckill \
  && rm -rf src loadtest/loadgen/src
 

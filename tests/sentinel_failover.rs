@@ -29,20 +29,11 @@ use seckill::domain::UserId;
 use seckill::identity::{TokenKeys, TokenRules};
 use seckill::store::redis_store::RedisOptions;
 use seckill::store::RedisStore;
+use seckill_test_support::{
+    eventually, spawn_app_from, test_settings, until_redis_agrees_with_postgres,
+};
 use secrecy::SecretString;
 use sqlx::PgPool;
-
-// The last check both failover tests make.
-#[path = "support/failover.rs"]
-mod failover;
-// The API suite's helpers (a separate test binary uses only some of them).
-#[allow(dead_code)]
-#[path = "api/helpers.rs"]
-mod helpers;
-
-use failover::until_redis_agrees_with_postgres;
-
-use helpers::{eventually, spawn_app_from, test_settings};
 
 /// Each test's own ports: the master, the replica, then the three sentinels. Away from
 /// the development set's 6391-6395, the clusters' 7001-7006, 7301-7306
@@ -184,6 +175,13 @@ async fn a_sentinel_master_killed_mid_sale_fails_purchases_closed_then_they_resu
     settings.order_commit_timeout_ms = 1_000;
     settings.database_statement_timeout_ms = 1_000;
     settings.database_idle_in_transaction_timeout_ms = 1_000;
+    // A SIGKILLed master refuses at once, so the gap's calls fail fast whatever their
+    // budget; a budget a loaded machine can spend (the default 250 ms) would add
+    // refusals after the promotion that no stuck worker caused.
+    settings.limiter.timeout_ms = 10_000;
+    // What is tested is the failover: a slow window on a loaded machine must not shed
+    // purchases (503 `OVERLOADED`) that the checks below would count as its failures.
+    settings.shedding_enabled = false;
     // Tokens signed here with the app's key, as its dev login would: the sale's pace
     // is then the test's, not the sign-in's.
     let keys = TokenKeys::new(
@@ -288,31 +286,43 @@ async fn a_sentinel_master_killed_mid_sale_fails_purchases_closed_then_they_resu
     let resumed = resumed_ms.unwrap_or_else(|| {
         panic!("purchases resume after the replica's promotion, within {LONGEST_SALE:?} of the sale's start")
     });
-    // Every worker found the new master. One still calling the dead one would fail
-    // about half of what is sent (two workers); a few may still fail on a loaded
-    // machine (a limiter call past its 250 ms, a slow commit), hence a share, not zero.
-    let late: Vec<&Answer> = answers
+    // Every worker found the new master: after the first new order, some run of
+    // `IN_A_ROW` purchases, in the order they were sent, all answered 200. One worker of
+    // the two still calling the dead master fails about every other purchase, and makes
+    // such a run as likely as that many heads in a row (under 1 in 10 000 over the
+    // purchases after the promotion); a loaded machine's occasional slow commit
+    // (`ORDER_FAILED`) only breaks a run, it cannot fail every run. Counts, not a time:
+    // a share of late failures once failed on a loaded machine.
+    const IN_A_ROW: usize = 20;
+    let mut after_resume: Vec<&Answer> = answers.iter().filter(|a| a.sent_ms > resumed).collect();
+    after_resume.sort_by_key(|a| a.sent_ms);
+    let longest_run = after_resume
         .iter()
-        .filter(|a| a.sent_ms > resumed + 500)
-        .collect();
-    let late_failures: Vec<(u128, &str)> = late
+        .fold((0, 0), |(run, longest), a| {
+            let run = if a.status == 200 { run + 1 } else { 0 };
+            (run, longest.max(run))
+        })
+        .1;
+    let late_failures: Vec<(u128, &str)> = after_resume
         .iter()
         .filter(|a| a.status == 503)
         .map(|a| (a.sent_ms, a.code.as_str()))
         .collect();
     assert!(
-        !late.is_empty() && late_failures.len() * 20 <= late.len(),
-        "{} of the {} purchases sent from 500 ms after the first new order failed: {late_failures:?}",
+        longest_run >= IN_A_ROW,
+        "after the first new order, at most {longest_run} purchases in a row answered 200 \
+         ({} of {} failed: {late_failures:?})",
         late_failures.len(),
-        late.len()
+        after_resume.len()
     );
     let count = |status: u16| answers.iter().filter(|a| a.status == status).count();
     let count_code = |code: &str| answers.iter().filter(|a| a.code == code).count();
     eprintln!(
         "sentinel failover: master killed at {killed_at_ms} ms, first 503 at {first_failure} ms, \
          first order after it at {resumed} ms: time to resume {} ms; {} purchases: {} answers \
-         200, {} 503 ({} LIMITER_UNAVAILABLE, {} ORDER_FAILED), {} 202; {} of the {} sent from \
-         500 ms after the first new order failed; the last answered at {} ms",
+         200, {} 503 ({} LIMITER_UNAVAILABLE, {} ORDER_FAILED), {} 202; {} of the {} sent \
+         after the first new order failed, {longest_run} in a row answered 200; the last \
+         answered at {} ms",
         resumed - killed_at_ms,
         answers.len(),
         count(200),
@@ -321,7 +331,7 @@ async fn a_sentinel_master_killed_mid_sale_fails_purchases_closed_then_they_resu
         count_code("ORDER_FAILED"),
         count(202),
         late_failures.len(),
-        late.len(),
+        after_resume.len(),
         answers.iter().map(|a| a.at_ms).max().unwrap_or(0),
     );
 

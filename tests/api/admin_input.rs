@@ -6,23 +6,7 @@ use reqwest::Method;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{json as body_of, spawn_app, TestApp, ADMIN_TOKEN};
-
-async fn admin(
-    app: &TestApp,
-    method: Method,
-    path: &str,
-    body: Option<serde_json::Value>,
-) -> reqwest::Response {
-    let mut request = app
-        .client
-        .request(method, app.url(path))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    request.send().await.expect("request sent")
-}
+use seckill_test_support::{json as body_of, spawn_app, ADMIN_TOKEN};
 
 async fn assert_refused(response: reqwest::Response, field: &str, what: &str) {
     assert_eq!(response.status(), 400, "{what}");
@@ -41,31 +25,31 @@ async fn admin_input_postgres_cannot_store_is_a_400_naming_the_field(db: PgPool)
     let (start, end) = ("2026-01-01T00:00:00Z", "2030-01-01T00:00:00Z");
 
     let items = "/admin/api/items";
-    let nul_name = admin(&app, Method::POST, items, Some(item("a\u{0}b", start, end))).await;
+    let nul_name = app
+        .admin_send(Method::POST, items, Some(item("a\u{0}b", start, end)))
+        .await;
     assert_refused(nul_name, "name", "a NUL in an item's name").await;
     let ancient = item("x", "-5000-01-01T00:00:00Z", end);
-    let ancient = admin(&app, Method::POST, items, Some(ancient)).await;
+    let ancient = app.admin_send(Method::POST, items, Some(ancient)).await;
     assert_refused(ancient, "startsAt", "a start 5000 BC").await;
     let far = item("x", start, "+10000-01-01T00:00:00Z");
-    let far = admin(&app, Method::POST, items, Some(far)).await;
+    let far = app.admin_send(Method::POST, items, Some(far)).await;
     assert_refused(far, "endsAt", "an end in the year 10000").await;
 
     let message = json!({ "rules": [{ "name": "api", "message": "busy\u{0}" }] });
-    let nul_message = admin(
-        &app,
-        Method::PUT,
-        "/admin/api/policies/seckill",
-        Some(message),
-    )
-    .await;
+    let nul_message = app
+        .admin_send(Method::PUT, "/admin/api/policies/seckill", Some(message))
+        .await;
     assert_refused(nul_message, "message", "a NUL in a rule's message").await;
 
-    let get = admin(&app, Method::GET, "/admin/api/policies/%00", None).await;
+    let get = app.admin_get("/admin/api/policies/%00").await;
     assert_refused(get, "name", "GET of a policy named NUL").await;
     let edit = json!({ "rules": [] });
-    let put = admin(&app, Method::PUT, "/admin/api/policies/%00", Some(edit)).await;
+    let put = app
+        .admin_send(Method::PUT, "/admin/api/policies/%00", Some(edit))
+        .await;
     assert_refused(put, "name", "PUT of a policy named NUL").await;
-    let audit = admin(&app, Method::GET, "/admin/api/audit?policy=%00", None).await;
+    let audit = app.admin_get("/admin/api/audit?policy=%00").await;
     assert_refused(audit, "policy", "the audit of a policy named NUL").await;
 
     for (field, value) in [
@@ -85,11 +69,11 @@ async fn admin_input_postgres_cannot_store_is_a_400_naming_the_field(db: PgPool)
 
     // What is still fine: an unknown but well-formed policy is a 404, and the bounds
     // themselves are accepted.
-    let unknown = admin(&app, Method::GET, "/admin/api/policies/nosuch", None).await;
+    let unknown = app.admin_get("/admin/api/policies/nosuch").await;
     assert_eq!(unknown.status(), 404);
     let bounds = item("x", "1970-01-01T00:00:00Z", "9999-12-31T23:59:59Z");
     assert_eq!(
-        admin(&app, Method::POST, items, Some(bounds))
+        app.admin_send(Method::POST, items, Some(bounds))
             .await
             .status(),
         201

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, item_keys, json, pg_remaining, test_settings, ADMIN_TOKEN};
+use seckill_test_support::{eventually, item_keys, json, pg_remaining, test_settings, ADMIN_TOKEN};
 
 /// One `seckill` process on a fixed port (and probe port); killed when dropped.
 struct Instance {
@@ -249,7 +249,7 @@ async fn killing_an_instance_mid_sale_loses_nothing_and_invents_nothing(db: PgPo
     );
 
     let pending_key = item_keys(&settings.redis_key_prefix, item).pending();
-    let mut conn = crate::helpers::redis_connection(&settings).await;
+    let mut conn = seckill_test_support::redis_connection(&settings).await;
     eventually(
         "every pending reservation is settled",
         Duration::from_secs(20),
@@ -467,7 +467,7 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
     // Another instance's reconciler settles what the dead one left pending.
     let survivor = Instance::start(&env);
     survivor.wait_ready(&client).await;
-    crate::helpers::until_nothing_pending(
+    seckill_test_support::until_nothing_pending(
         &settings,
         item,
         "every pending reservation is settled",
@@ -475,7 +475,7 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
     )
     .await;
     let prefix = &settings.redis_key_prefix;
-    let conn = crate::helpers::redis_connection(&settings).await;
+    let conn = seckill_test_support::redis_connection(&settings).await;
 
     let orders: Vec<(uuid::Uuid,)> = sqlx::query_as("SELECT id FROM orders WHERE item_id = $1")
         .bind(item)

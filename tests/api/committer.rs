@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{
+use seckill_test_support::{
     eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, TestApp,
 };
 

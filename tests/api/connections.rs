@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::spawn_app_with;
+use seckill_test_support::spawn_app_with;
 
 /// Sends one keep-alive request on `stream` and reads its answer's first bytes, or
 /// gives up after `wait`.

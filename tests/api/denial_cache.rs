@@ -2,12 +2,10 @@
 //! same dimension and message, until it expires; a real rule change retires it on every
 //! instance.
 
-use std::time::Duration;
-
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, spawn_app, spawn_app_from, TestApp, ADMIN_TOKEN};
+use seckill_test_support::{json, spawn_app, spawn_app_from, TestApp};
 
 const LIMITER_CALLS: &str = r#"seckill_redis_calls_total{purpose="limiter"}"#;
 const LOCAL_REFUSALS: &str = "seckill_limiter_local_refusals_total";
@@ -95,44 +93,10 @@ async fn a_refused_users_next_requests_are_refused_without_asking_redis(db: PgPo
     );
 }
 
-async fn limited(app: &TestApp, client: &str) -> reqwest::Response {
-    app.client
-        .get(app.url("/api/limited"))
-        .header("X-Client-Id", client)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn set_limited_threshold(app: &TestApp, threshold: u64) {
-    let response = app
-        .client
-        .put(app.url("/admin/api/policies/limited"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({ "rules": [{ "name": "client", "threshold": threshold }] }))
-        .send()
-        .await
-        .unwrap();
+    let edit = json!({ "rules": [{ "name": "client", "threshold": threshold }] });
+    let response = app.put_policy("limited", edit).await;
     assert_eq!(response.status(), 200);
-}
-
-/// Polls `app` with fresh client ids until it serves `policy` as `RateLimit-Policy`.
-async fn wait_for_policy(app: &TestApp, policy: &str) {
-    let mut probe = 0;
-    eventually(
-        "the instance applies the rule",
-        Duration::from_secs(10),
-        || {
-            probe += 1;
-            let id = format!("probe-{probe}");
-            async move {
-                let response = limited(app, &id).await;
-                let served = response.headers().get("ratelimit-policy")?.to_str().ok()?;
-                (served == policy).then_some(())
-            }
-        },
-    )
-    .await;
 }
 
 #[sqlx::test]
@@ -140,13 +104,13 @@ async fn a_rule_raised_elsewhere_sends_a_locally_refused_key_back_to_redis(db: P
     let first = spawn_app(&db).await;
     let second = spawn_app_from(first.settings.clone()).await;
     set_limited_threshold(&first, 2).await;
-    wait_for_policy(&second, r#""client";q=2;w=60"#).await;
+    second.until_policy_served(r#""client";q=2;w=60"#).await;
 
-    assert_eq!(limited(&second, "holder").await.status(), 200);
-    assert_eq!(limited(&second, "holder").await.status(), 200);
-    assert_eq!(limited(&second, "holder").await.status(), 429);
+    assert_eq!(second.limited("", "holder").await.status(), 200);
+    assert_eq!(second.limited("", "holder").await.status(), 200);
+    assert_eq!(second.limited("", "holder").await.status(), 429);
     let calls = second.metric_sum(LIMITER_CALLS).await;
-    assert_eq!(limited(&second, "holder").await.status(), 429);
+    assert_eq!(second.limited("", "holder").await.status(), 429);
     assert_eq!(
         second.metric_sum(LIMITER_CALLS).await,
         calls,
@@ -154,9 +118,9 @@ async fn a_rule_raised_elsewhere_sends_a_locally_refused_key_back_to_redis(db: P
     );
 
     set_limited_threshold(&first, 5).await;
-    wait_for_policy(&second, r#""client";q=5;w=60"#).await;
+    second.until_policy_served(r#""client";q=5;w=60"#).await;
     let calls = second.metric_sum(LIMITER_CALLS).await;
-    let response = limited(&second, "holder").await;
+    let response = second.limited("", "holder").await;
     assert_eq!(
         second.metric_sum(LIMITER_CALLS).await,
         calls + 1.0,

@@ -3,7 +3,7 @@
 use reqwest::header::CONTENT_TYPE;
 use sqlx::PgPool;
 
-use crate::helpers::{json, spawn_app, TestApp};
+use seckill_test_support::{json, spawn_app};
 
 async fn assert_error(response: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
     assert_eq!(response.status(), status);
@@ -24,24 +24,12 @@ async fn assert_error(response: reqwest::Response, status: u16, code: &str) -> s
     body
 }
 
-async fn post_session_raw(
-    app: &TestApp,
-    content_type: &str,
-    body: impl Into<reqwest::Body>,
-) -> reqwest::Response {
-    app.client
-        .post(app.url("/api/session"))
-        .header(CONTENT_TYPE, content_type)
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 #[sqlx::test]
 async fn a_syntax_error_in_the_body_is_malformed_json(db: PgPool) {
     let app = spawn_app(&db).await;
-    let response = post_session_raw(&app, "application/json", r#"{"userId": 1"#).await;
+    let response = app
+        .post_session_raw("application/json", r#"{"userId": 1"#)
+        .await;
     assert_error(response, 400, "MALFORMED_JSON").await;
 }
 
@@ -55,7 +43,7 @@ async fn well_formed_but_invalid_bodies_name_the_field(db: PgPool) {
         r#"{"userId": 1.5}"#,
         "{}",
     ] {
-        let response = post_session_raw(&app, "application/json", body).await;
+        let response = app.post_session_raw("application/json", body).await;
         let error = assert_error(response, 400, "VALIDATION_FAILED").await;
         assert_eq!(error["field"], "userId", "{body}");
     }
@@ -64,7 +52,7 @@ async fn well_formed_but_invalid_bodies_name_the_field(db: PgPool) {
 #[sqlx::test]
 async fn a_wrong_content_type_is_unsupported_media_type(db: PgPool) {
     let app = spawn_app(&db).await;
-    let response = post_session_raw(&app, "text/plain", r#"{"userId": 1}"#).await;
+    let response = app.post_session_raw("text/plain", r#"{"userId": 1}"#).await;
     assert_error(response, 415, "UNSUPPORTED_MEDIA_TYPE").await;
 }
 
@@ -73,7 +61,7 @@ async fn a_body_over_16_kib_is_payload_too_large(db: PgPool) {
     let app = spawn_app(&db).await;
     let padding = "x".repeat(17 * 1024);
     let body = format!(r#"{{"userId": 1, "padding": "{padding}"}}"#);
-    let response = post_session_raw(&app, "application/json", body).await;
+    let response = app.post_session_raw("application/json", body).await;
     assert_error(response, 413, "PAYLOAD_TOO_LARGE").await;
 }
 
@@ -102,7 +90,7 @@ async fn a_wrong_method_is_a_json_method_not_allowed(db: PgPool) {
 async fn a_slow_drip_body_gets_request_timeout(db: PgPool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let app = crate::helpers::spawn_app_with(&db, |s| s.body_timeout_ms = 1_000).await;
+    let app = seckill_test_support::spawn_app_with(&db, |s| s.body_timeout_ms = 1_000).await;
     let token = app.token_for(7).await;
     let address = app.address.trim_start_matches("http://").to_string();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();

@@ -9,27 +9,12 @@ mod stampedes;
 
 use sqlx::PgPool;
 
-use crate::helpers::TestApp;
+use seckill_test_support::TestApp;
 
+/// The purchase these tests retry: from one address, with an `Idempotency-Key`.
 async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> reqwest::Response {
-    app.client
-        .post(app.url("/seckill"))
-        .bearer_auth(token)
-        .header("X-Forwarded-For", "10.20.0.1")
-        .header("Idempotency-Key", key)
-        .json(&serde_json::json!({ "itemId": item }))
-        .send()
+    app.post_seckill_with(token, item, "10.20.0.1", None, Some(key))
         .await
-        .unwrap()
-}
-
-async fn redis_int(app: &TestApp, cmd: &str, key: &str) -> Option<i64> {
-    let mut conn = app.redis().await;
-    redis::cmd(cmd)
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
 }
 
 /// A quick reconciler: deadlines and periods short enough for a test to watch (the

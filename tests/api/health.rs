@@ -2,8 +2,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{
-    admin_get, eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
+use seckill_test_support::{
+    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
 };
 
 /// Polls readiness until it reports exactly `store` down; liveness must not care.
@@ -84,18 +84,11 @@ async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
     let app = spawn_app_with(&db, |s| use_own_redis(s, url)).await;
     let token = app.token_for(41).await;
     let item = app.open_item(3).await;
-    let orders = || async {
-        app.client
-            .get(app.url("/api/orders/mine"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .expect("an answer")
-    };
-    assert_eq!(orders().await.status(), 200);
+    assert_eq!(app.my_orders(&token, None).await.status(), 200);
 
     app.take_postgres_away().await;
-    for response in [orders().await, admin_get(&app, "/admin/api/items").await] {
+    let orders = app.my_orders(&token, None).await;
+    for response in [orders, app.admin_get("/admin/api/items").await] {
         assert_eq!(response.status(), 503);
         assert_eq!(
             response
@@ -109,20 +102,15 @@ async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
     app.bring_postgres_back().await;
 
     redis.stop();
-    let stats = admin_get(&app, "/admin/api/stats").await;
+    let stats = app.admin_get("/admin/api/stats").await;
     assert_eq!(stats.status(), 503);
     assert_eq!(json(stats).await["code"], "STORE_UNAVAILABLE");
     // A purchase's `Idempotency-Key` is claimed in Redis first: no order was tried, so
     // not `ORDER_FAILED`.
+    let key = Some("health-store-unavailable");
     let keyed = app
-        .client
-        .post(app.url("/seckill"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", "health-store-unavailable")
-        .json(&serde_json::json!({ "itemId": item }))
-        .send()
-        .await
-        .expect("an answer");
+        .post_seckill_with(&token, item, "127.0.0.1", None, key)
+        .await;
     assert_eq!(keyed.status(), 503);
     assert_eq!(json(keyed).await["code"], "STORE_UNAVAILABLE");
 }

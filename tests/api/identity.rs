@@ -5,7 +5,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use crate::helpers::{json, spawn_app, spawn_app_with, TestApp};
+use seckill_test_support::{json, spawn_app, spawn_app_with};
 
 #[sqlx::test]
 async fn dev_login_issues_a_token_for_the_user(db: PgPool) {
@@ -43,19 +43,11 @@ fn claims(sub: &str, exp_offset: Duration) -> serde_json::Value {
     serde_json::json!({ "sub": sub, "exp": (Utc::now() + exp_offset).timestamp(), "iat": Utc::now().timestamp() })
 }
 
-async fn get_me(app: &TestApp, authorization: Option<String>) -> reqwest::Response {
-    let mut request = app.client.get(app.url("/api/me"));
-    if let Some(value) = authorization {
-        request = request.header("Authorization", value);
-    }
-    request.send().await.unwrap()
-}
-
 #[sqlx::test]
 async fn a_token_from_the_dev_login_is_accepted(db: PgPool) {
     let app = spawn_app(&db).await;
     let token = app.token_for(9).await;
-    let response = get_me(&app, Some(format!("Bearer {token}"))).await;
+    let response = app.get_me(Some(format!("Bearer {token}"))).await;
     assert_eq!(response.status(), 200);
     assert_eq!(json(response).await, serde_json::json!({ "userId": 9 }));
 }
@@ -103,7 +95,7 @@ async fn missing_expired_forged_unsigned_and_garbage_tokens_are_unauthenticated(
         ("wrong scheme", Some(format!("Basic {expired}"))),
     ];
     for (case, header) in cases {
-        let response = get_me(&app, header).await;
+        let response = app.get_me(header).await;
         assert_eq!(response.status(), 401, "{case}");
         assert_eq!(json(response).await["code"], "UNAUTHENTICATED", "{case}");
     }
@@ -137,7 +129,7 @@ async fn tokens_are_held_to_nbf_a_lifetime_cap_and_the_configured_issuer_and_aud
             sign(claims, &secret, Algorithm::HS256)
         ))
     };
-    let status = |header| async { get_me(&app, header).await.status().as_u16() };
+    let status = |header| async { app.get_me(header).await.status().as_u16() };
 
     assert_eq!(status(token(serde_json::json!({}))).await, 200, "no iat");
     assert_eq!(

@@ -7,39 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{
-    eventually, json as body, pg_orders, spawn_app, spawn_app_from, TestApp, ADMIN_TOKEN,
-};
-
-async fn admin(
-    app: &TestApp,
-    method: reqwest::Method,
-    path: &str,
-    payload: Option<Value>,
-) -> reqwest::Response {
-    let mut request = app
-        .client
-        .request(method, app.url(path))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(payload) = payload {
-        request = request.json(&payload);
-    }
-    request.send().await.expect("request sent")
-}
-
-async fn patch(app: &TestApp, item: i64, payload: Value) -> reqwest::Response {
-    admin(
-        app,
-        reqwest::Method::PATCH,
-        &format!("/admin/api/items/{item}"),
-        Some(payload),
-    )
-    .await
-}
-
-fn ip_of(user: i64) -> String {
-    format!("10.90.{}.{}", user / 250 % 250, user % 250)
-}
+use seckill_test_support::{eventually, ip_of, json as body, pg_orders, spawn_app, spawn_app_from};
 
 #[sqlx::test]
 async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
@@ -52,7 +20,7 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
         (json!({ "stock": 0 }), "stock"),
         (json!({}), "body"),
     ] {
-        let response = patch(&app, item, payload.clone()).await;
+        let response = app.patch_item(item, payload.clone()).await;
         assert_eq!(response.status(), 400, "{payload}");
         let error = body(response).await;
         assert_eq!(
@@ -61,7 +29,7 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
             "{payload}"
         );
     }
-    let unknown = patch(&app, item, json!({ "colour": "red" })).await;
+    let unknown = app.patch_item(item, json!({ "colour": "red" })).await;
     assert_eq!(unknown.status(), 400);
     let anonymous = app
         .client
@@ -72,14 +40,14 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
         .unwrap();
     assert_eq!(anonymous.status(), 401);
     assert_eq!(
-        body(patch(&app, 999_999, json!({ "name": "x" })).await).await["code"],
+        body(app.patch_item(999_999, json!({ "name": "x" })).await).await["code"],
         "ITEM_NOT_FOUND"
     );
     for path in [
         "/admin/api/items/999999/end",
         "/admin/api/items/999999/archive",
     ] {
-        let missing = admin(&app, reqwest::Method::POST, path, None).await;
+        let missing = app.admin_send(reqwest::Method::POST, path, None).await;
         assert_eq!(
             (
                 missing.status().as_u16(),
@@ -91,27 +59,17 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
         let anonymous = app.client.post(app.url(path)).send().await.unwrap();
         assert_eq!(anonymous.status(), 401, "{path}");
     }
-    let missing = admin(
-        &app,
-        reqwest::Method::GET,
-        "/admin/api/items/999999/audit",
-        None,
-    )
-    .await;
+    let missing = app.admin_get("/admin/api/items/999999/audit").await;
     assert_eq!(missing.status(), 404);
-    let bad = admin(
-        &app,
-        reqwest::Method::GET,
-        "/admin/api/items?archived=maybe",
-        None,
-    )
-    .await;
+    let bad = app.admin_get("/admin/api/items?archived=maybe").await;
     assert_eq!(
         (bad.status().as_u16(), body(bad).await["field"].clone()),
         (400, json!("archived"))
     );
 
-    let edited = patch(&app, item, json!({ "name": "Renamed", "priceCents": 2500 })).await;
+    let edited = app
+        .patch_item(item, json!({ "name": "Renamed", "priceCents": 2500 }))
+        .await;
     assert_eq!(edited.status(), 200);
     let edited = body(edited).await;
     assert_eq!(
@@ -119,13 +77,8 @@ async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
         (Some("Renamed"), Some(2500))
     );
     let audit = body(
-        admin(
-            &app,
-            reqwest::Method::GET,
-            &format!("/admin/api/items/{item}/audit"),
-            None,
-        )
-        .await,
+        app.admin_get(&format!("/admin/api/items/{item}/audit"))
+            .await,
     )
     .await;
     let entries = audit["entries"].as_array().unwrap();
@@ -144,13 +97,13 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
     let app = spawn_app(&db).await;
     let item = app.open_item(10).await;
     let (token, _) = app.buy(1, item).await;
-    let ended = admin(
-        &app,
-        reqwest::Method::POST,
-        &format!("/admin/api/items/{item}/end"),
-        None,
-    )
-    .await;
+    let ended = app
+        .admin_send(
+            reqwest::Method::POST,
+            &format!("/admin/api/items/{item}/end"),
+            None,
+        )
+        .await;
     assert_eq!(ended.status(), 200);
     let later = app.token_for(2).await;
     assert_eq!(
@@ -163,7 +116,7 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
         .unwrap()
         .iter()
         .all(|i| i["id"] != item));
-    let listed = body(admin(&app, reqwest::Method::GET, "/admin/api/items", None).await).await;
+    let listed = body(app.admin_get("/admin/api/items").await).await;
     assert!(listed["items"]
         .as_array()
         .unwrap()
@@ -171,8 +124,7 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
         .any(|i| i["id"] == item && i["sold"] == 1));
 
     let archived = body(
-        admin(
-            &app,
+        app.admin_send(
             reqwest::Method::POST,
             &format!("/admin/api/items/{item}/archive"),
             None,
@@ -181,7 +133,7 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
     )
     .await;
     assert!(archived["archivedAt"].is_string());
-    let listed = body(admin(&app, reqwest::Method::GET, "/admin/api/items", None).await).await;
+    let listed = body(app.admin_get("/admin/api/items").await).await;
     assert!(
         listed["items"]
             .as_array()
@@ -190,47 +142,25 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
             .all(|i| i["id"] != item),
         "gone from the default list"
     );
-    let all = body(
-        admin(
-            &app,
-            reqwest::Method::GET,
-            "/admin/api/items?archived=true",
-            None,
-        )
-        .await,
-    )
-    .await;
+    let all = body(app.admin_get("/admin/api/items?archived=true").await).await;
     assert!(all["items"]
         .as_array()
         .unwrap()
         .iter()
         .any(|i| i["id"] == item));
     assert_eq!(
-        body(patch(&app, item, json!({ "name": "x" })).await).await["code"],
+        body(app.patch_item(item, json!({ "name": "x" })).await).await["code"],
         "ITEM_ARCHIVED"
     );
-    let mine = body(
-        app.client
-            .get(app.url("/api/orders/mine"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let mine = body(app.my_orders(&token, None).await).await;
     assert_eq!(
         mine["orders"].as_array().unwrap().len(),
         1,
         "its orders stay"
     );
     let audit = body(
-        admin(
-            &app,
-            reqwest::Method::GET,
-            &format!("/admin/api/items/{item}/audit"),
-            None,
-        )
-        .await,
+        app.admin_get(&format!("/admin/api/items/{item}/audit"))
+            .await,
     )
     .await;
     let actions: Vec<&str> = audit["entries"]
@@ -242,87 +172,6 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
     assert_eq!(actions, ["archive", "end", "create"]);
 }
 
-/// Stock edits racing purchases over two instances: never more orders than the total
-/// at any edit, and Redis ≡ Postgres once everything has settled.
-#[sqlx::test]
-async fn stock_edits_racing_purchases_over_two_instances_keep_both_stores_agreeing(db: PgPool) {
-    let one = spawn_app(&db).await;
-    let two = spawn_app_from(one.settings.clone()).await;
-    let item = one.open_item(40).await;
-    eventually(
-        "the second instance lists the item",
-        Duration::from_secs(10),
-        || async {
-            (body(two.get("/api/items").await).await["items"]
-                .as_array()?
-                .len()
-                == 1)
-                .then_some(())
-        },
-    )
-    .await;
-    let buyers = (1..=120).map(|user| {
-        let app = if user % 2 == 0 { &one } else { &two };
-        async move {
-            let token = app.token_for(user).await;
-            app.post_seckill(&token, item, &ip_of(user))
-                .await
-                .status()
-                .as_u16()
-        }
-    });
-    let edits = async {
-        let mut answers = Vec::new();
-        for stock in [60, 45, 80, 50] {
-            let response = patch(&one, item, json!({ "stock": stock })).await;
-            let status = response.status().as_u16();
-            let answer = body(response).await;
-            answers.push((stock, status, answer));
-        }
-        answers
-    };
-    let (statuses, edits) = tokio::join!(futures_util::future::join_all(buyers), edits);
-    assert!(
-        statuses.iter().all(|s| [200, 409, 429].contains(s)),
-        "{statuses:?}"
-    );
-    for (stock, status, answer) in &edits {
-        assert!(
-            *status == 200
-                || (*status == 409
-                    && answer["code"] == "STOCK_TOO_LOW"
-                    && answer["minStock"].as_i64() > Some(*stock)),
-            "stock {stock}: {status} {answer}"
-        );
-    }
-    one.until_nothing_pending(item, "purchases settled", Duration::from_secs(10))
-        .await;
-    let (total, remaining): (i32, i32) =
-        sqlx::query_as("SELECT total_stock, remaining_stock FROM items WHERE id = $1")
-            .bind(item)
-            .fetch_one(&db)
-            .await
-            .unwrap();
-    let orders = pg_orders(&db, item).await;
-    let sold = statuses.iter().filter(|s| **s == 200).count() as i64;
-    assert_eq!(orders, sold, "every 200 is an order, no other");
-    assert_eq!(
-        i64::from(total),
-        orders + i64::from(remaining),
-        "Postgres adds up"
-    );
-    let redis: Option<i64> = one.redis_get(&one.item_keys(item).stock()).await;
-    assert_eq!(redis, Some(i64::from(remaining)), "Redis ≡ Postgres");
-    // Lowering below what is sold is refused with the least that is allowed.
-    if orders > 1 {
-        let refused = body(patch(&one, item, json!({ "stock": orders - 1 })).await).await;
-        assert_eq!(
-            (refused["code"].as_str(), refused["minStock"].as_i64()),
-            (Some("STOCK_TOO_LOW"), Some(orders))
-        );
-    }
-}
-
 #[sqlx::test]
 async fn orders_show_names_and_amounts_and_export_as_csv(db: PgPool) {
     let app = spawn_app(&db).await;
@@ -330,21 +179,16 @@ async fn orders_show_names_and_amounts_and_export_as_csv(db: PgPool) {
     let (_, order) = app.buy(7, item).await;
     // The amount is the price paid: a later price change does not move it.
     assert_eq!(
-        patch(&app, item, json!({ "priceCents": 2500 }))
+        app.patch_item(item, json!({ "priceCents": 2500 }))
             .await
             .status(),
         200
     );
     let page = body(
-        admin(
-            &app,
-            reqwest::Method::GET,
-            &format!(
-                "/admin/api/orders?order={}",
-                order["orderId"].as_str().unwrap()
-            ),
-            None,
-        )
+        app.admin_get(&format!(
+            "/admin/api/orders?order={}",
+            order["orderId"].as_str().unwrap()
+        ))
         .await,
     )
     .await;
@@ -359,13 +203,7 @@ async fn orders_show_names_and_amounts_and_export_as_csv(db: PgPool) {
         (Some("Test item"), Some(1999), Some(7))
     );
     assert_eq!(row["paidAt"], Value::Null);
-    let bad = admin(
-        &app,
-        reqwest::Method::GET,
-        "/admin/api/orders?page=abc",
-        None,
-    )
-    .await;
+    let bad = app.admin_get("/admin/api/orders?page=abc").await;
     assert_eq!(bad.status(), 400);
     assert_eq!(body(bad).await["field"], "page");
 
@@ -380,13 +218,9 @@ async fn orders_show_names_and_amounts_and_export_as_csv(db: PgPool) {
     .await
     .unwrap();
     let before = peak_memory_kib();
-    let csv = admin(
-        &app,
-        reqwest::Method::GET,
-        &format!("/admin/api/orders.csv?item={item}"),
-        None,
-    )
-    .await;
+    let csv = app
+        .admin_get(&format!("/admin/api/orders.csv?item={item}"))
+        .await;
     assert_eq!(csv.status(), 200);
     assert!(csv.headers()["content-type"]
         .to_str()
@@ -438,16 +272,7 @@ async fn the_live_numbers_count_each_outcome_once(db: PgPool) {
         "SOLD_OUT"
     );
     let stats = eventually("the counts flushed", Duration::from_secs(10), || async {
-        let stats = body(
-            admin(
-                &app,
-                reqwest::Method::GET,
-                "/admin/api/stats?window=300",
-                None,
-            )
-            .await,
-        )
-        .await;
+        let stats = body(app.admin_get("/admin/api/stats?window=300").await).await;
         (stats["orders"] == 3 && stats["soldOut"] == 1 && stats["alreadyPurchased"] == 1)
             .then_some(stats)
     })
@@ -464,4 +289,80 @@ async fn the_live_numbers_count_each_outcome_once(db: PgPool) {
         "the process collector"
     );
     assert!(metrics.contains("seckill_build_info{commit="), "build info");
+}
+
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
+
+    /// Stock edits racing purchases over two instances: never more orders than the total
+    /// at any edit, and Redis ≡ Postgres once everything has settled.
+    #[sqlx::test]
+    async fn stock_edits_racing_purchases_over_two_instances_keep_both_stores_agreeing(db: PgPool) {
+        let one = spawn_app(&db).await;
+        let two = spawn_app_from(one.settings.clone()).await;
+        let item = one.open_item(40).await;
+        two.until_items_listed(1).await;
+        let buyers = (1..=120).map(|user| {
+            let app = if user % 2 == 0 { &one } else { &two };
+            async move {
+                let token = app.token_for(user).await;
+                app.post_seckill(&token, item, &ip_of(user))
+                    .await
+                    .status()
+                    .as_u16()
+            }
+        });
+        let edits = async {
+            let mut answers = Vec::new();
+            for stock in [60, 45, 80, 50] {
+                let response = one.patch_item(item, json!({ "stock": stock })).await;
+                let status = response.status().as_u16();
+                let answer = body(response).await;
+                answers.push((stock, status, answer));
+            }
+            answers
+        };
+        let (statuses, edits) = tokio::join!(futures_util::future::join_all(buyers), edits);
+        assert!(
+            statuses.iter().all(|s| [200, 409, 429].contains(s)),
+            "{statuses:?}"
+        );
+        for (stock, status, answer) in &edits {
+            assert!(
+                *status == 200
+                    || (*status == 409
+                        && answer["code"] == "STOCK_TOO_LOW"
+                        && answer["minStock"].as_i64() > Some(*stock)),
+                "stock {stock}: {status} {answer}"
+            );
+        }
+        one.until_nothing_pending(item, "purchases settled", Duration::from_secs(10))
+            .await;
+        let (total, remaining): (i32, i32) =
+            sqlx::query_as("SELECT total_stock, remaining_stock FROM items WHERE id = $1")
+                .bind(item)
+                .fetch_one(&db)
+                .await
+                .unwrap();
+        let orders = pg_orders(&db, item).await;
+        let sold = statuses.iter().filter(|s| **s == 200).count() as i64;
+        assert_eq!(orders, sold, "every 200 is an order, no other");
+        assert_eq!(
+            i64::from(total),
+            orders + i64::from(remaining),
+            "Postgres adds up"
+        );
+        let redis: Option<i64> = one.redis_get(&one.item_keys(item).stock()).await;
+        assert_eq!(redis, Some(i64::from(remaining)), "Redis ≡ Postgres");
+        // Lowering below what is sold is refused with the least that is allowed.
+        if orders > 1 {
+            let refused = body(one.patch_item(item, json!({ "stock": orders - 1 })).await).await;
+            assert_eq!(
+                (refused["code"].as_str(), refused["minStock"].as_i64()),
+                (Some("STOCK_TOO_LOW"), Some(orders))
+            );
+        }
+    }
 }

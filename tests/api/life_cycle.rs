@@ -5,33 +5,12 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, failpoint_lock, json, pg_remaining, spawn_app_with, TestApp};
-
-/// Orders expire one second after they are placed, and the sweeper looks often.
-fn quick_expiry(s: &mut seckill::configuration::Settings) {
-    s.payment_deadline_secs = 1;
-    s.expiry_sweep_interval_ms = 50;
-}
+use seckill_test_support::{
+    eventually, failpoint_lock, json, pg_remaining, quick_expiry, spawn_app_with, TestApp,
+};
 
 fn patient(s: &mut seckill::configuration::Settings) {
     s.payment_deadline_secs = 600;
-}
-
-async fn order_call(
-    app: &TestApp,
-    token: &str,
-    order: &str,
-    what: &str,
-    key: Option<&str>,
-) -> reqwest::Response {
-    let mut request = app
-        .client
-        .post(app.url(&format!("/api/orders/{order}/{what}")))
-        .bearer_auth(token);
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
-    request.send().await.expect("request sent")
 }
 
 async fn is_buyer(app: &TestApp, item: i64, user: i64) -> bool {
@@ -62,31 +41,33 @@ async fn a_paid_order_stays_paid_and_only_pending_orders_move(db: PgPool) {
     assert!(order["payBy"].is_string());
     let id = order["orderId"].as_str().unwrap();
 
-    let paid = order_call(&app, &token, id, "pay", None).await;
+    let paid = app.order_call(&token, id, "pay", None).await;
     assert_eq!(paid.status(), 200);
     assert_eq!(json(paid).await["state"], "paid");
 
     for what in ["pay", "cancel"] {
-        let again = order_call(&app, &token, id, what, None).await;
+        let again = app.order_call(&token, id, what, None).await;
         assert_eq!(again.status(), 409, "{what} of a paid order");
         let body = json(again).await;
         assert_eq!(body["code"], "ORDER_STATE");
         assert_eq!(body["state"], "paid");
     }
     // A retried payment that carries its key hears the success again.
-    let retried = order_call(&app, &token, id, "pay", Some("pay-7001")).await;
+    let retried = app.order_call(&token, id, "pay", Some("pay-7001")).await;
     assert_eq!(retried.status(), 200);
     assert_eq!(json(retried).await["state"], "paid");
 
     // Someone else's order, an unknown one, and no order id at all.
     let stranger = app.token_for(7_002).await;
-    let theirs = order_call(&app, &stranger, id, "cancel", None).await;
+    let theirs = app.order_call(&stranger, id, "cancel", None).await;
     assert_eq!(theirs.status(), 404);
     assert_eq!(json(theirs).await["code"], "ORDER_NOT_FOUND");
-    let unknown = order_call(&app, &token, &uuid::Uuid::now_v7().to_string(), "pay", None).await;
+    let unknown = app
+        .order_call(&token, &uuid::Uuid::now_v7().to_string(), "pay", None)
+        .await;
     assert_eq!(unknown.status(), 404);
     assert_eq!(
-        order_call(&app, &token, "not-a-uuid", "pay", None)
+        app.order_call(&token, "not-a-uuid", "pay", None)
             .await
             .status(),
         404
@@ -117,11 +98,11 @@ async fn a_cancelled_order_gives_its_unit_back_once_and_lifts_sold_out(db: PgPoo
     let refused = app.post_seckill(&late, item, "10.71.0.2").await;
     assert_eq!(json(refused).await["code"], "SOLD_OUT");
 
-    let cancelled = order_call(&app, &token, &id, "cancel", None).await;
+    let cancelled = app.order_call(&token, &id, "cancel", None).await;
     assert_eq!(cancelled.status(), 200);
     assert_eq!(json(cancelled).await["state"], "cancelled");
     for what in ["cancel", "pay"] {
-        let again = order_call(&app, &token, &id, what, Some("retry-7101")).await;
+        let again = app.order_call(&token, &id, what, Some("retry-7101")).await;
         assert_eq!(again.status(), 409, "{what} of a cancelled order");
         assert_eq!(json(again).await["state"], "cancelled");
     }
@@ -162,7 +143,7 @@ async fn without_rebuys_a_released_shopper_cannot_buy_the_item_again(db: PgPool)
     let (token, order) = app.buy(7_201, item).await;
     let id = order["orderId"].as_str().unwrap();
     assert_eq!(
-        order_call(&app, &token, id, "cancel", None).await.status(),
+        app.order_call(&token, id, "cancel", None).await.status(),
         200
     );
     assert_eq!(
@@ -192,7 +173,7 @@ async fn an_unpaid_order_expires_and_its_unit_comes_back(db: PgPool) {
     assert_eq!(app.redis_get::<Option<i64>>(&keys.success()).await, Some(0));
     assert_eq!(pg_remaining(&db, item).await, 2);
     for what in ["pay", "cancel"] {
-        let late = order_call(&app, &token, &id, what, None).await;
+        let late = app.order_call(&token, &id, what, None).await;
         assert_eq!(late.status(), 409, "{what} of an expired order");
         assert_eq!(json(late).await["state"], "expired");
     }
@@ -284,7 +265,7 @@ async fn at_the_deadline_a_payment_and_the_sweeper_never_both_win(db: PgPool) {
                 .to_std()
                 .unwrap_or_default();
             tokio::time::sleep(wait).await;
-            order_call(app, token, id, "pay", None)
+            app.order_call(token, id, "pay", None)
                 .await
                 .status()
                 .as_u16()
@@ -331,39 +312,30 @@ async fn operators_see_every_state_per_item_and_can_filter_by_it(db: PgPool) {
     let paid = paid["orderId"].as_str().unwrap();
     let cancelled = cancelled["orderId"].as_str().unwrap();
     assert_eq!(
-        order_call(&app, &paying, paid, "pay", None).await.status(),
+        app.order_call(&paying, paid, "pay", None).await.status(),
         200
     );
     assert_eq!(
-        order_call(&app, &cancelling, cancelled, "cancel", None)
+        app.order_call(&cancelling, cancelled, "cancel", None)
             .await
             .status(),
         200
     );
 
-    let admin = |path: String| {
-        app.client
-            .get(app.url(&path))
-            .bearer_auth(crate::helpers::ADMIN_TOKEN)
-            .send()
-    };
-    let stats = json(admin("/admin/api/stats".into()).await.unwrap()).await;
+    let stats = json(app.admin_get("/admin/api/stats").await).await;
     assert_eq!(
         stats["ordersByState"][item.to_string()],
         serde_json::json!({ "pending_payment": 1, "paid": 1, "cancelled": 1, "expired": 0 })
     );
     let only = json(
-        admin(format!("/admin/api/orders?item={item}&state=cancelled"))
-            .await
-            .unwrap(),
+        app.admin_get(&format!("/admin/api/orders?item={item}&state=cancelled"))
+            .await,
     )
     .await;
     assert_eq!(only["total"], 1);
     assert_eq!(only["orders"][0]["orderId"], cancelled);
     assert_eq!(only["orders"][0]["state"], "cancelled");
-    let bogus = admin("/admin/api/orders?state=refunded".into())
-        .await
-        .unwrap();
+    let bogus = app.admin_get("/admin/api/orders?state=refunded").await;
     assert_eq!(bogus.status(), 400);
     assert_eq!(json(bogus).await["field"], "state");
 }

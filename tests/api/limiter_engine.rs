@@ -21,7 +21,7 @@ use seckill::limiter::{
 use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
 
-use crate::helpers::{eventually, redis_test_settings};
+use seckill_test_support::{eventually, redis_test_settings};
 
 pub fn rule(name: &str, key: KeySource, window_ms: u64, threshold: u64) -> RuleConfig {
     RuleConfig::new(name, key, window_ms, threshold, &format!("{name} says no"))

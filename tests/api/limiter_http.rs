@@ -6,18 +6,9 @@ use std::time::Duration;
 use seckill::limiter::{Algorithm, FailMode};
 use sqlx::PgPool;
 
-use crate::helpers::{
+use seckill_test_support::{
     eventually, json, spawn_app_from, spawn_app_with, test_settings, use_own_redis, OwnRedis,
-    TestApp,
 };
-
-async fn limited(app: &TestApp, query: &str, client_id: Option<&str>) -> reqwest::Response {
-    let mut request = app.client.get(app.url(&format!("/api/limited{query}")));
-    if let Some(id) = client_id {
-        request = request.header("X-Client-Id", id);
-    }
-    request.send().await.expect("request sent")
-}
 
 fn header(response: &reqwest::Response, name: &str) -> Option<String> {
     response
@@ -30,7 +21,7 @@ fn header(response: &reqwest::Response, name: &str) -> Option<String> {
 async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: PgPool) {
     let app = spawn_app_with(&db, |_| {}).await;
 
-    let first = limited(&app, "", Some("alice")).await;
+    let first = app.limited("", "alice").await;
     assert_eq!(first.status(), 200);
     assert_eq!(
         header(&first, "x-ratelimit-remaining").as_deref(),
@@ -49,10 +40,10 @@ async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: P
         Some(r#""client";r=99"#)
     );
     for _ in 1..100 {
-        assert_eq!(limited(&app, "", Some("alice")).await.status(), 200);
+        assert_eq!(app.limited("", "alice").await.status(), 200);
     }
 
-    let refused = limited(&app, "", Some("alice")).await;
+    let refused = app.limited("", "alice").await;
     assert_eq!(refused.status(), 429);
     assert_eq!(
         header(&refused, "x-ratelimit-remaining").as_deref(),
@@ -79,59 +70,8 @@ async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: P
     assert_eq!(body["retryAfterMs"], wait);
 
     // Another client id is another quota.
-    assert_eq!(limited(&app, "", Some("bob")).await.status(), 200);
+    assert_eq!(app.limited("", "bob").await.status(), 200);
     assert_eq!(app.metric_sum(r#"seckill_limiter_decisions_total{dimension="client",outcome="reject",policy="limited"}"#).await, 1.0);
-}
-
-#[sqlx::test]
-async fn each_algorithm_is_offered_by_name_and_keeps_its_own_quota(db: PgPool) {
-    let app = spawn_app_with(&db, |s| {
-        s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
-    })
-    .await;
-    // One client spends every algorithm's quota in turn: each is its own.
-    for algorithm in Algorithm::ALL {
-        let query = format!("?policy={algorithm}");
-        // The shaper: 3 per 60 s is a slot every 20 s, and the default longest wait is
-        // 1 s, so only the free slot admits.
-        let admitted = if algorithm == Algorithm::LeakyBucket {
-            1
-        } else {
-            3
-        };
-        for call in 0..admitted {
-            let response = limited(&app, &query, Some("carol")).await;
-            assert_eq!(response.status(), 200, "{algorithm} call {call}");
-            assert_eq!(
-                header(&response, "x-ratelimit-policy").as_deref(),
-                Some(algorithm.as_str())
-            );
-            assert_eq!(
-                header(&response, "ratelimit-policy").as_deref(),
-                Some(r#""client";q=3;w=60"#),
-                "{algorithm}"
-            );
-            assert_eq!(
-                header(&response, "x-ratelimit-remaining"),
-                Some((admitted - 1 - call).to_string()),
-                "{algorithm} call {call}"
-            );
-        }
-        let refused = limited(&app, &query, Some("carol")).await;
-        assert_eq!(refused.status(), 429, "{algorithm}");
-        let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
-        // At most a window, but for the weighted counter: full in its current (aligned)
-        // window, it waits for the next one and then for the previous window's weight
-        // to fall, up to two windows (68 726 ms seen when the three calls came early in
-        // their window).
-        let longest = match algorithm {
-            Algorithm::SlidingWindowCounter => 120_000,
-            _ => 60_000,
-        };
-        assert!(wait > 0 && wait <= longest, "{algorithm}: {wait}");
-        let body = json(refused).await;
-        assert_eq!(body["code"], "RATE_LIMITED", "{algorithm}");
-    }
 }
 
 #[sqlx::test]
@@ -146,7 +86,7 @@ async fn the_leaky_bucket_holds_each_answer_for_its_slot_and_refuses_past_the_lo
     .await;
     let calls = (0..10).map(|_| async {
         let sent = std::time::Instant::now();
-        let response = limited(&app, "?policy=leaky_bucket", Some("dora")).await;
+        let response = app.limited("?policy=leaky_bucket", "dora").await;
         (
             response.status().as_u16(),
             header(&response, "ratelimit-delay-ms"),
@@ -183,7 +123,7 @@ async fn the_leaky_bucket_holds_each_answer_for_its_slot_and_refuses_past_the_lo
 #[sqlx::test]
 async fn an_unknown_policy_or_a_bad_client_id_is_a_validation_error(db: PgPool) {
     let app = spawn_app_with(&db, |_| {}).await;
-    let response = limited(&app, "?policy=moving_window", Some("dave")).await;
+    let response = app.limited("?policy=moving_window", "dave").await;
     assert_eq!(response.status(), 400);
     let body = json(response).await;
     assert_eq!(body["code"], "VALIDATION_FAILED");
@@ -195,26 +135,10 @@ async fn an_unknown_policy_or_a_bad_client_id_is_a_validation_error(db: PgPool) 
     );
 
     for bad in ["has space", "brace{tag}", &"x".repeat(65)] {
-        let response = limited(&app, "", Some(bad)).await;
+        let response = app.limited("", bad).await;
         assert_eq!(response.status(), 400, "{bad}");
         assert_eq!(json(response).await["field"], "X-Client-Id");
     }
-}
-
-#[sqlx::test]
-async fn two_instances_share_one_quota(db: PgPool) {
-    let first = spawn_app_with(&db, |_| {}).await;
-    let second = spawn_app_from(first.settings.clone()).await;
-    for i in 0..100 {
-        let app = if i % 2 == 0 { &first } else { &second };
-        assert_eq!(
-            limited(app, "", Some("erin")).await.status(),
-            200,
-            "request {i}"
-        );
-    }
-    assert_eq!(limited(&first, "", Some("erin")).await.status(), 429);
-    assert_eq!(limited(&second, "", Some("erin")).await.status(), 429);
 }
 
 /// Takes the app's own Redis away, checks three answers and the matching counter, brings
@@ -234,7 +158,7 @@ async fn through_a_redis_outage(
         .unwrap()
         .fail_mode = fail_mode;
     let app = spawn_app_from(settings).await;
-    assert_eq!(limited(&app, "", Some("frank")).await.status(), 200);
+    assert_eq!(app.limited("", "frank").await.status(), 200);
 
     redis.stop();
     // The client's own timeout turns a hang into a failed test instead of a stuck one.
@@ -277,7 +201,7 @@ async fn through_a_redis_outage(
         "the route decides again",
         Duration::from_secs(10),
         || async {
-            let response = limited(&app, "", Some("frank")).await;
+            let response = app.limited("", "frank").await;
             (response.status() == 200).then_some(())?;
             header(&response, "x-ratelimit-remaining")
         },
@@ -408,5 +332,74 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
             .await
             .unwrap();
         assert_eq!(response.status(), 200, "request {i}");
+    }
+}
+
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
+
+    #[sqlx::test]
+    async fn each_algorithm_is_offered_by_name_and_keeps_its_own_quota(db: PgPool) {
+        let app = spawn_app_with(&db, |s| {
+            s.limiter.policies.get_mut("limited").unwrap().rules[0].threshold = 3;
+        })
+        .await;
+        // One client spends every algorithm's quota in turn: each is its own.
+        for algorithm in Algorithm::ALL {
+            let query = format!("?policy={algorithm}");
+            // The shaper: 3 per 60 s is a slot every 20 s, and the default longest wait is
+            // 1 s, so only the free slot admits.
+            let admitted = if algorithm == Algorithm::LeakyBucket {
+                1
+            } else {
+                3
+            };
+            for call in 0..admitted {
+                let response = app.limited(&query, "carol").await;
+                assert_eq!(response.status(), 200, "{algorithm} call {call}");
+                assert_eq!(
+                    header(&response, "x-ratelimit-policy").as_deref(),
+                    Some(algorithm.as_str())
+                );
+                assert_eq!(
+                    header(&response, "ratelimit-policy").as_deref(),
+                    Some(r#""client";q=3;w=60"#),
+                    "{algorithm}"
+                );
+                assert_eq!(
+                    header(&response, "x-ratelimit-remaining"),
+                    Some((admitted - 1 - call).to_string()),
+                    "{algorithm} call {call}"
+                );
+            }
+            let refused = app.limited(&query, "carol").await;
+            assert_eq!(refused.status(), 429, "{algorithm}");
+            let wait: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+            // At most a window, but for the weighted counter: full in its current (aligned)
+            // window, it waits for the next one and then for the previous window's weight
+            // to fall, up to two windows (68 726 ms seen when the three calls came early in
+            // their window).
+            let longest = match algorithm {
+                Algorithm::SlidingWindowCounter => 120_000,
+                _ => 60_000,
+            };
+            assert!(wait > 0 && wait <= longest, "{algorithm}: {wait}");
+            let body = json(refused).await;
+            assert_eq!(body["code"], "RATE_LIMITED", "{algorithm}");
+        }
+    }
+
+    #[sqlx::test]
+    async fn two_instances_share_one_quota(db: PgPool) {
+        let first = spawn_app_with(&db, |_| {}).await;
+        let second = spawn_app_from(first.settings.clone()).await;
+        for i in 0..100 {
+            let app = if i % 2 == 0 { &first } else { &second };
+            assert_eq!(app.limited("", "erin").await.status(), 200, "request {i}");
+        }
+        assert_eq!(first.limited("", "erin").await.status(), 429);
+        assert_eq!(second.limited("", "erin").await.status(), 429);
     }
 }

@@ -7,7 +7,7 @@ use loadgen::{Config, ItemChoice, Limits, Load, Stores};
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app_with, TestApp, ADMIN_TOKEN};
+use seckill_test_support::{spawn_app_with, TestApp, ADMIN_TOKEN};
 
 fn config(app: &TestApp) -> Config {
     Config {

@@ -1,6 +1,8 @@
 //! The integration suite: one binary, one module per area. Every test starts the real
 //! application on a random port against the real Redis and Postgres that
-//! `scripts/services.sh` runs, with its own database and its own Redis key prefix.
+//! `scripts/services.sh` runs, with its own database and its own Redis key prefix:
+//! `TestApp`, from the crate the test binaries share (`tests/support/`), where every
+//! request a test sends is spelled once.
 
 mod admin;
 mod admin_input;
@@ -12,7 +14,6 @@ mod denial_cache;
 mod errors;
 mod hardening;
 mod health;
-mod helpers;
 mod identity;
 mod item_admin;
 mod life_cycle;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app, spawn_app_with};
+use seckill_test_support::{spawn_app, spawn_app_with};
 
 #[sqlx::test]
 async fn four_purchase_attempts_by_one_user_show_exactly_one_user_rejection(db: PgPool) {

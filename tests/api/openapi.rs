@@ -5,9 +5,9 @@
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::helpers::{spawn_app, spawn_app_with};
+use seckill_test_support::{spawn_app, spawn_app_with};
 
-async fn document(app: &crate::helpers::TestApp) -> Value {
+async fn document(app: &seckill_test_support::TestApp) -> Value {
     let response = app
         .client
         .get(app.url("/api/openapi.json"))

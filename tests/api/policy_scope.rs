@@ -14,9 +14,9 @@ use seckill::store::redis_store::RedisConnection;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{
+use seckill_test_support::{
     eventually, json, spawn_app_from, spawn_app_with, test_settings, use_own_redis, OwnRedis,
-    TestApp, ADMIN_TOKEN,
+    TestApp,
 };
 
 /// The sale's policy in `settings`, set to `scope`.
@@ -111,90 +111,23 @@ async fn keyslot(redis: &mut RedisConnection, key: &str) -> i64 {
         .expect("CLUSTER KEYSLOT")
 }
 
-#[sqlx::test]
-async fn per_item_limiter_keys_share_the_slot_of_their_items_stock(db: PgPool) {
-    let app = app_with_api(&db, Scope::PerItem, 1_000).await;
-    let items = [app.open_item(100).await, app.open_item(100).await];
-    for (n, item) in items.iter().enumerate() {
-        assert_eq!(buy(&app, *item, 1_000 * (n as i64 + 1), 2).await, (2, 0));
-    }
-    let prefix = &app.settings.redis_key_prefix;
-    let mut redis = app.redis().await;
-    let limiter_keys: Vec<String> = all_keys(&mut redis, prefix)
-        .await
-        .into_iter()
-        .filter(|key| key.contains(":limit:") || key.contains(&format!("{{{SECKILL_POLICY}}}")))
-        .collect();
-    let cluster = std::env::var("SECKILL_REDIS_CLUSTER_NODES").is_ok_and(|n| !n.is_empty());
-    let mut by_item = BTreeMap::new();
-    for (n, item) in items.iter().enumerate() {
-        let stock = app.item_keys(*item).stock();
-        let ours: Vec<&String> = limiter_keys
-            .iter()
-            .filter(|key| hash_tag(key) == hash_tag(&stock))
-            .collect();
-        // api once, then user and ip for each of the two buyers.
-        let first = 1_000 * (n as i64 + 1);
-        let base = format!("{prefix}:{{item:{item}}}:limit:seckill:sliding_window");
-        let mut expected = vec![format!("{base}:api:lit:purchase")];
-        for user in [first, first + 1] {
-            let ip = format!("10.{}.{}.{}", item % 250, user / 250 % 250, user % 250);
-            expected.push(format!("{base}:user:{user}"));
-            expected.push(format!("{base}:ip:{ip}"));
-        }
-        expected.sort();
-        let mut found: Vec<String> = ours.iter().map(|key| key.to_string()).collect();
-        found.sort();
-        assert_eq!(found, expected, "item {item}");
-        if cluster {
-            let slot = keyslot(&mut redis, &stock).await;
-            for key in &ours {
-                assert_eq!(keyslot(&mut redis, key).await, slot, "{key} vs {stock}");
-            }
-        }
-        by_item.insert(*item, ours.len());
-    }
-    // Every limiter key is one of an item's: none under the policy's global tag.
-    assert_eq!(
-        by_item.values().sum::<usize>(),
-        limiter_keys.len(),
-        "{limiter_keys:#?}"
-    );
-}
-
-async fn admin_policy(app: &TestApp, name: &str) -> serde_json::Value {
-    let response = app
-        .client
-        .get(app.url(&format!("/admin/api/policies/{name}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(response.status(), 200);
-    json(response).await
-}
-
+/// An edit of `name`'s scope alone.
 async fn put_scope(app: &TestApp, name: &str, scope: &str) -> reqwest::Response {
-    app.client
-        .put(app.url(&format!("/admin/api/policies/{name}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({ "scope": scope, "rules": [] }))
-        .send()
+    app.put_policy(name, json!({ "scope": scope, "rules": [] }))
         .await
-        .expect("request sent")
 }
 
 #[sqlx::test]
 async fn the_admin_api_takes_per_item_for_the_sale_only_and_the_sale_follows(db: PgPool) {
     let app = spawn_app_with(&db, |_| {}).await;
-    assert_eq!(admin_policy(&app, SECKILL_POLICY).await["scope"], "global");
+    assert_eq!(app.policy(SECKILL_POLICY).await["scope"], "global");
 
     let refused = put_scope(&app, LIMITED_POLICY, "per_item").await;
     assert_eq!(refused.status(), 400);
     let body = json(refused).await;
     assert_eq!(body["code"], "VALIDATION_FAILED");
     assert_eq!(body["field"], "scope");
-    let limited = admin_policy(&app, LIMITED_POLICY).await;
+    let limited = app.policy(LIMITED_POLICY).await;
     assert_eq!(
         (limited["scope"].clone(), limited["version"].clone()),
         (json!("global"), json!(1))
@@ -203,7 +136,7 @@ async fn the_admin_api_takes_per_item_for_the_sale_only_and_the_sale_follows(db:
     let accepted = put_scope(&app, SECKILL_POLICY, "per_item").await;
     assert_eq!(accepted.status(), 200);
     assert_eq!(json(accepted).await["scope"], "per_item");
-    let seckill = admin_policy(&app, SECKILL_POLICY).await;
+    let seckill = app.policy(SECKILL_POLICY).await;
     assert_eq!(
         (seckill["scope"].clone(), seckill["version"].clone()),
         (json!("per_item"), json!(2))
@@ -291,9 +224,10 @@ async fn evalsha_calls(redis: &mut RedisConnection) -> i64 {
 /// With `per_item` the reservation runs in the limiter's own call: a purchase is one
 /// script call, not two; with `global` the two scripts are two calls. Both sell the
 /// same. Counted on a Redis of the test's own, so no other test's calls mix in, with
-/// the reconciler and the sweeper idle after their start-up round: a round that lands
-/// mid-purchase may settle or repair with a script call of its own (seen once in CI as
-/// 11 calls for 10).
+/// the reconciler, the sweeper and the limiter's heartbeat idle after their start-up
+/// round: each may call a script of its own when it lands mid-purchase. The heartbeat
+/// is one script call a second, so purchases slower than a second in all (a loaded
+/// machine) counted 11 calls for 10.
 async fn script_calls_per_purchase(db: &PgPool, scope: Scope, scripts_per_purchase: i64) {
     let redis = OwnRedis::start().await;
     let mut settings = test_settings(db);
@@ -301,11 +235,16 @@ async fn script_calls_per_purchase(db: &PgPool, scope: Scope, scripts_per_purcha
     sale_policy(&mut settings, scope);
     settings.reconcile_interval_ms = IDLE_MS;
     settings.expiry_sweep_interval_ms = IDLE_MS;
+    settings.limiter.heartbeat_ms = IDLE_MS;
     let app = spawn_app_from(settings).await;
     eventually(
-        "the start-up reconciler round",
+        "the start-up reconciler round and heartbeat",
         Duration::from_secs(10),
-        || async { (app.metric_sum("seckill_reconciler_rounds_total").await >= 1.0).then_some(()) },
+        || async {
+            let reconciled = app.metric_sum("seckill_reconciler_rounds_total").await >= 1.0;
+            let beaten = app.metric_sum("seckill_limiter_instances").await >= 1.0;
+            (reconciled && beaten).then_some(())
+        },
     )
     .await;
     let item = app.open_item(5).await;
@@ -335,4 +274,61 @@ async fn per_item_reserves_in_the_limiters_call(db: PgPool) {
 #[sqlx::test]
 async fn global_reserves_in_a_call_of_its_own(db: PgPool) {
     script_calls_per_purchase(&db, Scope::Global, 2).await;
+}
+
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
+
+    #[sqlx::test]
+    async fn per_item_limiter_keys_share_the_slot_of_their_items_stock(db: PgPool) {
+        let app = app_with_api(&db, Scope::PerItem, 1_000).await;
+        let items = [app.open_item(100).await, app.open_item(100).await];
+        for (n, item) in items.iter().enumerate() {
+            assert_eq!(buy(&app, *item, 1_000 * (n as i64 + 1), 2).await, (2, 0));
+        }
+        let prefix = &app.settings.redis_key_prefix;
+        let mut redis = app.redis().await;
+        let limiter_keys: Vec<String> = all_keys(&mut redis, prefix)
+            .await
+            .into_iter()
+            .filter(|key| key.contains(":limit:") || key.contains(&format!("{{{SECKILL_POLICY}}}")))
+            .collect();
+        let cluster = std::env::var("SECKILL_REDIS_CLUSTER_NODES").is_ok_and(|n| !n.is_empty());
+        let mut by_item = BTreeMap::new();
+        for (n, item) in items.iter().enumerate() {
+            let stock = app.item_keys(*item).stock();
+            let ours: Vec<&String> = limiter_keys
+                .iter()
+                .filter(|key| hash_tag(key) == hash_tag(&stock))
+                .collect();
+            // api once, then user and ip for each of the two buyers.
+            let first = 1_000 * (n as i64 + 1);
+            let base = format!("{prefix}:{{item:{item}}}:limit:seckill:sliding_window");
+            let mut expected = vec![format!("{base}:api:lit:purchase")];
+            for user in [first, first + 1] {
+                let ip = format!("10.{}.{}.{}", item % 250, user / 250 % 250, user % 250);
+                expected.push(format!("{base}:user:{user}"));
+                expected.push(format!("{base}:ip:{ip}"));
+            }
+            expected.sort();
+            let mut found: Vec<String> = ours.iter().map(|key| key.to_string()).collect();
+            found.sort();
+            assert_eq!(found, expected, "item {item}");
+            if cluster {
+                let slot = keyslot(&mut redis, &stock).await;
+                for key in &ours {
+                    assert_eq!(keyslot(&mut redis, key).await, slot, "{key} vs {stock}");
+                }
+            }
+            by_item.insert(*item, ours.len());
+        }
+        // Every limiter key is one of an item's: none under the policy's global tag.
+        assert_eq!(
+            by_item.values().sum::<usize>(),
+            limiter_keys.len(),
+            "{limiter_keys:#?}"
+        );
+    }
 }

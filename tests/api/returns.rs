@@ -6,13 +6,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, failpoint_lock, json, pg_remaining, spawn_app_with, TestApp};
-
-/// Orders expire one second after they are placed, and the sweeper looks often.
-fn quick_expiry(s: &mut seckill::configuration::Settings) {
-    s.payment_deadline_secs = 1;
-    s.expiry_sweep_interval_ms = 50;
-}
+use seckill_test_support::{
+    eventually, failpoint_lock, json, pg_remaining, quick_expiry, spawn_app_with, TestApp,
+};
 
 /// Buys `item` as `user`; answers the order id.
 async fn buy(app: &TestApp, user: i64, item: i64) -> String {
@@ -29,17 +25,8 @@ async fn returned(db: &PgPool, order: &str) -> bool {
         .unwrap()
 }
 
-async fn redis_i64(app: &TestApp, command: &str, key: &str) -> i64 {
-    let mut conn = app.redis().await;
-    redis::cmd(command)
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 async fn del(app: &TestApp, key: &str) {
-    redis_i64(app, "DEL", key).await;
+    app.redis_command::<i64>("DEL", key).await;
 }
 
 async fn stock(app: &TestApp, item: i64) -> Option<i64> {
@@ -104,30 +91,6 @@ async fn an_ended_item_whose_keys_are_gone_never_holds_up_another_items_returns(
     assert_eq!(pg_remaining(&db, ended).await, 600);
 }
 
-#[sqlx::test]
-async fn an_item_on_sale_that_lost_its_stock_counter_is_rebuilt_before_its_units_come_back(
-    db: PgPool,
-) {
-    let app = spawn_app_with(&db, quick_expiry).await;
-    let item = app.open_item(3).await;
-    let shopper = 9_101;
-    let order = buy(&app, shopper, item).await;
-    let keys = app.item_keys(item);
-    del(&app, &keys.stock()).await;
-
-    eventually("the unit comes back", Duration::from_secs(5), || async {
-        returned(&db, &order).await.then_some(())
-    })
-    .await;
-    assert_eq!(stock(&app, item).await, Some(3), "rebuilt, then given back");
-    assert_eq!(pg_remaining(&db, item).await, 3);
-    assert_eq!(
-        redis_i64(&app, "SCARD", &keys.buyers()).await,
-        0,
-        "the shopper is no buyer any more"
-    );
-}
-
 /// The reconciler's round lands, again and again, after the sweeper gave units back to
 /// Redis and before Postgres marked them returned. It must see the two stores agree:
 /// taking the units away again would sell the item out while they are on sale.
@@ -170,7 +133,7 @@ async fn a_reconciler_round_between_a_give_back_and_its_mark_changes_nothing(db:
         Some(units),
         "the units stay on sale"
     );
-    assert_eq!(redis_i64(&app, "SCARD", &keys.buyers()).await, 0);
+    assert_eq!(app.redis_command::<i64>("SCARD", &keys.buyers()).await, 0);
     assert_eq!(
         app.metric_sum("seckill_reconciler_repairs_total{kind=\"drift\"}")
             .await,
@@ -199,57 +162,81 @@ async fn a_reconciler_round_between_a_give_back_and_its_mark_changes_nothing(db:
     );
 }
 
-#[sqlx::test]
-async fn every_key_of_an_item_expires_an_hour_after_its_last_payment_deadline(db: PgPool) {
-    let deadline = 600;
-    let app = spawn_app_with(&db, |s| {
-        s.payment_deadline_secs = deadline;
-        s.reconcile_interval_ms = 50;
-    })
-    .await;
-    let item = app.open_item(5).await;
-    buy(&app, 9_301, item).await;
-    let cancelled = buy(&app, 9_302, item).await;
-    let token = app.token_for(9_302).await;
-    let cancel = app
-        .client
-        .post(app.url(&format!("/api/orders/{cancelled}/cancel")))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancel.status(), 200);
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
 
-    let items = json(app.get("/api/items").await).await;
-    let ends_at: chrono::DateTime<chrono::Utc> = items["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == item)
-        .unwrap()["endsAt"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let expected =
-        (ends_at + chrono::Duration::seconds(deadline as i64) + chrono::Duration::hours(1))
-            .timestamp_millis();
+    #[sqlx::test]
+    async fn an_item_on_sale_that_lost_its_stock_counter_is_rebuilt_before_its_units_come_back(
+        db: PgPool,
+    ) {
+        let app = spawn_app_with(&db, quick_expiry).await;
+        let item = app.open_item(3).await;
+        let shopper = 9_101;
+        let order = buy(&app, shopper, item).await;
+        let keys = app.item_keys(item);
+        del(&app, &keys.stock()).await;
 
-    let keys = app.item_keys(item);
-    let must_exist = [
-        keys.stock(),
-        keys.version(),
-        keys.buyers(),
-        keys.success(),
-        keys.orders(),
-        keys.returned(),
-    ];
-    app.until_reconciled(1).await;
-    for key in must_exist {
+        eventually("the unit comes back", Duration::from_secs(5), || async {
+            returned(&db, &order).await.then_some(())
+        })
+        .await;
+        assert_eq!(stock(&app, item).await, Some(3), "rebuilt, then given back");
+        assert_eq!(pg_remaining(&db, item).await, 3);
         assert_eq!(
-            redis_i64(&app, "PEXPIRETIME", &key).await,
-            expected,
-            "{key} expires with the item"
+            app.redis_command::<i64>("SCARD", &keys.buyers()).await,
+            0,
+            "the shopper is no buyer any more"
         );
+    }
+
+    #[sqlx::test]
+    async fn every_key_of_an_item_expires_an_hour_after_its_last_payment_deadline(db: PgPool) {
+        let deadline = 600;
+        let app = spawn_app_with(&db, |s| {
+            s.payment_deadline_secs = deadline;
+            s.reconcile_interval_ms = 50;
+        })
+        .await;
+        let item = app.open_item(5).await;
+        buy(&app, 9_301, item).await;
+        let cancelled = buy(&app, 9_302, item).await;
+        let token = app.token_for(9_302).await;
+        let cancel = app.order_call(&token, &cancelled, "cancel", None).await;
+        assert_eq!(cancel.status(), 200);
+
+        let items = json(app.get("/api/items").await).await;
+        let ends_at: chrono::DateTime<chrono::Utc> = items["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == item)
+            .unwrap()["endsAt"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let expected =
+            (ends_at + chrono::Duration::seconds(deadline as i64) + chrono::Duration::hours(1))
+                .timestamp_millis();
+
+        let keys = app.item_keys(item);
+        let must_exist = [
+            keys.stock(),
+            keys.version(),
+            keys.buyers(),
+            keys.success(),
+            keys.orders(),
+            keys.returned(),
+        ];
+        app.until_reconciled(1).await;
+        for key in must_exist {
+            assert_eq!(
+                app.redis_command::<i64>("PEXPIRETIME", &key).await,
+                expected,
+                "{key} expires with the item"
+            );
+        }
     }
 }

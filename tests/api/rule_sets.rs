@@ -7,57 +7,17 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::{eventually, json, spawn_app, spawn_app_from, TestApp, ADMIN_TOKEN};
-
-async fn put_policy(app: &TestApp, name: &str, body: serde_json::Value) -> reqwest::Response {
-    app.client
-        .put(app.url(&format!("/admin/api/policies/{name}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn get_policy(app: &TestApp, name: &str) -> serde_json::Value {
-    let response = app
-        .client
-        .get(app.url(&format!("/admin/api/policies/{name}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    json(response).await
-}
+use seckill_test_support::{eventually, json, spawn_app, spawn_app_from, TestApp};
 
 /// `GET /api/limited` as client `id`: its status and `RateLimit-Policy`.
 async fn limited(app: &TestApp, id: &str) -> (u16, String) {
-    let response = app
-        .client
-        .get(app.url("/api/limited"))
-        .header("X-Client-Id", id)
-        .send()
-        .await
-        .unwrap();
+    let response = app.limited("", id).await;
     let policy = response
         .headers()
         .get("ratelimit-policy")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
     (response.status().as_u16(), policy)
-}
-
-/// Waits until `app` answers with `RateLimit-Policy` = `want` (a fresh client per
-/// probe, so probing spends no one's quota).
-async fn policy_in_force(app: &TestApp, want: &str) {
-    let mut probe = 0;
-    eventually("the change is in force", Duration::from_secs(10), || {
-        probe += 1;
-        let id = format!("probe-{probe}-{}", uuid::Uuid::new_v4().simple());
-        async move { (limited(app, &id).await.1 == want).then_some(()) }
-    })
-    .await;
 }
 
 #[sqlx::test]
@@ -69,13 +29,13 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
     const DEFAULT: &str = r#""client";q=100;w=60"#;
 
     // A tighter rule, in shadow: it refuses nothing and is no quota.
-    let added = put_policy(
-        &one,
-        "limited",
-        json!({ "rules": [{ "name": "tight", "key": "client_id", "windowMs": 60_000,
-                           "threshold": 2, "message": "tight says no", "shadow": true }] }),
-    )
-    .await;
+    let added = one
+        .put_policy(
+            "limited",
+            json!({ "rules": [{ "name": "tight", "key": "client_id", "windowMs": 60_000,
+                               "threshold": 2, "message": "tight says no", "shadow": true }] }),
+        )
+        .await;
     assert_eq!(added.status(), 200);
     let body = json(added).await;
     assert_eq!(body["rules"][1]["name"], "tight");
@@ -101,15 +61,15 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
     .await;
 
     // Enforced: a quota of its own in RateLimit-Policy, refusing the third call.
-    let enforced = put_policy(
-        &one,
-        "limited",
-        json!({ "rules": [{ "name": "tight", "shadow": false }] }),
-    )
-    .await;
+    let enforced = one
+        .put_policy(
+            "limited",
+            json!({ "rules": [{ "name": "tight", "shadow": false }] }),
+        )
+        .await;
     assert_eq!(enforced.status(), 200);
     let both = r#""client";q=100;w=60, "tight";q=2;w=60"#;
-    policy_in_force(&two, both).await;
+    two.until_policy_served(both).await;
     let statuses: Vec<u16> = [0; 3]
         .iter()
         .map(|_| async { limited(&two, "enforced").await.0 })
@@ -120,15 +80,15 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
     assert_eq!(sorted, [200, 200, 429], "{statuses:?}");
 
     // Removed: back to the one rule.
-    let removed = put_policy(
-        &one,
-        "limited",
-        json!({ "rules": [{ "name": "tight", "remove": true }] }),
-    )
-    .await;
+    let removed = one
+        .put_policy(
+            "limited",
+            json!({ "rules": [{ "name": "tight", "remove": true }] }),
+        )
+        .await;
     assert_eq!(removed.status(), 200);
     assert_eq!(json(removed).await["rules"].as_array().unwrap().len(), 1);
-    policy_in_force(&two, DEFAULT).await;
+    two.until_policy_served(DEFAULT).await;
 
     let audit: i64 =
         sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit WHERE policy = 'limited'")
@@ -141,7 +101,7 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
 #[sqlx::test]
 async fn rule_set_changes_that_cannot_work_are_refused_and_change_nothing(db: PgPool) {
     let app = spawn_app(&db).await;
-    let before = get_policy(&app, "limited").await;
+    let before = app.policy("limited").await;
     let new = |name: &str, key: serde_json::Value| json!({ "name": name, "key": key, "windowMs": 1000, "threshold": 5, "message": "no" });
     let cases = [
         // `/api/limited` is open to anyone: nothing to key a user rule on.
@@ -223,13 +183,13 @@ async fn rule_set_changes_that_cannot_work_are_refused_and_change_nothing(db: Pg
         ),
     ];
     for (policy, body, field) in cases {
-        let response = put_policy(&app, policy, body.clone()).await;
+        let response = app.put_policy(policy, body.clone()).await;
         assert_eq!(response.status(), 400, "{body}");
         let error = json(response).await;
         assert_eq!(error["code"], "VALIDATION_FAILED", "{body}: {error}");
         assert_eq!(error["field"], field, "{body}: {error}");
     }
-    assert_eq!(get_policy(&app, "limited").await, before);
+    assert_eq!(app.policy("limited").await, before);
     let audit: i64 = sqlx::query_scalar("SELECT count(*) FROM limiter_policy_audit")
         .fetch_one(&db)
         .await
@@ -272,7 +232,7 @@ async fn an_upgrade_adds_a_new_default_rule_once_and_keeps_what_an_operator_chan
 
     // This release starts: the migration, then the seeding.
     let app = spawn_app(&db).await;
-    let seckill = get_policy(&app, "seckill").await;
+    let seckill = app.policy("seckill").await;
     let rules: Vec<(&str, u64)> = seckill["rules"]
         .as_array()
         .unwrap()
@@ -293,18 +253,18 @@ async fn an_upgrade_adds_a_new_default_rule_once_and_keeps_what_an_operator_chan
             .unwrap();
     assert_eq!(by, ["upgrade"]);
     // Policies the old release did not have are seeded whole.
-    assert_eq!(get_policy(&app, "limited").await["version"], 1);
+    assert_eq!(app.policy("limited").await["version"], 1);
 
     // The operator removes the new rule; a restart does not bring it back.
-    let removed = put_policy(
-        &app,
-        "seckill",
-        json!({ "rules": [{ "name": "ip", "remove": true }] }),
-    )
-    .await;
+    let removed = app
+        .put_policy(
+            "seckill",
+            json!({ "rules": [{ "name": "ip", "remove": true }] }),
+        )
+        .await;
     assert_eq!(removed.status(), 200);
     let restarted = spawn_app_from(app.settings.clone()).await;
-    let seckill = get_policy(&restarted, "seckill").await;
+    let seckill = restarted.policy("seckill").await;
     assert_eq!(seckill["rules"].as_array().unwrap().len(), 2, "{seckill}");
     assert_eq!(seckill["version"], 4, "the restart changed nothing");
 }

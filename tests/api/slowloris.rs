@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{eventually, spawn_app_with, TestApp};
+use seckill_test_support::{eventually, spawn_app_with, TestApp};
 
 /// A connection from `source` (a loopback address other than the trusted 127.0.0.1).
 async fn connect_from(source: &str, app: &TestApp) -> std::io::Result<TcpStream> {

@@ -10,86 +10,16 @@ use seckill::sale::room::shuffle::Shuffle;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::helpers::{
-    eventually, json as body, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
-    ADMIN_TOKEN,
+use seckill_test_support::{
+    eventually, ip_of, json as body, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
 };
-
-fn ip_of(user: i64) -> String {
-    format!("10.80.{}.{}", user / 250 % 250, user % 250)
-}
-
-async fn set_room(app: &TestApp, item: i64, settings: Value) -> reqwest::Response {
-    app.client
-        .put(app.url(&format!("/admin/api/items/{item}/waiting-room")))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&settings)
-        .send()
-        .await
-        .expect("request sent")
-}
-
-/// `GET /admin/api/items/{item}/waiting-room` as the admin.
-async fn get_room(app: &TestApp, item: i64) -> Value {
-    let path = format!("/admin/api/items/{item}/waiting-room");
-    let response = app
-        .client
-        .get(app.url(&path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await;
-    body(response.expect("request sent")).await
-}
 
 /// Turns the room on and waits until `app` has read it (its listing says so).
 async fn open_room(app: &TestApp, item: i64, settings: Value) {
     let mut settings = settings;
     settings["enabled"] = json!(true);
-    let response = set_room(app, item, settings).await;
+    let response = app.set_room(item, settings).await;
     assert_eq!(response.status(), 200);
-}
-
-async fn join(app: &TestApp, token: &str, item: i64, ip: &str) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/api/items/{item}/queue")))
-        .bearer_auth(token)
-        .header("X-Forwarded-For", ip)
-        .send()
-        .await
-        .expect("request sent")
-}
-
-async fn poll(app: &TestApp, token: &str, item: i64, ticket: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(&format!("/api/items/{item}/queue")))
-        .bearer_auth(token)
-        .header("Queue-Ticket", ticket)
-        .send()
-        .await
-        .expect("request sent")
-}
-
-async fn buy_with(
-    app: &TestApp,
-    token: &str,
-    item: i64,
-    ip: &str,
-    pass: Option<&str>,
-    key: Option<&str>,
-) -> reqwest::Response {
-    let mut request = app
-        .client
-        .post(app.url("/seckill"))
-        .bearer_auth(token)
-        .header("X-Forwarded-For", ip)
-        .json(&json!({ "itemId": item }));
-    if let Some(pass) = pass {
-        request = request.header("Queue-Pass", pass);
-    }
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
-    request.send().await.expect("request sent")
 }
 
 /// A shopper in a room: their token and ticket.
@@ -102,7 +32,7 @@ struct Waiting {
 
 async fn joined(app: &TestApp, user: i64, item: i64) -> Waiting {
     let token = app.token_for(user).await;
-    let response = join(app, &token, item, &ip_of(user)).await;
+    let response = app.join_queue(&token, item, &ip_of(user)).await;
     assert_eq!(response.status(), 200, "user {user} joins");
     let joined = body(response).await;
     assert_eq!(joined["state"], "waiting");
@@ -124,7 +54,7 @@ async fn until_state(
     deadline: Duration,
 ) -> Value {
     eventually(&format!("user {} {state}", who.user), deadline, || async {
-        let answer = body(poll(app, &who.token, item, &who.ticket).await).await;
+        let answer = body(app.poll_queue(&who.token, item, &who.ticket).await).await;
         (answer["state"] == state).then_some(answer)
     })
     .await
@@ -150,7 +80,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
     let app = spawn_app(&db).await;
     let item = app.open_item(10).await;
     let path = format!("/admin/api/items/{item}/waiting-room");
-    let fresh = get_room(&app, item).await;
+    let fresh = app.get_room(item).await;
     assert_eq!(
         (fresh["enabled"].clone(), fresh["version"].clone()),
         (json!(false), json!(0))
@@ -166,7 +96,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
             "prequeueStartsAt",
         ),
     ] {
-        let response = set_room(&app, item, settings.clone()).await;
+        let response = app.set_room(item, settings.clone()).await;
         assert_eq!(response.status(), 400, "{settings}");
         let error = body(response).await;
         assert_eq!(
@@ -174,14 +104,16 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
             (Some("VALIDATION_FAILED"), Some(field))
         );
     }
-    let unknown = set_room(&app, item, json!({ "enabled": true, "colour": "red" })).await;
+    let unknown = app
+        .set_room(item, json!({ "enabled": true, "colour": "red" }))
+        .await;
     assert_eq!(unknown.status(), 400);
-    let response = set_room(
-        &app,
-        item,
-        json!({ "enabled": true, "order": "random", "admitPerSecond": 7 }),
-    )
-    .await;
+    let response = app
+        .set_room(
+            item,
+            json!({ "enabled": true, "order": "random", "admitPerSecond": 7 }),
+        )
+        .await;
     assert_eq!(response.status(), 200);
     let stored = body(response).await;
     assert_eq!(
@@ -192,7 +124,7 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
         ),
         (Some("random"), Some(7), Some(1))
     );
-    let read = get_room(&app, item).await;
+    let read = app.get_room(item).await;
     assert_eq!(
         (read["enabled"].clone(), read["maxActive"].clone()),
         (json!(true), json!(500))
@@ -203,17 +135,19 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
     // Turned off: a ticket's poll answers closed, and the sale is as before (no pass).
     let shopper = joined(&app, 5, item).await;
     assert_eq!(
-        set_room(&app, item, json!({ "enabled": false }))
+        app.set_room(item, json!({ "enabled": false }))
             .await
             .status(),
         200
     );
-    let closed = body(poll(&app, &shopper.token, item, &shopper.ticket).await).await;
+    let closed = body(app.poll_queue(&shopper.token, item, &shopper.ticket).await).await;
     assert_eq!(closed["state"], "closed");
-    let bought = buy_with(&app, &shopper.token, item, &ip_of(5), None, None).await;
+    let bought = app
+        .post_seckill_with(&shopper.token, item, &ip_of(5), None, None)
+        .await;
     assert_eq!(bought.status(), 200);
     assert_eq!(
-        body(join(&app, &shopper.token, item, &ip_of(5)).await).await["code"],
+        body(app.join_queue(&shopper.token, item, &ip_of(5)).await).await["code"],
         "QUEUE_CLOSED"
     );
     let anonymous = app
@@ -224,267 +158,8 @@ async fn settings_are_bounded_named_and_read_back(db: PgPool) {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), 401);
-    let missing = set_room(&app, 999_999, json!({ "enabled": true })).await;
+    let missing = app.set_room(999_999, json!({ "enabled": true })).await;
     assert_eq!(body(missing).await["code"], "ITEM_NOT_FOUND");
-}
-
-#[sqlx::test]
-async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
-    let app = spawn_app(&db).await;
-    let item = app.open_item(10).await;
-    let other_item = app.open_item(10).await;
-    // One live pass at a time: the second shopper waits for the first one's purchase.
-    open_room(
-        &app,
-        item,
-        json!({ "order": "fifo", "admitPerSecond": 50, "maxActive": 1 }),
-    )
-    .await;
-    let first = joined(&app, 1, item).await;
-    let second = joined(&app, 2, item).await;
-    assert_eq!(
-        (
-            first.joined["position"].as_u64(),
-            second.joined["position"].as_u64()
-        ),
-        (Some(1), Some(2))
-    );
-    // Joining again answers the same place.
-    let again = body(join(&app, &first.token, item, &ip_of(1)).await).await;
-    assert_eq!(again["position"], 1);
-
-    let admitted = until_state(&app, &first, item, "admitted", Duration::from_secs(5)).await;
-    let pass = admitted["pass"].as_str().expect("a pass").to_string();
-    assert!(admitted["passExpiresAt"].is_string());
-    let waiting = body(poll(&app, &second.token, item, &second.ticket).await).await;
-    assert_eq!(
-        (waiting["state"].as_str(), waiting["ahead"].as_u64()),
-        (Some("waiting"), Some(0))
-    );
-    assert!(waiting["refreshIntervalSeconds"].as_u64().unwrap() > 5);
-
-    // Refused without a pass, with someone else's, with a ticket, and a pass is no
-    // bearer token; none of these spends anything.
-    let refused = |response: reqwest::Response| async move {
-        assert_eq!(response.status(), 403);
-        let error = body(response).await;
-        assert_eq!(error["code"], "NOT_ADMITTED");
-        assert_eq!(error["queue"], format!("/api/items/{item}/queue"));
-    };
-    refused(buy_with(&app, &second.token, item, &ip_of(2), None, None).await).await;
-    refused(buy_with(&app, &second.token, item, &ip_of(2), Some(&pass), None).await).await;
-    refused(
-        buy_with(
-            &app,
-            &first.token,
-            item,
-            &ip_of(1),
-            Some(&first.ticket),
-            None,
-        )
-        .await,
-    )
-    .await;
-    refused(
-        buy_with(
-            &app,
-            &first.token,
-            item,
-            &ip_of(1),
-            Some("forged.pass.token"),
-            None,
-        )
-        .await,
-    )
-    .await;
-    let as_bearer = buy_with(&app, &pass, item, &ip_of(1), Some(&pass), None).await;
-    assert_eq!(as_bearer.status(), 401);
-    // The pass is for this item only; an item without a room ignores the header.
-    let elsewhere = buy_with(&app, &first.token, other_item, &ip_of(1), Some(&pass), None).await;
-    assert_eq!(elsewhere.status(), 200);
-    // A ticket is its holder's, and a poll needs one.
-    let stolen = poll(&app, &second.token, item, &first.ticket).await;
-    assert_eq!(
-        (stolen.status().as_u16(), body(stolen).await["code"].clone()),
-        (403, json!("INVALID_TICKET"))
-    );
-    let bare = app
-        .client
-        .get(app.url(&format!("/api/items/{item}/queue")))
-        .bearer_auth(&first.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        (bare.status().as_u16(), body(bare).await["field"].clone()),
-        (400, json!("Queue-Ticket"))
-    );
-
-    // Idempotent: the purchase with its key, then its replay without the pass.
-    let bought = buy_with(
-        &app,
-        &first.token,
-        item,
-        &ip_of(1),
-        Some(&pass),
-        Some("buy-1"),
-    )
-    .await;
-    assert_eq!(bought.status(), 200);
-    let order = body(bought).await;
-    let replay = buy_with(&app, &first.token, item, &ip_of(1), None, Some("buy-1")).await;
-    assert_eq!(replay.status(), 200);
-    assert_eq!(body(replay).await["orderId"], order["orderId"]);
-    // Once: the same pass again is the user's second purchase.
-    let twice = buy_with(&app, &first.token, item, &ip_of(1), Some(&pass), None).await;
-    assert_eq!(body(twice).await["code"], "ALREADY_PURCHASED");
-
-    // The used pass freed its slot: the second shopper is admitted and buys.
-    let admitted = until_state(&app, &second, item, "admitted", Duration::from_secs(5)).await;
-    let second_pass = admitted["pass"].as_str().unwrap();
-    assert_eq!(
-        buy_with(
-            &app,
-            &second.token,
-            item,
-            &ip_of(2),
-            Some(second_pass),
-            None
-        )
-        .await
-        .status(),
-        200
-    );
-    assert_eq!(crate::helpers::pg_orders(&db, item).await, 2);
-    assert_eq!(
-        app.metric_sum("seckill_queue_passes_total{outcome=\"used\"}")
-            .await,
-        2.0
-    );
-    assert_eq!(
-        app.metric_sum("seckill_queue_passes_total{outcome=\"refused\"}")
-            .await,
-        4.0
-    );
-    assert_eq!(app.metric_sum("seckill_queue_joins_total").await, 2.0);
-}
-
-#[sqlx::test]
-async fn a_pass_survives_a_429_and_the_room_never_admits_past_the_stock(db: PgPool) {
-    // The user rule: 1 purchase attempt per 2 s.
-    let app = spawn_app_with(&db, |s| {
-        let rule = &mut s.limiter.policies.get_mut("seckill").unwrap().rules[1];
-        (rule.threshold, rule.window_ms) = (1, 2_000);
-    })
-    .await;
-    let item = app.open_item(2).await;
-    let other_item = app.open_item(5).await;
-    open_room(&app, item, json!({ "order": "fifo", "admitPerSecond": 50 })).await;
-    let (a, b, c) = (
-        joined(&app, 11, item).await,
-        joined(&app, 12, item).await,
-        joined(&app, 13, item).await,
-    );
-    let pass_a = until_state(&app, &a, item, "admitted", Duration::from_secs(5)).await["pass"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let pass_b = until_state(&app, &b, item, "admitted", Duration::from_secs(5)).await["pass"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    // Two units, two live passes: the third place waits, however long.
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(1) {
-        let answer = body(poll(&app, &c.token, item, &c.ticket).await).await;
-        assert_eq!(
-            (answer["state"].as_str(), answer["ahead"].as_u64()),
-            (Some("waiting"), Some(0))
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    // B spends its quota elsewhere: its purchase with the pass is refused 429 ...
-    assert_eq!(
-        buy_with(&app, &b.token, other_item, &ip_of(12), None, None)
-            .await
-            .status(),
-        200
-    );
-    let limited = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
-    assert_eq!(limited.status(), 429);
-    // ... A buys; B, once its quota is back, buys with the same pass: its unit waited.
-    assert_eq!(
-        buy_with(&app, &a.token, item, &ip_of(11), Some(&pass_a), None)
-            .await
-            .status(),
-        200
-    );
-    eventually(
-        "B's quota back and its unit bought",
-        Duration::from_secs(5),
-        || async {
-            let response = buy_with(&app, &b.token, item, &ip_of(12), Some(&pass_b), None).await;
-            (response.status() != 429).then_some(())?;
-            assert_eq!(response.status(), 200);
-            Some(())
-        },
-    )
-    .await;
-    // Sold out: C's poll says so, with the two unpaid orders as units that may return.
-    let answer = until_state(&app, &c, item, "sold_out", Duration::from_secs(5)).await;
-    assert_eq!(answer["likely"], false);
-    eventually("mayReturn counted", Duration::from_secs(5), || async {
-        let answer = body(poll(&app, &c.token, item, &c.ticket).await).await;
-        (answer["mayReturn"] == 2 && answer["mayReturnUntil"].is_string()).then_some(())
-    })
-    .await;
-    let late = app.token_for(14).await;
-    assert_eq!(
-        body(join(&app, &late, item, &ip_of(14)).await).await["code"],
-        "SOLD_OUT"
-    );
-
-    // A cancels: the unit comes back and C, who kept the place, is admitted and buys.
-    let orders = body(
-        app.client
-            .get(app.url("/api/orders/mine"))
-            .bearer_auth(&a.token)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let order = orders["orders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["itemId"] == item)
-        .unwrap()["orderId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let cancel = app
-        .client
-        .post(app.url(&format!("/api/orders/{order}/cancel")))
-        .bearer_auth(&a.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cancel.status(), 200);
-    let admitted = until_state(&app, &c, item, "admitted", Duration::from_secs(10)).await;
-    let pass_c = admitted["pass"].as_str().unwrap();
-    assert_eq!(
-        buy_with(&app, &c.token, item, &ip_of(13), Some(pass_c), None)
-            .await
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.metric_sum("seckill_queue_passes_total{outcome=\"used\"}")
-            .await,
-        3.0
-    );
 }
 
 #[sqlx::test]
@@ -509,7 +184,7 @@ async fn the_pre_queue_is_drawn_at_the_start_and_the_draw_replays(db: PgPool) {
     )
     .await;
     let token = app.token_for(50).await;
-    let not_open = join(&app, &token, later, &ip_of(50)).await;
+    let not_open = app.join_queue(&token, later, &ip_of(50)).await;
     assert_eq!(not_open.status(), 409);
     let error = body(not_open).await;
     assert_eq!(error["code"], "QUEUE_NOT_OPEN");
@@ -530,7 +205,7 @@ async fn the_pre_queue_is_drawn_at_the_start_and_the_draw_replays(db: PgPool) {
     let mut positions = Vec::new();
     for shopper in &crowd {
         let answer = eventually("a drawn place", Duration::from_secs(10), || async {
-            let answer = body(poll(&app, &shopper.token, item, &shopper.ticket).await).await;
+            let answer = body(app.poll_queue(&shopper.token, item, &shopper.ticket).await).await;
             answer["position"].as_u64().map(|_| answer)
         })
         .await
@@ -566,12 +241,12 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
     let item = app.open_item(10).await;
     // Paused: nothing is admitted until the shoppers' liveness has had time to differ.
     let pause = app
-        .client
-        .post(app.url(&format!("/admin/api/items/{item}/pause")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
+        .admin_send(
+            reqwest::Method::POST,
+            &format!("/admin/api/items/{item}/pause"),
+            None,
+        )
+        .await;
     assert_eq!(pause.status(), 200);
     open_room(
         &app,
@@ -584,78 +259,35 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
     let started = std::time::Instant::now();
     while started.elapsed() < Duration::from_secs(12) {
         assert_eq!(
-            body(poll(&app, &here.token, item, &here.ticket).await).await["state"],
+            body(app.poll_queue(&here.token, item, &here.ticket).await).await["state"],
             "waiting"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let resume = app
-        .client
-        .post(app.url(&format!("/admin/api/items/{item}/resume")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
+        .admin_send(
+            reqwest::Method::POST,
+            &format!("/admin/api/items/{item}/resume"),
+            None,
+        )
+        .await;
     assert_eq!(resume.status(), 200);
     let admitted = until_state(&app, &here, item, "admitted", Duration::from_secs(5)).await;
-    let answer = body(poll(&app, &gone.token, item, &gone.ticket).await).await;
+    let answer = body(app.poll_queue(&gone.token, item, &gone.ticket).await).await;
     assert_eq!(answer["state"], "expired");
     assert_eq!(app.metric_sum("seckill_queue_abandoned_total").await, 1.0);
     // An unused pass expires with its place: the poll says so, and it buys nothing.
     until_state(&app, &here, item, "expired", Duration::from_secs(12)).await;
     let pass = admitted["pass"].as_str().unwrap();
-    let late = buy_with(&app, &here.token, item, &ip_of(22), Some(pass), None).await;
+    let late = app
+        .post_seckill_with(&here.token, item, &ip_of(22), Some(pass), None)
+        .await;
     assert_eq!(body(late).await["code"], "NOT_ADMITTED");
     assert_eq!(
         app.metric_sum("seckill_queue_passes_total{outcome=\"expired\"}")
             .await,
         1.0
     );
-}
-
-#[sqlx::test]
-async fn two_instances_admit_each_place_once(db: PgPool) {
-    let one = spawn_app(&db).await;
-    let prefix = one.settings.redis_key_prefix.clone();
-    let two = spawn_app_with(&db, |s| s.redis_key_prefix = prefix).await;
-    let item = one.open_item(100).await;
-    open_room(
-        &one,
-        item,
-        json!({ "order": "random", "admitPerSecond": 20 }),
-    )
-    .await;
-    until_listed(&two, item).await;
-    // Joins alternate between the instances, all at once.
-    let joins = (200..240).map(|user| {
-        let app = if user % 2 == 0 { &one } else { &two };
-        async move { (user, joined(app, user, item).await) }
-    });
-    let crowd = futures_util::future::join_all(joins).await;
-    let again = body(join(&two, &crowd[0].1.token, item, &ip_of(200)).await).await;
-    assert_eq!(
-        again["ticket"].as_str(),
-        Some(crowd[0].1.ticket.as_str()),
-        "same ticket on the other instance"
-    );
-    // Every poll on the instance the shopper did not join on.
-    let polls = crowd.iter().map(|(user, shopper)| {
-        let app = if user % 2 == 0 { &two } else { &one };
-        async move {
-            until_state(app, shopper, item, "admitted", Duration::from_secs(15)).await["position"]
-                .as_u64()
-                .unwrap()
-        }
-    });
-    let positions: Vec<u64> = futures_util::future::join_all(polls).await;
-    assert_eq!(
-        positions.iter().copied().collect::<HashSet<_>>(),
-        (1..=40).collect(),
-        "{positions:?}"
-    );
-    let admissions = one.metric_sum("seckill_queue_admissions_total").await
-        + two.metric_sum("seckill_queue_admissions_total").await;
-    assert_eq!(admissions, 40.0);
 }
 
 #[sqlx::test]
@@ -671,7 +303,7 @@ async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
 
     redis.stop();
     let stale = eventually("a stale answer", Duration::from_secs(10), || async {
-        let answer = body(poll(&app, &shopper.token, item, &shopper.ticket).await).await;
+        let answer = body(app.poll_queue(&shopper.token, item, &shopper.ticket).await).await;
         (answer["stale"] == true).then_some(answer)
     })
     .await
@@ -683,6 +315,302 @@ async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
     assert_eq!(stale["position"], 1);
     assert!(stale.get("pass").is_none());
     let token = app.token_for(32).await;
-    let refused = join(&app, &token, item, &ip_of(32)).await;
+    let refused = app.join_queue(&token, item, &ip_of(32)).await;
     assert_eq!(refused.status(), 503);
+}
+
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
+
+    #[sqlx::test]
+    async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
+        let app = spawn_app(&db).await;
+        let item = app.open_item(10).await;
+        let other_item = app.open_item(10).await;
+        // One live pass at a time: the second shopper waits for the first one's purchase.
+        open_room(
+            &app,
+            item,
+            json!({ "order": "fifo", "admitPerSecond": 50, "maxActive": 1 }),
+        )
+        .await;
+        let first = joined(&app, 1, item).await;
+        let second = joined(&app, 2, item).await;
+        assert_eq!(
+            (
+                first.joined["position"].as_u64(),
+                second.joined["position"].as_u64()
+            ),
+            (Some(1), Some(2))
+        );
+        // Joining again answers the same place.
+        let again = body(app.join_queue(&first.token, item, &ip_of(1)).await).await;
+        assert_eq!(again["position"], 1);
+
+        let admitted = until_state(&app, &first, item, "admitted", Duration::from_secs(5)).await;
+        let pass = admitted["pass"].as_str().expect("a pass").to_string();
+        assert!(admitted["passExpiresAt"].is_string());
+        let waiting = body(app.poll_queue(&second.token, item, &second.ticket).await).await;
+        assert_eq!(
+            (waiting["state"].as_str(), waiting["ahead"].as_u64()),
+            (Some("waiting"), Some(0))
+        );
+        assert!(waiting["refreshIntervalSeconds"].as_u64().unwrap() > 5);
+
+        // Refused without a pass, with someone else's, with a ticket, and a pass is no
+        // bearer token; none of these spends anything.
+        let refused = |response: reqwest::Response| async move {
+            assert_eq!(response.status(), 403);
+            let error = body(response).await;
+            assert_eq!(error["code"], "NOT_ADMITTED");
+            assert_eq!(error["queue"], format!("/api/items/{item}/queue"));
+        };
+        refused(
+            app.post_seckill_with(&second.token, item, &ip_of(2), None, None)
+                .await,
+        )
+        .await;
+        refused(
+            app.post_seckill_with(&second.token, item, &ip_of(2), Some(&pass), None)
+                .await,
+        )
+        .await;
+        refused(
+            app.post_seckill_with(&first.token, item, &ip_of(1), Some(&first.ticket), None)
+                .await,
+        )
+        .await;
+        refused(
+            app.post_seckill_with(
+                &first.token,
+                item,
+                &ip_of(1),
+                Some("forged.pass.token"),
+                None,
+            )
+            .await,
+        )
+        .await;
+        let as_bearer = app
+            .post_seckill_with(&pass, item, &ip_of(1), Some(&pass), None)
+            .await;
+        assert_eq!(as_bearer.status(), 401);
+        // The pass is for this item only; an item without a room ignores the header.
+        let elsewhere = app
+            .post_seckill_with(&first.token, other_item, &ip_of(1), Some(&pass), None)
+            .await;
+        assert_eq!(elsewhere.status(), 200);
+        // A ticket is its holder's, and a poll needs one.
+        let stolen = app.poll_queue(&second.token, item, &first.ticket).await;
+        assert_eq!(
+            (stolen.status().as_u16(), body(stolen).await["code"].clone()),
+            (403, json!("INVALID_TICKET"))
+        );
+        let bare = app
+            .client
+            .get(app.url(&format!("/api/items/{item}/queue")))
+            .bearer_auth(&first.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (bare.status().as_u16(), body(bare).await["field"].clone()),
+            (400, json!("Queue-Ticket"))
+        );
+
+        // Idempotent: the purchase with its key, then its replay without the pass.
+        let bought = app
+            .post_seckill_with(&first.token, item, &ip_of(1), Some(&pass), Some("buy-1"))
+            .await;
+        assert_eq!(bought.status(), 200);
+        let order = body(bought).await;
+        let replay = app
+            .post_seckill_with(&first.token, item, &ip_of(1), None, Some("buy-1"))
+            .await;
+        assert_eq!(replay.status(), 200);
+        assert_eq!(body(replay).await["orderId"], order["orderId"]);
+        // Once: the same pass again is the user's second purchase.
+        let twice = app
+            .post_seckill_with(&first.token, item, &ip_of(1), Some(&pass), None)
+            .await;
+        assert_eq!(body(twice).await["code"], "ALREADY_PURCHASED");
+
+        // The used pass freed its slot: the second shopper is admitted and buys.
+        let admitted = until_state(&app, &second, item, "admitted", Duration::from_secs(5)).await;
+        let second_pass = admitted["pass"].as_str().unwrap();
+        assert_eq!(
+            app.post_seckill_with(&second.token, item, &ip_of(2), Some(second_pass), None)
+                .await
+                .status(),
+            200
+        );
+        assert_eq!(seckill_test_support::pg_orders(&db, item).await, 2);
+        assert_eq!(
+            app.metric_sum("seckill_queue_passes_total{outcome=\"used\"}")
+                .await,
+            2.0
+        );
+        assert_eq!(
+            app.metric_sum("seckill_queue_passes_total{outcome=\"refused\"}")
+                .await,
+            4.0
+        );
+        assert_eq!(app.metric_sum("seckill_queue_joins_total").await, 2.0);
+    }
+
+    #[sqlx::test]
+    async fn a_pass_survives_a_429_and_the_room_never_admits_past_the_stock(db: PgPool) {
+        // The user rule: 1 purchase attempt per 2 s.
+        let app = spawn_app_with(&db, |s| {
+            let rule = &mut s.limiter.policies.get_mut("seckill").unwrap().rules[1];
+            (rule.threshold, rule.window_ms) = (1, 2_000);
+        })
+        .await;
+        let item = app.open_item(2).await;
+        let other_item = app.open_item(5).await;
+        open_room(&app, item, json!({ "order": "fifo", "admitPerSecond": 50 })).await;
+        let (a, b, c) = (
+            joined(&app, 11, item).await,
+            joined(&app, 12, item).await,
+            joined(&app, 13, item).await,
+        );
+        let pass_a = until_state(&app, &a, item, "admitted", Duration::from_secs(5)).await["pass"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let pass_b = until_state(&app, &b, item, "admitted", Duration::from_secs(5)).await["pass"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Two units, two live passes: the third place waits, however long.
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(1) {
+            let answer = body(app.poll_queue(&c.token, item, &c.ticket).await).await;
+            assert_eq!(
+                (answer["state"].as_str(), answer["ahead"].as_u64()),
+                (Some("waiting"), Some(0))
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // B spends its quota elsewhere: its purchase with the pass is refused 429 ...
+        assert_eq!(
+            app.post_seckill_with(&b.token, other_item, &ip_of(12), None, None)
+                .await
+                .status(),
+            200
+        );
+        let limited = app
+            .post_seckill_with(&b.token, item, &ip_of(12), Some(&pass_b), None)
+            .await;
+        assert_eq!(limited.status(), 429);
+        // ... A buys; B, once its quota is back, buys with the same pass: its unit waited.
+        assert_eq!(
+            app.post_seckill_with(&a.token, item, &ip_of(11), Some(&pass_a), None)
+                .await
+                .status(),
+            200
+        );
+        eventually(
+            "B's quota back and its unit bought",
+            Duration::from_secs(5),
+            || async {
+                let response = app
+                    .post_seckill_with(&b.token, item, &ip_of(12), Some(&pass_b), None)
+                    .await;
+                (response.status() != 429).then_some(())?;
+                assert_eq!(response.status(), 200);
+                Some(())
+            },
+        )
+        .await;
+        // Sold out: C's poll says so, with the two unpaid orders as units that may return.
+        let answer = until_state(&app, &c, item, "sold_out", Duration::from_secs(5)).await;
+        assert_eq!(answer["likely"], false);
+        eventually("mayReturn counted", Duration::from_secs(5), || async {
+            let answer = body(app.poll_queue(&c.token, item, &c.ticket).await).await;
+            (answer["mayReturn"] == 2 && answer["mayReturnUntil"].is_string()).then_some(())
+        })
+        .await;
+        let late = app.token_for(14).await;
+        assert_eq!(
+            body(app.join_queue(&late, item, &ip_of(14)).await).await["code"],
+            "SOLD_OUT"
+        );
+
+        // A cancels: the unit comes back and C, who kept the place, is admitted and buys.
+        let orders = body(app.my_orders(&a.token, None).await).await;
+        let order = orders["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["itemId"] == item)
+            .unwrap()["orderId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let cancel = app.order_call(&a.token, &order, "cancel", None).await;
+        assert_eq!(cancel.status(), 200);
+        let admitted = until_state(&app, &c, item, "admitted", Duration::from_secs(10)).await;
+        let pass_c = admitted["pass"].as_str().unwrap();
+        assert_eq!(
+            app.post_seckill_with(&c.token, item, &ip_of(13), Some(pass_c), None)
+                .await
+                .status(),
+            200
+        );
+        assert_eq!(
+            app.metric_sum("seckill_queue_passes_total{outcome=\"used\"}")
+                .await,
+            3.0
+        );
+    }
+
+    #[sqlx::test]
+    async fn two_instances_admit_each_place_once(db: PgPool) {
+        let one = spawn_app(&db).await;
+        let prefix = one.settings.redis_key_prefix.clone();
+        let two = spawn_app_with(&db, |s| s.redis_key_prefix = prefix).await;
+        let item = one.open_item(100).await;
+        open_room(
+            &one,
+            item,
+            json!({ "order": "random", "admitPerSecond": 20 }),
+        )
+        .await;
+        until_listed(&two, item).await;
+        // Joins alternate between the instances, all at once.
+        let joins = (200..240).map(|user| {
+            let app = if user % 2 == 0 { &one } else { &two };
+            async move { (user, joined(app, user, item).await) }
+        });
+        let crowd = futures_util::future::join_all(joins).await;
+        let again = body(two.join_queue(&crowd[0].1.token, item, &ip_of(200)).await).await;
+        assert_eq!(
+            again["ticket"].as_str(),
+            Some(crowd[0].1.ticket.as_str()),
+            "same ticket on the other instance"
+        );
+        // Every poll on the instance the shopper did not join on.
+        let polls = crowd.iter().map(|(user, shopper)| {
+            let app = if user % 2 == 0 { &two } else { &one };
+            async move {
+                until_state(app, shopper, item, "admitted", Duration::from_secs(15)).await
+                    ["position"]
+                    .as_u64()
+                    .unwrap()
+            }
+        });
+        let positions: Vec<u64> = futures_util::future::join_all(polls).await;
+        assert_eq!(
+            positions.iter().copied().collect::<HashSet<_>>(),
+            (1..=40).collect(),
+            "{positions:?}"
+        );
+        let admissions = one.metric_sum("seckill_queue_admissions_total").await
+            + two.metric_sum("seckill_queue_admissions_total").await;
+        assert_eq!(admissions, 40.0);
+    }
 }

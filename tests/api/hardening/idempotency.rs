@@ -6,86 +6,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::{purchase_with_key, redis_int};
-use crate::helpers::{eventually, json, pg_orders, spawn_app, spawn_app_with, TestApp};
-
-#[sqlx::test]
-async fn twenty_concurrent_requests_with_one_key_make_one_order_and_one_charge(db: PgPool) {
-    let app = spawn_app_with(&db, |_| {}).await;
-    let item = app.open_item(10).await;
-    let token = app.token_for(31).await;
-    let responses = futures_util::future::join_all(
-        (0..20).map(|_| purchase_with_key(&app, &token, item, "buy-once")),
-    )
-    .await;
-    let mut answers = Vec::new();
-    for response in responses {
-        answers.push((response.status().as_u16(), response.text().await.unwrap()));
-    }
-    let successes: Vec<_> = answers
-        .iter()
-        .filter(|(status, _)| *status == 200)
-        .collect();
-    assert!(!successes.is_empty(), "{answers:?}");
-    assert!(
-        successes.iter().all(|(_, body)| body == &successes[0].1),
-        "every 200 is the stored answer"
-    );
-    for (status, body) in &answers {
-        if *status != 200 {
-            assert_eq!(*status, 409, "{body}");
-            assert!(body.contains("IDEMPOTENCY_IN_PROGRESS"), "{body}");
-        }
-    }
-    assert_eq!(pg_orders(&db, item).await, 1);
-    let charges = app
-        .metric_sum(
-            r#"seckill_limiter_decisions_total{dimension="user",outcome="pass",policy="seckill"}"#,
-        )
-        .await;
-    assert_eq!(charges, 1.0, "one limiter charge");
-
-    let replay = purchase_with_key(&app, &token, item, "buy-once").await;
-    assert_eq!(replay.status(), 200);
-    assert_eq!(
-        replay.text().await.unwrap(),
-        successes[0].1,
-        "the replay is identical"
-    );
-
-    let other_item = app.open_item(10).await;
-    let mismatch = purchase_with_key(&app, &token, other_item, "buy-once").await;
-    assert_eq!(mismatch.status(), 422);
-    assert_eq!(json(mismatch).await["code"], "IDEMPOTENCY_MISMATCH");
-    let invalid = purchase_with_key(&app, &token, item, "not a key!").await;
-    assert_eq!(invalid.status(), 400);
-    assert_eq!(json(invalid).await["field"], "Idempotency-Key");
-}
-
-#[sqlx::test]
-async fn refusals_worth_retrying_free_the_key(db: PgPool) {
-    let app = spawn_app_with(&db, |s| {
-        s.limiter.policies.get_mut("seckill").unwrap().rules[1].threshold = 1;
-    })
-    .await;
-    let (first, second) = (app.open_item(10).await, app.open_item(10).await);
-    let token = app.token_for(32).await;
-    assert_eq!(
-        purchase_with_key(&app, &token, first, "k1").await.status(),
-        200
-    );
-    // 429 is not stored: the same key may be retried later and is not "in progress".
-    assert_eq!(
-        purchase_with_key(&app, &token, second, "k2").await.status(),
-        429
-    );
-    let again = purchase_with_key(&app, &token, second, "k2").await;
-    assert_eq!(
-        again.status(),
-        429,
-        "retried for real, not replayed or in progress"
-    );
-}
+use super::purchase_with_key;
+use seckill_test_support::{eventually, json, pg_orders, spawn_app, spawn_app_with, TestApp};
 
 /// Idempotency keys of this app in Redis.
 async fn idempotency_keys(app: &TestApp) -> Vec<String> {
@@ -174,7 +96,10 @@ async fn a_purchase_whose_request_died_after_its_commit_is_answered_from_postgre
         .into_iter()
         .find(|k| k.ends_with(":died"))
         .expect("the claim exists");
-    let ttl = redis_int(&app, "PTTL", &claim).await.unwrap();
+    let ttl = app
+        .redis_command::<Option<i64>>("PTTL", &claim)
+        .await
+        .unwrap();
     assert!(
         (1..=31_000).contains(&ttl),
         "a claim lives as long as a purchase can (deadline + commit timeout), not a day: {ttl} ms"
@@ -193,4 +118,88 @@ async fn a_purchase_whose_request_died_after_its_commit_is_answered_from_postgre
     assert_eq!(replay.status(), 200);
     assert_eq!(replay.headers()["Idempotent-Replayed"], "true");
     assert_eq!(pg_orders(&db, item).await, 1);
+}
+
+/// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
+/// (docs/testing.md, "The cluster pass").
+mod topology {
+    use super::*;
+
+    #[sqlx::test]
+    async fn twenty_concurrent_requests_with_one_key_make_one_order_and_one_charge(db: PgPool) {
+        let app = spawn_app_with(&db, |_| {}).await;
+        let item = app.open_item(10).await;
+        let token = app.token_for(31).await;
+        let responses = futures_util::future::join_all(
+            (0..20).map(|_| purchase_with_key(&app, &token, item, "buy-once")),
+        )
+        .await;
+        let mut answers = Vec::new();
+        for response in responses {
+            answers.push((response.status().as_u16(), response.text().await.unwrap()));
+        }
+        let successes: Vec<_> = answers
+            .iter()
+            .filter(|(status, _)| *status == 200)
+            .collect();
+        assert!(!successes.is_empty(), "{answers:?}");
+        assert!(
+            successes.iter().all(|(_, body)| body == &successes[0].1),
+            "every 200 is the stored answer"
+        );
+        for (status, body) in &answers {
+            if *status != 200 {
+                assert_eq!(*status, 409, "{body}");
+                assert!(body.contains("IDEMPOTENCY_IN_PROGRESS"), "{body}");
+            }
+        }
+        assert_eq!(pg_orders(&db, item).await, 1);
+        let charges = app
+            .metric_sum(
+                r#"seckill_limiter_decisions_total{dimension="user",outcome="pass",policy="seckill"}"#,
+            )
+            .await;
+        assert_eq!(charges, 1.0, "one limiter charge");
+
+        let replay = purchase_with_key(&app, &token, item, "buy-once").await;
+        assert_eq!(replay.status(), 200);
+        assert_eq!(
+            replay.text().await.unwrap(),
+            successes[0].1,
+            "the replay is identical"
+        );
+
+        let other_item = app.open_item(10).await;
+        let mismatch = purchase_with_key(&app, &token, other_item, "buy-once").await;
+        assert_eq!(mismatch.status(), 422);
+        assert_eq!(json(mismatch).await["code"], "IDEMPOTENCY_MISMATCH");
+        let invalid = purchase_with_key(&app, &token, item, "not a key!").await;
+        assert_eq!(invalid.status(), 400);
+        assert_eq!(json(invalid).await["field"], "Idempotency-Key");
+    }
+
+    #[sqlx::test]
+    async fn refusals_worth_retrying_free_the_key(db: PgPool) {
+        let app = spawn_app_with(&db, |s| {
+            s.limiter.policies.get_mut("seckill").unwrap().rules[1].threshold = 1;
+        })
+        .await;
+        let (first, second) = (app.open_item(10).await, app.open_item(10).await);
+        let token = app.token_for(32).await;
+        assert_eq!(
+            purchase_with_key(&app, &token, first, "k1").await.status(),
+            200
+        );
+        // 429 is not stored: the same key may be retried later and is not "in progress".
+        assert_eq!(
+            purchase_with_key(&app, &token, second, "k2").await.status(),
+            429
+        );
+        let again = purchase_with_key(&app, &token, second, "k2").await;
+        assert_eq!(
+            again.status(),
+            429,
+            "retried for real, not replayed or in progress"
+        );
+    }
 }

@@ -2,18 +2,7 @@
 
 use sqlx::PgPool;
 
-use crate::helpers::{json, pg_orders, spawn_app_with, TestApp};
-
-/// `GET /api/orders/mine` as the shop page polls it.
-async fn my_orders(app: &TestApp, token: &str, ip: &str) -> reqwest::Response {
-    app.client
-        .get(app.url("/api/orders/mine"))
-        .bearer_auth(token)
-        .header("X-Forwarded-For", ip)
-        .send()
-        .await
-        .unwrap()
-}
+use seckill_test_support::{json, pg_orders, spawn_app_with};
 
 #[sqlx::test]
 async fn a_flood_of_order_reads_never_starves_the_commits(db: PgPool) {
@@ -36,17 +25,14 @@ async fn a_flood_of_order_reads_never_starves_the_commits(db: PgPool) {
     .unwrap();
     let item = app.open_item(20).await;
     let reader = app.token_for(4901).await;
-    let mut buyers = Vec::new();
-    for user in 5001..=5020 {
-        buyers.push((user, app.token_for(user).await));
-    }
+    let buyers = app.tokens(5001..=5020).await;
 
     let started = std::time::Instant::now();
     let reads = futures_util::future::join_all((0..100).map(|_| async {
         let mut statuses = Vec::new();
         for _ in 0..50 {
             statuses.push(
-                my_orders(&app, &reader, "10.30.0.1")
+                app.my_orders(&reader, Some("10.30.0.1"))
                     .await
                     .status()
                     .as_u16(),
@@ -112,10 +98,15 @@ async fn order_reads_have_a_limiter_policy_of_their_own(db: PgPool) {
     let (first, second) = (app.token_for(4902).await, app.token_for(4903).await);
     let mut statuses = Vec::new();
     for _ in 0..15 {
-        statuses.push(my_orders(&app, &first, "10.32.0.1").await.status().as_u16());
+        statuses.push(
+            app.my_orders(&first, Some("10.32.0.1"))
+                .await
+                .status()
+                .as_u16(),
+        );
     }
     assert_eq!(statuses, [[200; 10].as_slice(), &[429; 5]].concat());
-    let refused = my_orders(&app, &first, "10.32.0.1").await;
+    let refused = app.my_orders(&first, Some("10.32.0.1")).await;
     assert!(refused.headers().contains_key("retry-after"));
     let body = json(refused).await;
     assert_eq!(
@@ -126,7 +117,7 @@ async fn order_reads_have_a_limiter_policy_of_their_own(db: PgPool) {
     let mut statuses = Vec::new();
     for _ in 0..3 {
         statuses.push(
-            my_orders(&app, &second, "10.32.0.1")
+            app.my_orders(&second, Some("10.32.0.1"))
                 .await
                 .status()
                 .as_u16(),

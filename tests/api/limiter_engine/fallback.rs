@@ -15,7 +15,7 @@ use seckill::metrics::Metrics;
 use seckill::store::RedisStore;
 
 use super::{caller, rule};
-use crate::helpers::{eventually, redis_test_settings, use_own_redis, OwnRedis};
+use seckill_test_support::{eventually, redis_test_settings, use_own_redis, OwnRedis};
 
 /// The rule every policy here has: 5 per minute per user.
 const THRESHOLD: u64 = 5;

@@ -8,7 +8,7 @@ use seckill::metrics::Metrics;
 use seckill::store::RedisStore;
 
 use super::{caller, one_policy, rule};
-use crate::helpers::redis_test_settings;
+use seckill_test_support::redis_test_settings;
 
 /// Counts WARN events on the thread it is installed on.
 struct CountWarnings(Arc<std::sync::atomic::AtomicUsize>);
@@ -27,9 +27,9 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountWarnings {
 async fn a_redis_outage_is_logged_once_per_burst_when_failing_closed() {
     use tracing_subscriber::layer::SubscriberExt;
 
-    let mut redis = crate::helpers::OwnRedis::start().await;
+    let mut redis = seckill_test_support::OwnRedis::start().await;
     let mut settings = redis_test_settings();
-    crate::helpers::use_own_redis(&mut settings, redis.url());
+    seckill_test_support::use_own_redis(&mut settings, redis.url());
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let store = RedisStore::connect(
         &seckill::startup::redis_options(&settings),
