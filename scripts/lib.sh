@@ -16,12 +16,19 @@ as_root() {
     die "need root (or sudo) to run: $*"; fi
 }
 
+# apt-get as root, one at a time: `make test` runs scripts that install packages side by
+# side, and a second apt-get would fail at once on dpkg's lock instead of waiting.
+APT_LOCK=/var/lock/seckill-apt.lock
+apt_get() {
+  as_root flock "$APT_LOCK" env DEBIAN_FRONTEND=noninteractive apt-get "$@"
+}
+
 # Installs Debian packages without recommends. Updates the lists first: on a fresh
 # machine they may be empty or stale.
 apt_install() {
   log "installing $* with apt-get"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+  apt_get update -qq >&2
+  apt_get install -y -qq --no-install-recommends "$@" >&2
 }
 
 # --- processes -----------------------------------------------------------------------------

@@ -41,12 +41,12 @@ check_packages() {
   echo "installing: ${missing[*]}"
   install_policy_rc
   local rc=0
-  as_root timeout 300 env DEBIAN_FRONTEND=noninteractive apt-get update -qq || rc=$?
+  as_root timeout 300 flock "$APT_LOCK" env DEBIAN_FRONTEND=noninteractive apt-get update -qq || rc=$?
   if [ $rc -eq 0 ]; then
-    as_root timeout 600 env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" || {
+    as_root timeout 600 flock "$APT_LOCK" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" || {
       # nginx-light is gone from newer Debian releases: fall back to nginx.
       local alt=("${missing[@]/nginx-light/nginx}")
-      as_root timeout 600 env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${alt[@]}" || rc=$?
+      as_root timeout 600 flock "$APT_LOCK" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${alt[@]}" || rc=$?
     }
   fi
   restore_policy_rc
