@@ -428,20 +428,32 @@ impl Model for ShaperModel {
     }
 }
 
+/// Every duration of a run (windows, refill times, delays and the clock's steps) is this
+/// many times what the rules and steps below say. Redis expires keys on its own clock,
+/// the limiter decides on the test's: a key whose window the test's clock has not yet
+/// ended must still be there when the next step asks. A script sets a key's TTL to what
+/// is left of its window, which at a window's edge was a millisecond or two, and a
+/// loaded machine stalled longer than that between two steps (a fixed window's count
+/// gone at a `+0 ms` step, its key expired early). Scaled, the clock moves in steps of
+/// 60 ms and a window's edge is never closer than that. 60 is as far as the rules can be
+/// stretched (the shaper's `maxDelayMs` is at most 60 s); the arithmetic (aligned
+/// windows, rounded-up waits, scaled levels) is the same, in larger numbers.
+const SCALE: u64 = 60;
+
 /// Three rules: one shared by everyone, one per user, and a tighter per-user shadow rule.
 fn rules() -> Vec<RuleConfig> {
-    let mut shared = rule("shared", KeySource::Literal("all".into()), 2_000, 4);
+    let mut shared = rule("shared", KeySource::Literal("all".into()), 2_000 * SCALE, 4);
     shared.refill_tokens = Some(1);
-    shared.refill_ms = Some(700);
-    shared.max_delay_ms = Some(600);
-    let mut own = rule("own", KeySource::User, 1_000, 2);
+    shared.refill_ms = Some(700 * SCALE);
+    shared.max_delay_ms = Some(600 * SCALE);
+    let mut own = rule("own", KeySource::User, 1_000 * SCALE, 2);
     // 3 tokens per 1000 ms: retry-after needs a rounded-up division.
     own.refill_tokens = Some(3);
-    own.refill_ms = Some(1_000);
-    own.max_delay_ms = Some(300);
-    let mut tight = rule("tight", KeySource::User, 1_500, 1);
-    tight.refill_ms = Some(900);
-    tight.max_delay_ms = Some(200);
+    own.refill_ms = Some(1_000 * SCALE);
+    own.max_delay_ms = Some(300 * SCALE);
+    let mut tight = rule("tight", KeySource::User, 1_500 * SCALE, 1);
+    tight.refill_ms = Some(900 * SCALE);
+    tight.max_delay_ms = Some(200 * SCALE);
     tight.shadow = true;
     vec![shared, own, tight]
 }
@@ -450,18 +462,18 @@ fn rules() -> Vec<RuleConfig> {
 /// keeps its tokens across an edit, GCRA and the shaper their time, a log its entries,
 /// the counters their counts (each converts as its script's header says).
 fn edited_rules() -> Vec<RuleConfig> {
-    let mut shared = rule("shared", KeySource::Literal("all".into()), 3_100, 3);
+    let mut shared = rule("shared", KeySource::Literal("all".into()), 3_100 * SCALE, 3);
     shared.refill_tokens = Some(2);
-    shared.refill_ms = Some(1_100);
-    shared.max_delay_ms = Some(900);
-    let mut own = rule("own", KeySource::User, 700, 3);
+    shared.refill_ms = Some(1_100 * SCALE);
+    shared.max_delay_ms = Some(900 * SCALE);
+    let mut own = rule("own", KeySource::User, 700 * SCALE, 3);
     own.refill_tokens = Some(1);
-    own.refill_ms = Some(450);
+    own.refill_ms = Some(450 * SCALE);
     // Policing only: a slot must be free now.
     own.max_delay_ms = Some(0);
-    let mut tight = rule("tight", KeySource::User, 2_500, 2);
-    tight.refill_ms = Some(1_000);
-    tight.max_delay_ms = Some(100);
+    let mut tight = rule("tight", KeySource::User, 2_500 * SCALE, 2);
+    tight.refill_ms = Some(1_000 * SCALE);
+    tight.max_delay_ms = Some(100 * SCALE);
     tight.shadow = true;
     vec![shared, own, tight]
 }
@@ -590,7 +602,7 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
                         rules = &rule_sets[usize::from(rules == &rule_sets[0])];
                         engine.set_rules(algorithm, rules.clone());
                     }
-                    engine.clock.advance_ms(dt);
+                    engine.clock.advance_ms(dt * SCALE as i64);
                     let now = engine.clock.now_ms();
                     let context = format!("step {step} (user {user}, +{dt} ms, edit {edit})");
                     if race {
@@ -733,8 +745,8 @@ fn gcra_decides_every_request_as_the_token_bucket_does() {
                 let bucket = engine_with_denial_cache(Algorithm::TokenBucket, rules(), 0).await;
                 let gcra = engine_with_denial_cache(Algorithm::Gcra, rules(), 0).await;
                 for (step, &(user, dt)) in steps.iter().enumerate() {
-                    bucket.clock.advance_ms(dt);
-                    gcra.clock.advance_ms(dt);
+                    bucket.clock.advance_ms(dt * SCALE as i64);
+                    gcra.clock.advance_ms(dt * SCALE as i64);
                     let before = (Counts::read(&bucket), Counts::read(&gcra));
                     let one = bucket.check(&caller(user)).await;
                     let other = gcra.check(&caller(user)).await;
