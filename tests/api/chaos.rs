@@ -365,11 +365,27 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
     let gate_user = 900_000;
     let mut env = chaos_env(&settings);
     let mut stalled_env = env.clone();
-    // The committer stalls on the gate's batch, so every later order stays queued.
+    // The committer stalls on the gate's batch, so every later order stays queued. The
+    // queued purchases wait there until the kill, whatever sending them takes: with the
+    // suite's 1 s commit budget, a loaded machine that took longer to send the 60 saw
+    // the first leave the queue before the last arrived (never 50 queued). 8 s is eight
+    // times that; the limiter's budget is out of reach, Redis's 2 s, nothing is shed.
+    // The reservations carry the stalled instance's deadline (20 s, above the longest
+    // its orders can take), which the survivor's reconciler waits out.
     stalled_env.push((
         "FAILPOINTS".into(),
         format!("committer::stall=return({gate_user})"),
     ));
+    for (name, value) in [
+        ("SECKILL_ORDER_COMMIT_TIMEOUT_MS", "8000"),
+        ("SECKILL_REDIS_TIMEOUT_MS", "2000"),
+        ("SECKILL_LIMITER__TIMEOUT_MS", "60000"),
+        ("SECKILL_RESERVATION_DEADLINE_MS", "20000"),
+        ("SECKILL_SHEDDING_ENABLED", "false"),
+    ] {
+        stalled_env.retain(|(k, _)| k != name);
+        stalled_env.push((name.into(), value.into()));
+    }
     env.push(("FAILPOINTS".into(), String::new()));
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -471,7 +487,7 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         &settings,
         item,
         "every pending reservation is settled",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
     )
     .await;
     let prefix = &settings.redis_key_prefix;

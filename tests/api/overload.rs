@@ -199,8 +199,8 @@ async fn a_slow_commit_path_lowers_the_limit_and_the_excess_is_shed_at_once_over
 ) {
     // A limit of 40 per instance; windows of 50 ms; a window's mean under 1 s never
     // lowers the limit. The floor is far above what 40 purchases at once cost even a
-    // machine whose two cores are busy with something else (a floor of 100 ms was
-    // crossed there, and the rounds at normal speed were shed), and the slow commits
+    // machine whose two cores are busy with something else (the floor of 100 ms it had
+    // is within that: the rounds at normal speed could be shed), and the slow commits
     // below sleep twice the floor, so which side of it a window falls is not decided by
     // the machine's speed. The commit budget covers batches of slow commits queued
     // behind each other; the reservation deadline stays above the longest order.

@@ -200,7 +200,10 @@ async fn the_sixth_purchase_from_one_ip_is_refused_by_the_ip_dimension(db: PgPoo
 
 #[sqlx::test]
 async fn with_an_api_limit_of_50_exactly_50_of_150_concurrent_purchases_pass(db: PgPool) {
+    // Exactness: 150 purchases at once on a loaded machine kept limiter calls past their
+    // default budget (`{503: 35, 429: 70, 200: 45}` in a loaded suite run).
     let app = spawn_app_with(&db, |s| {
+        out_of_reach_budgets(s);
         let api = &mut s.limiter.policies.get_mut("seckill").unwrap().rules[0];
         api.window_ms = 60_000;
         api.threshold = 50;
