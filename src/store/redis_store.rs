@@ -304,7 +304,7 @@ impl RedisStore {
         purpose: RedisPurpose,
         request: impl Into<Request<'r>>,
     ) -> Result<T, RedisCallError> {
-        let repeatable = purpose == RedisPurpose::Limiter;
+        let repeatable = matches!(purpose, RedisPurpose::Limiter | RedisPurpose::Idempotency);
         self.call_once_more(purpose, request.into(), repeatable)
             .await
     }
@@ -406,12 +406,12 @@ impl RedisStore {
 /// `repeatable` request, when the connection was found broken or reset. A broken
 /// connection does not say whether the request reached Redis before it broke (a stale
 /// connection fails before sending, one that breaks in flight after), so only a
-/// request whose repeat is harmless is sent again then: `PING`, and the limiter's
-/// scripts, whose repeat can count one request twice, which refuses sooner, never
-/// admits more. A reservation, an idempotency claim or a stock edit is never sent
-/// again after a broken connection (a repeat would answer "already bought", find its
-/// own claim, apply an edit twice), nor any request after a timeout, which may have
-/// run.
+/// request whose repeat is harmless is sent again then: `PING`; the limiter's scripts,
+/// whose repeat can count one request twice, which refuses sooner, never admits more;
+/// the idempotency records (a repeated claim knows its own record by its order id, a
+/// repeated answer or release writes the same again). A reservation or a stock edit
+/// is never sent again after a broken connection (a repeat would answer "already
+/// bought", apply an edit twice), nor any request after a timeout, which may have run.
 fn sent_again(error: &redis::RedisError, repeatable: bool) -> bool {
     if error.is_timeout() {
         return false;
