@@ -104,7 +104,11 @@ impl Limiter {
             fail_closed_log: BurstLog::new("failing closed"),
             fallback: FallbackLimits::new(settings.fallback_keys),
             fallback_log: BurstLog::new("deciding locally (fallback limits)"),
-            peers: Peers::new(instance_tag, metrics.limiter_instances.clone()),
+            peers: Peers::new(
+                instance_tag,
+                settings.fleet_floor,
+                metrics.limiter_instances.clone(),
+            ),
             heartbeat: Duration::from_millis(settings.heartbeat_ms.max(1)),
             metrics,
         })
@@ -161,7 +165,8 @@ impl Limiter {
         .await
     }
 
-    /// Instances sharing the limits, as the last heartbeat Redis answered counted them.
+    /// Instances sharing the limits, as the last heartbeat Redis answered counted them,
+    /// at least the fleet floor.
     pub fn instances(&self) -> u64 {
         self.peers.alive()
     }

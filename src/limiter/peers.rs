@@ -4,8 +4,12 @@
 //! Only the fallback limits use the count (a rule's share while Redis is away is its
 //! threshold over it, see [`super::fallback_limits`]), so it is the count of the last beat
 //! Redis answered: during an outage it stays what it was, which is the fleet that was
-//! sharing the limits when Redis went. An instance that has never reached Redis counts
-//! itself alone, and takes a whole threshold.
+//! sharing the limits when Redis went. An instance whose beat Redis never answered
+//! (Redis went before it) counts the fleet floor (`fleet_floor`, a setting: the fleet's
+//! size), never less: alone it would take a whole threshold beside a fleet that holds
+//! its shares already. The floor is a setting rather than a count kept elsewhere for a
+//! newcomer to read: a count kept before the outage says nothing of the instances
+//! started during it, and reading it would need a store that may be away too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,23 +28,27 @@ pub struct Peers {
     tag: String,
     script: Script,
     alive: AtomicU64,
+    /// The fewest instances a share assumes (`LimiterSettings::fleet_floor`).
+    floor: u64,
     gauge: prometheus::IntGauge,
 }
 
 impl Peers {
-    pub fn new(tag: u64, gauge: prometheus::IntGauge) -> Self {
-        gauge.set(1);
+    pub fn new(tag: u64, floor: u64, gauge: prometheus::IntGauge) -> Self {
+        gauge.set(floor.max(1) as i64);
         Self {
             tag: format!("{tag:016x}"),
             script: Script::new(include_str!("../../lua/limiter_heartbeat.lua")),
             alive: AtomicU64::new(1),
+            floor: floor.max(1),
             gauge,
         }
     }
 
-    /// Instances alive at the last beat Redis answered (at least this one).
+    /// Instances a share is split over: alive at the last beat Redis answered (at
+    /// least this one), and never fewer than the floor.
     pub fn alive(&self) -> u64 {
-        self.alive.load(Ordering::Relaxed).max(1)
+        self.alive.load(Ordering::Relaxed).max(self.floor)
     }
 
     /// Beats once; `period` is how often the caller beats.
@@ -51,7 +59,7 @@ impl Peers {
         invocation.key(&key).arg(&self.tag).arg(ttl);
         let alive: u64 = redis.call(RedisPurpose::Other, &invocation).await?;
         self.alive.store(alive.max(1), Ordering::Relaxed);
-        self.gauge.set(alive.max(1) as i64);
+        self.gauge.set(self.alive() as i64);
         Ok(())
     }
 }

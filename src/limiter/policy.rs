@@ -198,6 +198,11 @@ pub struct LimiterSettings {
     /// How often this instance beats into Redis, so the fallback limits know how many
     /// instances share each threshold.
     pub heartbeat_ms: u64,
+    /// The fewest instances the fallback limits assume share each threshold: set it to
+    /// the fleet's size. An instance that has not counted its peers yet (Redis went
+    /// before its first beat was answered) or counts fewer takes at most a threshold
+    /// over this, so its share stays within the bound docs/limiter.md writes down.
+    pub fleet_floor: u64,
 }
 
 impl Default for LimiterSettings {
@@ -211,6 +216,7 @@ impl Default for LimiterSettings {
             policies: BTreeMap::new(),
             fallback_keys: 100_000,
             heartbeat_ms: 1_000,
+            fleet_floor: 1,
         }
     }
 }

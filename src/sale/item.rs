@@ -55,11 +55,17 @@ pub struct NewItem {
 /// Largest stock one item may have: far above any flash sale, far below `i32::MAX`.
 pub const MAX_STOCK: i32 = 10_000_000;
 
+/// Largest price one item may have, in cents (a billion in the currency): an item's paid
+/// orders, at most its stock, then sum to at most `MAX_PRICE_CENTS × MAX_STOCK` =
+/// 10¹⁸, which fits in an `i64` (the list's revenue is summed as a `BIGINT`).
+pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+const _: () = assert!(MAX_PRICE_CENTS.checked_mul(MAX_STOCK as i64).is_some());
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InvalidItem {
     #[error("name must be 1 to 200 characters, none of them a control character")]
     Name,
-    #[error("priceCents must be zero or more")]
+    #[error("priceCents must be between 0 and 100000000000")]
     Price,
     #[error("stock must be between 1 and 10000000")]
     Stock,
@@ -125,7 +131,7 @@ fn checked_name(name: &str) -> Result<String, InvalidItem> {
 }
 
 fn checked_price(price_cents: i64) -> Result<i64, InvalidItem> {
-    if price_cents < 0 {
+    if !(0..=MAX_PRICE_CENTS).contains(&price_cents) {
         return Err(InvalidItem::Price);
     }
     Ok(price_cents)
@@ -180,6 +186,23 @@ impl NewItem {
 mod tests {
     use super::*;
     use chrono::Duration;
+
+    #[test]
+    fn a_price_is_at_most_the_maximum_on_creation_and_on_edit() {
+        let now = Utc::now();
+        let later = now + Duration::hours(1);
+        assert!(NewItem::parse("P", MAX_PRICE_CENTS, MAX_STOCK.into(), now, later).is_ok());
+        for price in [MAX_PRICE_CENTS + 1, i64::MAX] {
+            assert_eq!(
+                NewItem::parse("P", price, 5, now, later).unwrap_err(),
+                InvalidItem::Price
+            );
+            assert_eq!(
+                ItemEdit::parse(None, Some(price), None, None, now).unwrap_err(),
+                InvalidItem::Price
+            );
+        }
+    }
 
     #[test]
     fn items_need_a_name_stock_and_an_end_after_the_start() {

@@ -100,7 +100,9 @@ impl Topology {
             // the manager reconnects wait for that attempt, and with retries a refused
             // connection made every request wait out the backoff (measured: 250 ms
             // each, the limiter timeout, instead of 0.2 ms). Each failed command starts
-            // a new attempt, so the first command after Redis returns reconnects.
+            // a new attempt, and `RedisStore::call` sends the command again on it when
+            // that is safe (`sent_again`), so the first command after Redis returns is
+            // answered.
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_millis(500)))
                 .set_response_timeout(Some(Duration::from_secs(2)))
@@ -292,21 +294,37 @@ impl RedisStore {
 
     /// Sends one request on this thread's connection, within the purpose's timeout,
     /// counted by purpose. The only way to call Redis (see the module docs).
+    ///
+    /// A request is sent once more, within the same timeout, when the first try found
+    /// the connection gone and the manager has started a new one (see
+    /// [`sent_again`]): a restart of Redis leaves each thread's connection stale, and
+    /// its first call would otherwise fail although one reconnect serves it.
     pub async fn call<'r, T: FromRedisValue>(
         &self,
         purpose: RedisPurpose,
         request: impl Into<Request<'r>>,
     ) -> Result<T, RedisCallError> {
-        let request = request.into();
+        let repeatable = matches!(purpose, RedisPurpose::Limiter | RedisPurpose::Idempotency);
+        self.call_once_more(purpose, request.into(), repeatable)
+            .await
+    }
+
+    async fn call_once_more<T: FromRedisValue>(
+        &self,
+        purpose: RedisPurpose,
+        request: Request<'_>,
+        repeatable: bool,
+    ) -> Result<T, RedisCallError> {
         let metrics = &self.0.metrics;
         metrics.redis_call(purpose);
         let timeout = self.timeout(purpose);
         let call = async {
-            let mut conn = self.connection().await?;
-            match request {
-                Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
-                Request::Pipeline(pipeline) => pipeline.query_async(&mut conn).await,
-                Request::Script(invocation) => invocation.invoke_async(&mut conn).await,
+            match self.send(request).await {
+                Err(e) if sent_again(&e, repeatable) => {
+                    tracing::debug!(purpose = purpose.as_str(), error = %e, "redis: sent again on a new connection");
+                    self.send(request).await
+                }
+                answer => answer,
             }
         };
         let result = match tokio::time::timeout(timeout, call).await {
@@ -324,9 +342,19 @@ impl RedisStore {
         Err(result)
     }
 
-    /// Readiness probe and start-up check: `PING`.
+    /// One try on this thread's connection.
+    async fn send<T: FromRedisValue>(&self, request: Request<'_>) -> RedisResult<T> {
+        let mut conn = self.connection().await?;
+        match request {
+            Request::Cmd(cmd) => cmd.query_async(&mut conn).await,
+            Request::Pipeline(pipeline) => pipeline.query_async(&mut conn).await,
+            Request::Script(invocation) => invocation.invoke_async(&mut conn).await,
+        }
+    }
+
+    /// Readiness probe and start-up check: `PING`, which may be sent twice.
     pub async fn ping(&self) -> Result<(), RedisCallError> {
-        self.call::<String>(RedisPurpose::Other, &redis::cmd("PING"))
+        self.call_once_more::<String>(RedisPurpose::Other, (&redis::cmd("PING")).into(), true)
             .await
             .map(drop)
     }
@@ -373,6 +401,24 @@ impl RedisStore {
     }
 }
 
+/// Whether a failed try is sent once more: when the connection could not be made
+/// (a refused connection: the request never left, whatever it is), and, for a
+/// `repeatable` request, when the connection was found broken or reset. A broken
+/// connection does not say whether the request reached Redis before it broke (a stale
+/// connection fails before sending, one that breaks in flight after), so only a
+/// request whose repeat is harmless is sent again then: `PING`; the limiter's scripts,
+/// whose repeat can count one request twice, which refuses sooner, never admits more;
+/// the idempotency records (a repeated claim knows its own record by its order id, a
+/// repeated answer or release writes the same again). A reservation or a stock edit
+/// is never sent again after a broken connection (a repeat would answer "already
+/// bought", apply an edit twice), nor any request after a timeout, which may have run.
+fn sent_again(error: &redis::RedisError, repeatable: bool) -> bool {
+    if error.is_timeout() {
+        return false;
+    }
+    error.is_connection_refusal() || (repeatable && error.is_connection_dropped())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,5 +455,40 @@ mod tests {
         let sentinel =
             Topology::new(&options(&[], &["redis://127.0.0.1:6393"])).expect("sentinels");
         assert!(matches!(sentinel, Topology::Sentinel(_)));
+    }
+
+    /// No backoff between reconnects: the call that finds the connection gone starts one
+    /// attempt, bounded by the connection timeout, and is sent again on it.
+    #[test]
+    fn the_one_server_is_reconnected_at_once_without_a_backoff() {
+        let Topology::Single { config, .. } = Topology::new(&options(&[], &[])).expect("one")
+        else {
+            panic!("one server");
+        };
+        assert_eq!(config.number_of_retries(), 0);
+        assert_eq!(
+            config.connection_timeout(),
+            Some(Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn only_a_request_that_never_left_or_whose_repeat_is_harmless_is_sent_again() {
+        use std::io::{Error, ErrorKind};
+        let error = |kind: ErrorKind| redis::RedisError::from(Error::from(kind));
+        let refused = error(ErrorKind::ConnectionRefused);
+        let socket_gone = error(ErrorKind::NotFound);
+        for repeatable in [false, true] {
+            assert!(sent_again(&refused, repeatable) && sent_again(&socket_gone, repeatable));
+        }
+        for kind in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(sent_again(&error(kind), true), "{kind:?}");
+            assert!(!sent_again(&error(kind), false), "{kind:?}");
+        }
+        assert!(!sent_again(&error(ErrorKind::TimedOut), true));
     }
 }

@@ -3,7 +3,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use seckill_test_support::{
-    eventually, json, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
+    eventually, ip_of, json, out_of_reach_budgets, spawn_app, spawn_app_with, use_own_redis,
+    OwnRedis, TestApp,
 };
 
 /// Polls readiness until it reports exactly `store` down; liveness must not care.
@@ -113,4 +114,76 @@ async fn reads_answer_503_while_a_store_cannot_be_reached(db: PgPool) {
         .await;
     assert_eq!(keyed.status(), 503);
     assert_eq!(json(keyed).await["code"], "STORE_UNAVAILABLE");
+}
+
+/// `users` buy `item` at once, odd users with an `Idempotency-Key`; answers how many
+/// got each status and code.
+async fn buy_at_once(
+    app: &TestApp,
+    item: i64,
+    tokens: &[(i64, String)],
+) -> std::collections::BTreeMap<String, usize> {
+    let answers = futures_util::future::join_all(tokens.iter().map(|(user, token)| async move {
+        let key = format!("recovery-{user}");
+        let key = (user % 2 == 1).then_some(key.as_str());
+        app.post_seckill_with(token, item, &ip_of(*user), None, key)
+            .await
+    }))
+    .await;
+    let mut counts = std::collections::BTreeMap::new();
+    for response in answers {
+        let status = response.status().as_u16();
+        let code = json(response).await["code"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        *counts.entry(format!("{status} {code}")).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Issue 33, item 9: once Redis answers again, no request is failed by a connection its
+/// restart left stale, and nothing waits out a backoff: the first readiness probe and
+/// the first purchases after Redis answers all succeed, whether this instance called
+/// Redis during the outage (each worker's connection holds a failed attempt) or not
+/// (each holds the dead connection), with an `Idempotency-Key` (its claim is the first
+/// call) or without (the limiter's is). The audit saw 1 purchase in 10 answered 503
+/// `LIMITER_UNAVAILABLE` 5 s after a restart, and `NOT_READY` 10.7 s after. No timing
+/// is asserted: the first attempt must succeed, however long it takes.
+#[sqlx::test]
+async fn readiness_and_the_first_purchases_succeed_as_soon_as_redis_answers_again(db: PgPool) {
+    const BUYERS: i64 = 12;
+    let mut redis = OwnRedis::start().await;
+    let url = redis.url();
+    let app = spawn_app_with(&db, |s| {
+        use_own_redis(s, url);
+        out_of_reach_budgets(s);
+        s.readiness_timeout_ms = 60_000;
+    })
+    .await;
+    let item = app.open_item(2 * BUYERS).await;
+    let tokens = app.tokens(1..=2 * BUYERS).await;
+    let (first, second) = tokens.split_at(BUYERS as usize);
+    // Every worker's connection is made.
+    let warm = buy_at_once(&app, item, &first[..2]).await;
+    assert_eq!(warm, [("200 ".to_string(), 2)].into());
+
+    // Called during the outage: readiness fails, then Redis comes back.
+    redis.stop();
+    wait_until_not_ready(&app, "redis").await;
+    redis.restart().await;
+    let first_probe = app.get("/health/ready").await.status().as_u16();
+    let after_calls = buy_at_once(&app, item, &first[2..]).await;
+
+    // Not called during the outage: the connections are the dead ones.
+    redis.stop();
+    redis.restart().await;
+    let after_none = buy_at_once(&app, item, second).await;
+    let last_probe = app.get("/health/ready").await.status().as_u16();
+
+    let all_sold = |n: i64| [("200 ".to_string(), n as usize)].into();
+    assert_eq!(
+        (first_probe, after_calls, after_none, last_probe),
+        (200, all_sold(BUYERS - 2), all_sold(BUYERS), 200)
+    );
 }

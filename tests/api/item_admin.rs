@@ -366,3 +366,117 @@ mod topology {
         }
     }
 }
+
+/// The largest `priceCents` an item may have (docs/sale.md): with the largest stock
+/// (10 000 000) every sum of an item's paid orders fits in an `i64`.
+const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+
+/// Issue 33, item 8: a price of `i64::MAX` was accepted, and after two paid orders the
+/// item list answered 500 for good (`bigint out of range`). A price above the maximum
+/// is refused, on creation and on edit, naming the field.
+#[sqlx::test]
+async fn a_price_above_the_maximum_is_refused_on_creation_and_on_edit(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let now = chrono::Utc::now();
+    let new = |price: i64| {
+        json!({ "name": "Dear", "priceCents": price, "stock": 5,
+                "startsAt": now - chrono::Duration::minutes(1),
+                "endsAt": now + chrono::Duration::hours(1) })
+    };
+    let item = app.open_item(5).await;
+    for price in [MAX_PRICE_CENTS + 1, i64::MAX] {
+        let created = app
+            .admin_send(reqwest::Method::POST, "/admin/api/items", Some(new(price)))
+            .await;
+        let edited = app.patch_item(item, json!({ "priceCents": price })).await;
+        for (what, response) in [("creation", created), ("edit", edited)] {
+            assert_eq!(response.status(), 400, "{what} at {price}");
+            let error = body(response).await;
+            assert_eq!(
+                (error["code"].as_str(), error["field"].as_str()),
+                (Some("VALIDATION_FAILED"), Some("priceCents")),
+                "{what} at {price}"
+            );
+        }
+    }
+    let at_most = app
+        .admin_send(
+            reqwest::Method::POST,
+            "/admin/api/items",
+            Some(new(MAX_PRICE_CENTS)),
+        )
+        .await;
+    assert_eq!(at_most.status(), 201);
+    let edited = app
+        .patch_item(item, json!({ "priceCents": MAX_PRICE_CENTS }))
+        .await;
+    assert_eq!(body(edited).await["priceCents"], MAX_PRICE_CENTS);
+}
+
+/// Issue 33, item 8: every admin read of an item at the largest price and stock, with
+/// paid orders, answers 200 with the exact figures: the list with and without archived
+/// items, the archive, the orders and their CSV, the live numbers, the audit.
+#[sqlx::test]
+async fn every_admin_read_answers_for_the_largest_price_and_stock_with_paid_orders(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let now = chrono::Utc::now();
+    let created = app
+        .admin_send(
+            reqwest::Method::POST,
+            "/admin/api/items",
+            Some(
+                json!({ "name": "Dear", "priceCents": MAX_PRICE_CENTS, "stock": 10_000_000,
+                         "startsAt": now - chrono::Duration::minutes(1),
+                         "endsAt": now + chrono::Duration::hours(1) }),
+            ),
+        )
+        .await;
+    assert_eq!(created.status(), 201);
+    let item = body(created).await["id"].as_i64().expect("an id");
+    for user in [1, 2] {
+        let (token, order) = app.buy(user, item).await;
+        let order = order["orderId"].as_str().expect("an order id").to_string();
+        assert_eq!(
+            app.order_call(&token, &order, "pay", None).await.status(),
+            200
+        );
+    }
+    let revenue = json!(2 * MAX_PRICE_CENTS);
+    let listed = |list: &Value| {
+        list["items"]
+            .as_array()
+            .and_then(|items| items.iter().find(|i| i["id"] == item).cloned())
+            .expect("the item is listed")
+    };
+    for path in ["/admin/api/items", "/admin/api/items?archived=true"] {
+        let response = app.admin_get(path).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let figures = listed(&body(response).await);
+        assert_eq!(
+            (&figures["revenueCents"], &figures["sold"]),
+            (&revenue, &json!(2)),
+            "{path}"
+        );
+    }
+    for path in [
+        format!("/admin/api/orders?item={item}"),
+        format!("/admin/api/orders.csv?item={item}"),
+        format!("/admin/api/items/{item}/audit"),
+        "/admin/api/stats".to_string(),
+        "/api/items".to_string(),
+    ] {
+        assert_eq!(app.admin_get(&path).await.status(), 200, "{path}");
+    }
+    let archived = app
+        .admin_send(
+            reqwest::Method::POST,
+            &format!("/admin/api/items/{item}/archive"),
+            None,
+        )
+        .await;
+    assert_eq!(archived.status(), 200);
+    assert_eq!(body(archived).await["revenueCents"], revenue);
+    let response = app.admin_get("/admin/api/items?archived=true").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(listed(&body(response).await)["revenueCents"], revenue);
+}

@@ -108,6 +108,17 @@ impl Idempotency {
             -1 => return Ok(Claim::TooMany),
             _ => {}
         }
+        // A claim sent again after its connection broke (`RedisStore::call`) may find
+        // the record its first try wrote: this request's own order id, which no other
+        // request carries, so the claim is ours.
+        let ours = format!("{item}|{order}");
+        if previous
+            .strip_prefix("p|")
+            .and_then(|rest| rest.rsplit_once('|'))
+            .is_some_and(|(claimed, _)| claimed == ours)
+        {
+            return Ok(Claim::Fresh);
+        }
         let mut parts = previous.splitn(4, '|');
         let (state, stored_item) = (parts.next(), parts.next());
         if stored_item != Some(item.to_string().as_str()) {

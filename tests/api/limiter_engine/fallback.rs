@@ -184,3 +184,39 @@ async fn each_fail_mode_over_two_instances_through_an_outage_and_back() {
         ("redis".into(), "redis".into())
     );
 }
+
+/// Issue 33, item 9: an instance whose heartbeat Redis never answered (Redis went
+/// before it) counted itself alone and took the whole threshold, 5, beside a fleet
+/// that had its share already. It counts at least `fleet_floor` instances: with a floor
+/// of 3 it takes ⌈5/3⌉ = 2.
+#[tokio::test]
+async fn an_instance_that_never_counted_its_peers_takes_the_fleet_floors_share() {
+    let mut redis = OwnRedis::start().await;
+    let mut store_settings = redis_test_settings();
+    use_own_redis(&mut store_settings, redis.url());
+    let metrics = Arc::new(Metrics::new().expect("metrics"));
+    let store = RedisStore::connect(
+        &seckill::startup::redis_options(&store_settings),
+        Arc::clone(&metrics),
+    )
+    .await
+    .expect("redis");
+    redis.stop();
+    let clock = ManualClock::starting_at(1_700_000_000_000);
+    let floored = LimiterSettings {
+        fleet_floor: 3,
+        ..settings()
+    };
+    let limiter = Arc::new(
+        Limiter::new(store, &floored, Arc::clone(&metrics))
+            .expect("valid policies")
+            .with_clock(Clock::Manual(clock.clone())),
+    );
+    let beat = tokio::spawn(Arc::clone(&limiter).beat());
+    let late = Instance {
+        limiter,
+        metrics,
+        beat,
+    };
+    assert_eq!(late.admitted("local", 1, 10).await, (2, true));
+}

@@ -103,7 +103,7 @@ async fn one(
 pub struct EditItemRequest {
     #[schema(min_length = 1, max_length = 200)]
     name: Option<String>,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 100_000_000_000.0)]
     price_cents: Option<i64>,
     /// After the sale's start.
     ends_at: Option<DateTime<Utc>>,

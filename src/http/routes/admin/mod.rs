@@ -52,7 +52,7 @@ pub async fn me(admin: Admin) -> HttpResponse {
 pub struct CreateItemRequest {
     #[schema(example = "Laptop", min_length = 1, max_length = 200)]
     name: String,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 100_000_000_000.0)]
     price_cents: i64,
     #[schema(minimum = 1, maximum = 10_000_000)]
     stock: i64,
