@@ -206,11 +206,70 @@ mod topology {
         }
         let repriced = &answers[3].2;
         assert_eq!(repriced["priceCents"], NEW_PRICE, "{repriced}");
-        for item in items {
+        let mut conn = two.redis().await;
+        for (n, item) in items.into_iter().enumerate() {
             let (settled, _) =
                 until_redis_agrees_with_postgres(&two, &db, item, Duration::from_secs(10)).await;
             assert_eq!(settled, (0, 10), "item {item}: no order, every unit back");
+            // The buyer's mark and the order's entry are gone with it.
+            let keys = two.item_keys(item);
+            let marked: i64 = redis::cmd("SISMEMBER")
+                .arg(keys.buyers())
+                .arg(9_000 + n as i64)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let held: i64 = redis::cmd("HLEN")
+                .arg(keys.orders())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!((marked, held), (0, 0), "item {item}");
         }
+    }
+
+    /// An operator's change is announced on the sale's channel (what wakes every
+    /// instance's reload, `SoldOut::announce_change`): an item's pause, end and edit,
+    /// and its waiting room's edit, each as `<item id>:changed`.
+    #[sqlx::test]
+    async fn an_operators_changes_are_announced_on_the_sales_channel(db: PgPool) {
+        use futures_util::StreamExt;
+        let app = spawn_app(&db).await;
+        let item = app.open_item(10).await;
+        let nodes = std::env::var("SECKILL_REDIS_CLUSTER_NODES").unwrap_or_default();
+        let url = match nodes.split(',').find(|n| !n.is_empty()) {
+            Some(node) => node.to_string(),
+            None => std::env::var("REDIS_URL").unwrap(),
+        };
+        let mut pubsub = redis::Client::open(url)
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        pubsub
+            .subscribe(format!("{}:sold-out", app.settings.redis_key_prefix))
+            .await
+            .unwrap();
+        let mut messages = pubsub.on_message();
+        let changes = [
+            Action::Pause.apply(&app, item).await.status().as_u16(),
+            app.set_room(item, json!({ "enabled": true }))
+                .await
+                .status()
+                .as_u16(),
+            Action::Reprice.apply(&app, item).await.status().as_u16(),
+            Action::End.apply(&app, item).await.status().as_u16(),
+        ];
+        assert_eq!(changes, [200; 4]);
+        let mut heard = Vec::new();
+        while heard.len() < changes.len() {
+            let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .expect("a message within 10 s")
+                .expect("the subscription lasts");
+            heard.push(message.get_payload::<String>().unwrap());
+        }
+        assert_eq!(heard, vec![format!("{item}:changed"); 4]);
     }
 
     /// What one race saw.
