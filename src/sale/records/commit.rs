@@ -250,16 +250,23 @@ async fn commit_batch(
     let prices: Vec<i64> = orders.iter().map(|o| o.price_cents).collect();
     let write = async {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
-        // `item` locks the item's row first: an operator's end, archive, pause or price
-        // edit (one UPDATE of that row, `item_edits`) and this commit take turns on it,
-        // and READ COMMITTED hands the lock's waiter the row's newest version. `state`
+        // `item` locks the item's row first, as the decrement below would (`FOR NO KEY
+        // UPDATE`: the orders' foreign-key checks still pass): an operator's end,
+        // archive, pause or price edit (`item_edits`, the row locked `FOR UPDATE`) and
+        // this commit take turns on it, and READ COMMITTED hands the lock's waiter the
+        // row's newest version. The one cost of locking before the insert: a cancel or
+        // an expiry of the same user's order of this item (order row, then item row)
+        // running beside it is a deadlock Postgres breaks within a second, failing one
+        // of the two (the purchase answers ORDER_FAILED, a cancel an error to retry, an
+        // expiry waits for the next sweep). It needs Redis to have lost the buyer's mark,
+        // which refuses such a purchase before it gets here. `state`
         // reads the clock once the lock is held (`clock_timestamp()`, not the
         // transaction's start), so an order is refused from the moment an end commits;
         // an end sets `ends_at` from the same clock after taking the lock, so every
         // order's `created_at` (its transaction's start) is before its item's end.
         let row = sqlx::query!(
             r#"WITH item AS MATERIALIZED (
-                 SELECT ends_at, paused, archived_at, price_cents FROM items WHERE id = $3 FOR UPDATE
+                 SELECT ends_at, paused, archived_at, price_cents FROM items WHERE id = $3 FOR NO KEY UPDATE
                ), state AS MATERIALIZED (
                  SELECT clock_timestamp() >= ends_at OR archived_at IS NOT NULL AS ended, paused, price_cents
                  FROM item
