@@ -73,7 +73,7 @@ impl Items {
         Rebuilds::new(self.parts.redis.clone(), self.parts.lifetime)
             .rebuild(&item, &ledger)
             .await?;
-        self.reload_catalog().await?;
+        self.changed(item.id).await?;
         tracing::info!(item.id = %item.id, stock = item.total_stock, "item created");
         Ok(item)
     }
