@@ -31,6 +31,30 @@ where
     }
 }
 
+/// [`every`], and also as soon as `wake` resolves: a change another instance announced
+/// is applied at once, the period staying the safety net under a lost announcement. A
+/// wake during a run brings the next run forward to that run's end, none is lost.
+pub async fn every_or_woken<F, Fut, W, WFut>(
+    task: &'static str,
+    period: Duration,
+    mut wake: W,
+    mut step: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+    W: FnMut() -> WFut,
+    WFut: Future<Output = ()>,
+{
+    let mut ticks = Ticks::new(task, period);
+    loop {
+        tokio::select! {
+            () = ticks.next() => {}
+            () = wake() => {}
+        }
+        ticks.report(step().await);
+    }
+}
+
 /// The schedule of [`every`], for a task that carries state from one run to the next
 /// in its own loop: `loop { ticks.next().await; ticks.report(run(&mut state).await) }`.
 pub struct Ticks {
@@ -77,5 +101,26 @@ mod tests {
         // 0 s, 1 s, 2 s, 3 s: four runs within 3.5 s, failures included.
         let _ = tokio::time::timeout(Duration::from_millis(3500), task).await;
         assert_eq!(runs.get(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_runs_the_step_at_once_and_one_during_a_run_is_not_lost() {
+        let wake = tokio::sync::Notify::new();
+        let runs = std::cell::Cell::new(0u32);
+        // Two wakes before the loop starts waiting: one permit is kept, so one run.
+        wake.notify_one();
+        wake.notify_one();
+        let task = every_or_woken(
+            "test",
+            Duration::from_secs(10),
+            || wake.notified(),
+            || {
+                runs.set(runs.get() + 1);
+                async { Ok(()) }
+            },
+        );
+        // At 0 s the first tick, then the kept wake; no tick before 10 s.
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        assert_eq!(runs.get(), 2);
     }
 }

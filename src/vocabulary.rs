@@ -63,6 +63,8 @@ words! {
         NotStarted => "not_started",
         Ended => "ended",
         Paused => "paused",
+        /// The item's price changed after the purchase was admitted (the commit's check).
+        PriceChanged => "price_changed",
         NotFound => "not_found",
         RateLimited => "rate_limited",
         LimiterUnavailable => "limiter_unavailable",

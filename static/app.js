@@ -448,6 +448,8 @@ function describe(result, item) {
       return [`${Outcome.PAUSED.label}: the sale of ${name} is paused. Please try again later.`, 'warn'];
     case Outcome.ENDED.code:
       return [`${Outcome.ENDED.label}: the sale of ${name} has ended.`, 'error'];
+    case ErrorCode.PRICE_CHANGED:
+      return [`Nothing was bought: the price of ${name} changed to ${formatPrice(result.error.priceCents)}. Check it and buy again if you still want it.`, 'warn'];
     case ErrorCode.NOT_ADMITTED:
       return [`Not your turn: ${name} is sold through a queue, and this purchase carried no valid pass (it may have run out). The queue panel shows your place.`, 'warn'];
     case ErrorCode.IDEMPOTENCY_IN_PROGRESS:

@@ -29,6 +29,7 @@ use crate::vocabulary::OrderState;
 pub const ERROR_CODES: &[&str] = &[
     "ALREADY_PURCHASED",
     "EDIT_IN_PROGRESS",
+    "ENDED_BY_OPERATOR",
     "IDEMPOTENCY_IN_PROGRESS",
     "IDEMPOTENCY_MISMATCH",
     "INTERNAL",
@@ -49,6 +50,7 @@ pub const ERROR_CODES: &[&str] = &[
     "OVERLOADED",
     "PAYLOAD_TOO_LARGE",
     "PRECONDITION_FAILED",
+    "PRICE_CHANGED",
     "QUEUE_CLOSED",
     "QUEUE_NOT_OPEN",
     "QUEUE_UNAVAILABLE",
@@ -186,6 +188,9 @@ pub(crate) struct ErrorBody<'a> {
     /// `QUEUE_NOT_OPEN`: when joining opens.
     #[serde(rename = "opensAt", skip_serializing_if = "Option::is_none")]
     opens_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `PRICE_CHANGED`: the item's price now, in cents.
+    #[serde(rename = "priceCents", skip_serializing_if = "Option::is_none")]
+    price_cents: Option<i64>,
     /// `STOCK_TOO_LOW`: the least the item's stock can be set to now.
     #[serde(rename = "minStock", skip_serializing_if = "Option::is_none")]
     min_stock: Option<i64>,
@@ -309,8 +314,12 @@ impl ApiError {
             Self::IdempotencyMismatch => (S::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_MISMATCH"),
             Self::TooManyPending => (S::TOO_MANY_REQUESTS, "TOO_MANY_PENDING"),
             Self::Sale(error) => {
-                if let SaleError::OrderPending(order_id) = error {
-                    body.order_id = Some(*order_id);
+                match error {
+                    SaleError::OrderPending(order_id) => body.order_id = Some(*order_id),
+                    SaleError::PriceChanged { price_cents } => {
+                        body.price_cents = Some(*price_cents)
+                    }
+                    _ => {}
                 }
                 if let Some(wait) = error.retry_after() {
                     // Whole seconds, rounded up: never "retry now" for a wait under one.
@@ -328,6 +337,9 @@ impl ApiError {
                     RoomError::NotAdmitted(queue) => body.queue = Some(queue),
                     RoomError::InvalidSettings(invalid) => body.field = Some(invalid.field()),
                     RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
+                    RoomError::Sale(SaleError::PriceChanged { price_cents }) => {
+                        body.price_cents = Some(*price_cents)
+                    }
                     _ => {}
                 }
                 let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
@@ -343,6 +355,9 @@ impl ApiError {
                     (S::NOT_FOUND, "ITEM_NOT_FOUND")
                 }
                 ItemChangeError::Refused(ChangeRefused::Archived) => (S::CONFLICT, "ITEM_ARCHIVED"),
+                ItemChangeError::Refused(ChangeRefused::EndedByOperator) => {
+                    (S::CONFLICT, "ENDED_BY_OPERATOR")
+                }
                 ItemChangeError::Refused(ChangeRefused::StockMoved) => {
                     (S::CONFLICT, "EDIT_IN_PROGRESS")
                 }

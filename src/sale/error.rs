@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::records::ItemRefusal;
 use crate::metrics::Metrics;
 use crate::tally::{Counted, Counter};
 pub use crate::vocabulary::Outcome;
@@ -29,6 +30,10 @@ pub enum SaleError {
     AlreadyPurchased,
     #[error("sold out")]
     SoldOut,
+    /// The item's price changed after the purchase was admitted: nothing was bought at a
+    /// price the shopper was not shown. `price_cents` is the price now.
+    #[error("the price has changed; check the new price and buy again")]
+    PriceChanged { price_cents: i64 },
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     /// The cause is for the log, never for the client.
     #[error("the order could not be placed, please try again")]
@@ -58,6 +63,7 @@ impl SaleError {
             Self::Paused => "SALE_PAUSED",
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
+            Self::PriceChanged { .. } => "PRICE_CHANGED",
             Self::OrderFailed(_) => "ORDER_FAILED",
             Self::OrderPending(_) => "ORDER_PENDING",
             Self::Overloaded => "OVERLOADED",
@@ -73,7 +79,8 @@ impl SaleError {
             | Self::Ended
             | Self::Paused
             | Self::AlreadyPurchased
-            | Self::SoldOut => 409,
+            | Self::SoldOut
+            | Self::PriceChanged { .. } => 409,
             Self::OrderFailed(_) | Self::Overloaded | Self::OrdersUnavailable { .. } => 503,
             Self::OrderPending(_) => 202,
         }
@@ -87,6 +94,7 @@ impl SaleError {
             Self::Paused => Outcome::Paused,
             Self::AlreadyPurchased => Outcome::AlreadyPurchased,
             Self::SoldOut => Outcome::SoldOut,
+            Self::PriceChanged { .. } => Outcome::PriceChanged,
             Self::OrderFailed(_) => Outcome::OrderFailed,
             Self::OrderPending(_) => Outcome::OrderPending,
             Self::Overloaded => Outcome::Overloaded,
@@ -106,7 +114,8 @@ impl SaleError {
     }
 
     /// What an idempotent retry may be told: not found, sold out, already purchased, not
-    /// started and ended stand for good; a paused sale, a failed order and the
+    /// started, ended and a changed price stand for good (buying at the new price is a
+    /// new purchase, with a new key); a paused sale, a failed order and the
     /// overload refusals are worth retrying; a pending order may yet land.
     pub fn replayable(&self) -> Replayable {
         match self {
@@ -116,6 +125,16 @@ impl SaleError {
             | Self::OrdersUnavailable { .. } => Replayable::No,
             Self::OrderPending(_) => Replayable::Pending,
             _ => Replayable::Yes,
+        }
+    }
+}
+
+impl From<ItemRefusal> for SaleError {
+    fn from(why: ItemRefusal) -> Self {
+        match why {
+            ItemRefusal::Ended => Self::Ended,
+            ItemRefusal::Paused => Self::Paused,
+            ItemRefusal::PriceChanged { price_cents } => Self::PriceChanged { price_cents },
         }
     }
 }

@@ -73,13 +73,28 @@ impl Items {
         Rebuilds::new(self.parts.redis.clone(), self.parts.lifetime)
             .rebuild(&item, &ledger)
             .await?;
-        self.reload_catalog().await?;
+        self.changed(item.id).await?;
         tracing::info!(item.id = %item.id, stock = item.total_stock, "item created");
         Ok(item)
     }
 
-    /// Pauses or resumes an item's sale. Other instances see it at their next catalog
-    /// reload (within a second).
+    /// Tells every instance that an operator changed `item` or its waiting room: each
+    /// reloads its copies at once (`SoldOut::announce_change`). Best effort; what holds
+    /// from the change's COMMIT on is the commit's own check of the item's row.
+    pub async fn announce_change(&self, item: ItemId) {
+        self.parts.sold_out.announce_change(item).await;
+    }
+
+    /// Reloads this instance's catalog and tells the others to reload theirs.
+    async fn changed(&self, item: ItemId) -> anyhow::Result<()> {
+        let reloaded = self.reload_catalog().await;
+        self.announce_change(item).await;
+        reloaded
+    }
+
+    /// Pauses or resumes an item's sale: refused at the commit from then on, on every
+    /// instance; each instance's copy hears of it at once (pub/sub), or at its next
+    /// reload.
     pub async fn set_paused(
         &self,
         item: ItemId,
@@ -87,12 +102,13 @@ impl Items {
         by: &str,
     ) -> Result<Item, ItemChangeError> {
         let updated = records::pause_item(&self.parts.pool, item, paused, by).await?;
-        self.reload_catalog().await?;
+        self.changed(item).await?;
         Ok(updated)
     }
 
-    /// Ends the item's sale now (`SALE_ENDED` from then on, on every instance within a
-    /// second); with `archive`, archives it too.
+    /// Ends the item's sale now, for good (`SALE_ENDED` from then on: the commit refuses
+    /// it on every instance, and each instance's copy hears of it at once); with
+    /// `archive`, archives it too.
     pub async fn end(
         &self,
         item: ItemId,
@@ -100,7 +116,7 @@ impl Items {
         by: &str,
     ) -> Result<Item, ItemChangeError> {
         let ended = records::end_item(&self.parts.pool, item, archive, by).await?;
-        self.reload_catalog().await?;
+        self.changed(item).await?;
         tracing::info!(item.id = %item, archive, by, "item ended");
         Ok(ended)
     }
@@ -117,7 +133,7 @@ impl Items {
     ) -> Result<Item, ItemChangeError> {
         let Some(stock) = edit.stock else {
             let edited = records::edit_item(&self.parts.pool, id, edit, None, by).await?;
-            self.reload_catalog().await?;
+            self.changed(id).await?;
             return Ok(edited);
         };
         let edits = StockEdits::new(self.parts.redis.clone());
@@ -126,7 +142,7 @@ impl Items {
         }
         let edited = self.edit_stock(&edits, id, edit, stock, by).await;
         edits.end(id).await;
-        self.reload_catalog().await?;
+        self.changed(id).await?;
         let edited = edited?;
         let left = self
             .live_stock(id)

@@ -403,6 +403,12 @@ impl Purchases {
                 self.undo(item, reservation, Undo::SoldOut).await;
                 Err(SaleError::SoldOut)
             }
+            // The item's row refused it (an operator's end, archive, pause or price edit
+            // this instance had not heard of yet): no order, the unit back.
+            Err(CommitError::Refused(why)) => {
+                self.undo(item, reservation, Undo::Whole).await;
+                Err(SaleError::from(why))
+            }
             Err(CommitError::AlreadyPurchased) => {
                 let existing_order = records::order_of(&self.parts.pool, user, item.id)
                     .await

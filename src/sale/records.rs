@@ -15,7 +15,9 @@ mod item_edits;
 mod life_cycle;
 mod order_lines;
 
-pub use commit::{commit_orders, transaction_status, CommitError, NewOrder, TxId, TxStatus};
+pub use commit::{
+    commit_orders, transaction_status, CommitError, ItemRefusal, NewOrder, TxId, TxStatus,
+};
 pub use item_edits::{
     audit_creation, edit_item, end_item, item_audit, items_with_figures, pause_item, AuditEntry,
     ChangeRefused, ItemFigures,

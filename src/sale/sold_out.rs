@@ -1,4 +1,4 @@
-//! The sold-out fast path.
+//! The sold-out fast path, and the news of an operator's change.
 //!
 //! Most of a flash sale's traffic arrives after the stock is gone. Every instance keeps
 //! the set of sold-out items in memory and answers 409 `SOLD_OUT` from it, before the
@@ -7,8 +7,16 @@
 //! `<item id>:1` for back in stock) and, as a safety net against a lost message, from
 //! a periodic read of the stock counters.
 //!
-//! Both sides of the channel live here: [`SoldOut::announce`] publishes what this
-//! instance learned, [`SoldOut::listen`] applies what the others did.
+//! The same channel carries `<item id>:changed` when an operator changed an item (end,
+//! archive, pause, resume, edit) or its waiting room: every instance then reloads at
+//! once what its one-second timer reloads (`startup::tasks`), woken through
+//! [`SoldOut::changed`]. Best effort: a lost message is late by a second at most, and
+//! the commit refuses what the item's row refuses whatever a copy says
+//! (`records::commit_orders`).
+//!
+//! Both sides of the channel live here: [`SoldOut::announce`] and
+//! [`SoldOut::announce_change`] publish what this instance learned, [`SoldOut::listen`]
+//! applies what the others did.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -16,6 +24,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use secrecy::ExposeSecret;
+use tokio::sync::Notify;
 
 use super::item::ItemId;
 use crate::metrics::{Metrics, RedisPurpose};
@@ -26,6 +35,9 @@ pub struct SoldOut {
     board: SoldOutBoard,
     redis: RedisStore,
     metrics: Arc<Metrics>,
+    /// Woken by an operator's change heard on the channel (this instance's own too):
+    /// the catalog's refresh runs at once instead of at its next tick.
+    changed: Notify,
 }
 
 impl SoldOut {
@@ -34,6 +46,7 @@ impl SoldOut {
             board: SoldOutBoard::default(),
             redis,
             metrics,
+            changed: Notify::new(),
         }
     }
 
@@ -54,12 +67,40 @@ impl SoldOut {
     /// message is only late: the periodic check finds the change within a second.
     pub async fn announce(&self, item: ItemId, sold_out: bool) {
         self.note(item, sold_out);
+        self.publish(item, News::SoldOut(sold_out)).await;
+    }
+
+    /// Tells every instance (this one too) that an operator changed `item` or its
+    /// waiting room: each reloads its copies at once. A lost message is only late: the
+    /// one-second reload finds the change.
+    pub async fn announce_change(&self, item: ItemId) {
+        self.publish(item, News::Changed).await;
+    }
+
+    /// Resolves at the next change heard on the channel (at once if one was heard since
+    /// the last call): what wakes the catalog's refresh.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    async fn publish(&self, item: ItemId, news: News) {
         let mut publish = redis::cmd("PUBLISH");
         publish
             .arg(channel(self.redis.prefix()))
-            .arg(message(item, sold_out));
+            .arg(message(item, news));
         if let Err(e) = self.redis.call::<i64>(RedisPurpose::Other, &publish).await {
-            tracing::warn!(item.id = %item, error = %e, "could not publish a sold-out change");
+            tracing::warn!(item.id = %item, error = %e, "could not publish on the sale's channel");
+        }
+    }
+
+    /// Applies what the channel said.
+    fn hear(&self, item: ItemId, news: News) {
+        match news {
+            News::SoldOut(sold_out) => self.note(item, sold_out),
+            News::Changed => {
+                tracing::debug!(item.id = %item, "an operator changed an item: reloading");
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -71,7 +112,7 @@ impl SoldOut {
     /// caught by the periodic check (`Sale::refresh_sold_out`).
     pub async fn listen(self: Arc<Self>, urls: Vec<secrecy::SecretString>) {
         let channel = channel(self.redis.prefix());
-        let apply = |item, sold_out| self.note(item, sold_out);
+        let apply = |item, news| self.hear(item, news);
         for url in urls.iter().cycle() {
             if let Err(e) = follow(url.expose_secret(), &channel, &apply).await {
                 tracing::warn!(error = %format!("{e:#}"), "sold-out channel lost, resubscribing");
@@ -119,29 +160,47 @@ fn channel(prefix: &str) -> String {
     format!("{prefix}:sold-out")
 }
 
-fn message(item: ItemId, sold_out: bool) -> String {
-    format!("{item}:{}", if sold_out { 0 } else { 1 })
+/// What a message on the channel says of an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum News {
+    /// Sold out (`true`) or back in stock.
+    SoldOut(bool),
+    /// An operator changed it or its waiting room: reload.
+    Changed,
 }
 
-fn parse(payload: &str) -> Option<(ItemId, bool)> {
-    let (item, flag) = payload.split_once(':')?;
+fn message(item: ItemId, news: News) -> String {
+    let word = match news {
+        News::SoldOut(true) => "0",
+        News::SoldOut(false) => "1",
+        News::Changed => "changed",
+    };
+    format!("{item}:{word}")
+}
+
+fn parse(payload: &str) -> Option<(ItemId, News)> {
+    let (item, word) = payload.split_once(':')?;
     let item = ItemId::try_from(item.parse::<i64>().ok()?).ok()?;
-    match flag {
-        "0" => Some((item, true)),
-        "1" => Some((item, false)),
+    match word {
+        "0" => Some((item, News::SoldOut(true))),
+        "1" => Some((item, News::SoldOut(false))),
+        "changed" => Some((item, News::Changed)),
         _ => None,
     }
 }
 
-async fn follow(url: &str, channel: &str, apply: &impl Fn(ItemId, bool)) -> anyhow::Result<()> {
+async fn follow(url: &str, channel: &str, apply: &impl Fn(ItemId, News)) -> anyhow::Result<()> {
     let mut pubsub = redis::Client::open(url)?.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     let mut messages = pubsub.on_message();
     while let Some(msg) = messages.next().await {
         let payload: String = msg.get_payload()?;
         match parse(&payload) {
-            Some((item, sold_out)) => apply(item, sold_out),
-            None => tracing::warn!(payload, "ignoring a malformed sold-out message"),
+            Some((item, news)) => apply(item, news),
+            None => tracing::warn!(
+                payload,
+                "ignoring a malformed message on the sale's channel"
+            ),
         }
     }
     anyhow::bail!("subscription ended")
@@ -154,9 +213,19 @@ mod tests {
     #[test]
     fn messages_round_trip_and_garbage_is_ignored() {
         let item = ItemId::try_from(42).unwrap();
-        assert_eq!(parse(&message(item, true)), Some((item, true)));
-        assert_eq!(parse(&message(item, false)), Some((item, false)));
-        for bad in ["", "42", "x:0", "42:2", "0:1", "-1:0"] {
+        for news in [News::SoldOut(true), News::SoldOut(false), News::Changed] {
+            assert_eq!(parse(&message(item, news)), Some((item, news)));
+        }
+        for bad in [
+            "",
+            "42",
+            "x:0",
+            "42:2",
+            "0:1",
+            "-1:0",
+            "42:change",
+            "x:changed",
+        ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
     }

@@ -14,6 +14,7 @@ use crate::rules;
 use crate::sale::committer::{Batching, Queue};
 use crate::sale::consistency::ConsistencyExport;
 use crate::sale::room::{Inlet, Rooms};
+use crate::sale::sold_out::SoldOut;
 use crate::sale::{Items, Reconciler, Sweeper};
 
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
@@ -57,7 +58,12 @@ pub(super) fn background(
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![
         committer.boxed(),
-        refresh(Arc::clone(&services.items), Arc::clone(&services.rooms)).boxed(),
+        refresh(
+            Arc::clone(&services.items),
+            Arc::clone(&services.rooms),
+            Arc::clone(&sale.sold_out),
+        )
+        .boxed(),
         Arc::clone(&services.lobby)
             .run(Arc::clone(&services.rooms))
             .boxed(),
@@ -87,11 +93,13 @@ pub(super) fn background(
 
 /// Other instances create items and sell stock too: every second, reload the catalog
 /// (their items become purchasable here) and the waiting rooms' settings, and re-read
-/// the stock counters (the safety net under the sold-out channel).
-async fn refresh(items: Arc<Items>, rooms: Arc<Rooms>) {
-    background::every(
+/// the stock counters (the safety net under the sold-out channel); and at once when an
+/// operator's change is heard on that channel (`SoldOut::announce_change`).
+async fn refresh(items: Arc<Items>, rooms: Arc<Rooms>, news: Arc<SoldOut>) {
+    background::every_or_woken(
         "catalog and sold-out refresh",
         Duration::from_secs(1),
+        || news.changed(),
         || {
             let items = Arc::clone(&items);
             let rooms = Arc::clone(&rooms);

@@ -23,6 +23,7 @@ mod limiter_model;
 mod loadgen;
 mod metrics;
 mod openapi;
+mod operator_actions;
 mod overload;
 mod parsers;
 mod policy_scope;

@@ -47,7 +47,7 @@ pub struct PurchaseRequest {
         (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
         (status = 403, description = "`NOT_ADMITTED`: the item has a waiting room on and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::api_error::ErrorBody),
-        (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
+        (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `PRICE_CHANGED` (with `priceCents`, the price now), `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
         (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
         (status = 429, description = "`TOO_MANY_PENDING`: too many of this user's keyed purchases are in flight", body = crate::http::api_error::ErrorBody),
         (status = 503, description = "`ORDER_FAILED`: the order was not committed and Redis was put back; retry. `OVERLOADED`: shed at the concurrency limit that follows the commits' latency, nothing reserved; `ORDERS_UNAVAILABLE`: the orders breaker is open after commits kept failing, nothing reserved; both with `Retry-After`", body = crate::http::api_error::ErrorBody),

@@ -35,6 +35,11 @@ pub enum CommitError {
     /// The user already holds an order of this item.
     #[error("the user already has an order of this item")]
     AlreadyPurchased,
+    /// The item's row refused the order when the commit held it locked: its sale has
+    /// ended (`now() >= ends_at` on Postgres's clock), it is archived or paused, or its
+    /// price is no longer the one the purchase was admitted at.
+    #[error("the item refused the order: {0:?}")]
+    Refused(ItemRefusal),
     /// Nothing was written, and nothing will be: failed or gave up before COMMIT was
     /// sent (the transaction is rolled back, by Postgres's idle timeout at the latest),
     /// or Postgres says the transaction aborted.
@@ -58,6 +63,45 @@ pub struct NewOrder {
     pub item: ItemId,
     /// The item's price when it was bought: the order's amount from then on.
     pub price_cents: i64,
+}
+
+/// Why the item's row refused an order at the commit, whatever the purchase's instance
+/// believed of it: an operator's end, archive, pause or price edit reaches every instance
+/// here, from its COMMIT on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemRefusal {
+    /// Its sale has ended (its end reached or set by an operator), or it is archived.
+    Ended,
+    Paused,
+    /// The order's price is not the item's: the item's price now.
+    PriceChanged {
+        price_cents: i64,
+    },
+}
+
+/// The item's row as the commit saw it, locked.
+#[derive(Debug, Clone, Copy)]
+struct ItemState {
+    ended: bool,
+    paused: bool,
+    price_cents: i64,
+}
+
+impl ItemState {
+    /// What the row says of an order at `price_cents`.
+    fn refusal(&self, price_cents: i64) -> Option<ItemRefusal> {
+        if self.ended {
+            Some(ItemRefusal::Ended)
+        } else if self.paused {
+            Some(ItemRefusal::Paused)
+        } else if price_cents != self.price_cents {
+            Some(ItemRefusal::PriceChanged {
+                price_cents: self.price_cents,
+            })
+        } else {
+            None
+        }
+    }
 }
 
 /// The check that keeps an item's stock from going below zero.
@@ -176,6 +220,7 @@ impl CommitError {
         match self {
             Self::SoldOut => Self::SoldOut,
             Self::AlreadyPurchased => Self::AlreadyPurchased,
+            Self::Refused(why) => Self::Refused(*why),
             Self::Failed(e) => Self::Failed(anyhow::anyhow!("{e:#}")),
             Self::InDoubt { txid, cause } => Self::InDoubt {
                 txid: *txid,
@@ -205,11 +250,31 @@ async fn commit_batch(
     let prices: Vec<i64> = orders.iter().map(|o| o.price_cents).collect();
     let write = async {
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
+        // `item` locks the item's row first, as the decrement below would (`FOR NO KEY
+        // UPDATE`: the orders' foreign-key checks still pass): an operator's end,
+        // archive, pause or price edit (`item_edits`, the row locked `FOR UPDATE`) and
+        // this commit take turns on it, and READ COMMITTED hands the lock's waiter the
+        // row's newest version. The one cost of locking before the insert: a cancel or
+        // an expiry of the same user's order of this item (order row, then item row)
+        // running beside it is a deadlock Postgres breaks within a second, failing one
+        // of the two (the purchase answers ORDER_FAILED, a cancel an error to retry, an
+        // expiry waits for the next sweep). It needs Redis to have lost the buyer's mark,
+        // which refuses such a purchase before it gets here. `state`
+        // reads the clock once the lock is held (`clock_timestamp()`, not the
+        // transaction's start), so an order is refused from the moment an end commits;
+        // an end sets `ends_at` from the same clock after taking the lock, so every
+        // order's `created_at` (its transaction's start) is before its item's end.
         let row = sqlx::query!(
-            r#"WITH inserted AS (
+            r#"WITH item AS MATERIALIZED (
+                 SELECT ends_at, paused, archived_at, price_cents FROM items WHERE id = $3 FOR NO KEY UPDATE
+               ), state AS MATERIALIZED (
+                 SELECT clock_timestamp() >= ends_at OR archived_at IS NOT NULL AS ended, paused, price_cents
+                 FROM item
+               ), inserted AS (
                  INSERT INTO orders (id, user_id, item_id, state, pay_by, price_cents)
-                 SELECT id, user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond', price_cents
-                 FROM UNNEST($1::uuid[], $2::bigint[], $5::bigint[]) AS o (id, user_id, price_cents)
+                 SELECT o.id, o.user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond', o.price_cents
+                 FROM UNNEST($1::uuid[], $2::bigint[], $5::bigint[]) AS o (id, user_id, price_cents), state s
+                 WHERE NOT s.ended AND NOT s.paused AND o.price_cents = s.price_cents
                  ON CONFLICT (user_id, item_id) WHERE state IN ('pending_payment', 'paid') DO NOTHING
                  RETURNING id, created_at, pay_by
                ), taken AS (
@@ -219,7 +284,10 @@ async fn commit_batch(
                SELECT txid_current() AS "txid!",
                       coalesce(array_agg(id), '{}') AS "ids!: Vec<Uuid>",
                       coalesce(array_agg(created_at), '{}') AS "created!: Vec<DateTime<Utc>>",
-                      coalesce(array_agg(pay_by), '{}') AS "pay_by!: Vec<DateTime<Utc>>"
+                      coalesce(array_agg(pay_by), '{}') AS "pay_by!: Vec<DateTime<Utc>>",
+                      (SELECT ended FROM state) AS "ended?",
+                      (SELECT paused FROM state) AS "paused?",
+                      (SELECT price_cents FROM state) AS "price_cents?"
                FROM inserted"#,
             &ids,
             &users,
@@ -234,16 +302,28 @@ async fn commit_batch(
             _ => failed(e),
         })?;
         let created: Vec<_> = row.created.into_iter().zip(row.pay_by).collect();
-        Ok((tx, TxId(row.txid), row.ids, created))
+        // No row: no such item, so nothing was inserted (items are never deleted).
+        let state = match (row.ended, row.paused, row.price_cents) {
+            (Some(ended), Some(paused), Some(price_cents)) => ItemState {
+                ended,
+                paused,
+                price_cents,
+            },
+            _ => {
+                return Err(BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
+                    "item {item} not found at the commit"
+                ))))
+            }
+        };
+        Ok((tx, TxId(row.txid), row.ids, created, state))
     };
-    let (tx, txid, inserted, created) =
-        tokio::time::timeout_at(deadline, write)
-            .await
-            .map_err(|_| {
-                BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
-                    "no answer before COMMIT within the commit timeout"
-                )))
-            })??;
+    let (tx, txid, inserted, created, state) = tokio::time::timeout_at(deadline, write)
+        .await
+        .map_err(|_| {
+            BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
+                "no answer before COMMIT within the commit timeout"
+            )))
+        })??;
     let committed = match tokio::time::timeout_at(deadline, tx.commit()).await {
         Ok(Ok(())) if !commit_unanswered(orders) => Ok(()),
         Ok(Ok(())) => Err(anyhow::anyhow!("injected: the COMMIT's answer was lost")),
@@ -302,15 +382,18 @@ async fn commit_batch(
             }
         }
     };
+    // Not inserted and not an earlier attempt's: refused by the item's row, or else
+    // the user's other order of this item.
     Ok(orders
         .iter()
         .map(|o| match created_at.get(&o.id) {
             Some(&(at, pay_by)) => Ok(o.committed_at(at, pay_by)),
-            None => earlier
-                .iter()
-                .find(|e| e.id == o.id)
-                .cloned()
-                .ok_or(CommitError::AlreadyPurchased),
+            None => earlier.iter().find(|e| e.id == o.id).cloned().ok_or(
+                match state.refusal(o.price_cents) {
+                    Some(why) => CommitError::Refused(why),
+                    None => CommitError::AlreadyPurchased,
+                },
+            ),
         })
         .collect())
 }

@@ -27,6 +27,9 @@ pub enum ChangeRefused {
     NotFound,
     #[error("the item is archived")]
     Archived,
+    /// An edit of the end of a sale an operator ended: an operator's end is final.
+    #[error("an operator ended this sale: its end cannot be moved")]
+    EndedByOperator,
     /// The stored total moved since the caller read it (another stock edit).
     #[error("the item's stock changed meanwhile")]
     StockMoved,
@@ -112,6 +115,9 @@ pub async fn edit_item(
     if old.archived_at.is_some() {
         return Err(ChangeRefused::Archived);
     }
+    if edit.ends_at.is_some() && ended_by_operator(&mut tx, id).await?.is_some() {
+        return Err(ChangeRefused::EndedByOperator);
+    }
     let delta = match stock {
         Some((expected_total, _)) if expected_total != old.total_stock => {
             return Err(ChangeRefused::StockMoved)
@@ -140,8 +146,27 @@ pub async fn edit_item(
     Ok(new)
 }
 
-/// Ends the sale now (an item not started yet starts and ends now); with `archive`,
-/// archives it too. Ending an ended item or archiving an archived one changes nothing.
+/// When an operator ended the item's sale, if one did (the row is locked by the caller).
+async fn ended_by_operator(
+    tx: &mut Transaction<'_, Postgres>,
+    id: ItemId,
+) -> Result<Option<DateTime<Utc>>, ChangeRefused> {
+    Ok(sqlx::query_scalar!(
+        "SELECT ended_by_operator_at FROM items WHERE id = $1",
+        id.get()
+    )
+    .fetch_one(&mut **tx)
+    .await?)
+}
+
+/// Ends the sale now (an item not started yet starts and ends now), for good (an edit
+/// of its end is refused from then on, `ended_by_operator_at`); with `archive`,
+/// archives it too. Ending an ended item or archiving an archived one changes nothing,
+/// but that a sale which had ended on its own is now ended by an operator too.
+///
+/// "Now" is the clock once the row is locked (`clock_timestamp()`): an order committed
+/// before holds the lock first, so its `created_at` is before the end, and one
+/// committed after is refused by the commit's own check (`commit::commit_orders`).
 pub async fn end_item(
     pool: &PgPool,
     id: ItemId,
@@ -157,12 +182,15 @@ pub async fn end_item(
             Err(ChangeRefused::Archived)
         };
     }
+    let was_ended_by_operator = ended_by_operator(&mut tx, id).await?.is_some();
     let row = sqlx::query_as!(
         ItemRow,
         r#"UPDATE items SET
-               starts_at = LEAST(starts_at, now() - interval '1 millisecond'),
-               ends_at = LEAST(ends_at, now()),
-               archived_at = CASE WHEN $2 THEN now() ELSE archived_at END
+               starts_at = LEAST(starts_at, c.at - interval '1 millisecond'),
+               ends_at = LEAST(ends_at, c.at),
+               archived_at = CASE WHEN $2 THEN c.at ELSE archived_at END,
+               ended_by_operator_at = COALESCE(ended_by_operator_at, c.at)
+           FROM (SELECT clock_timestamp() AS at) AS c
            WHERE id = $1
            RETURNING id, name, price_cents, total_stock, remaining_stock, starts_at, ends_at, paused, archived_at"#,
         id.get(),
@@ -171,7 +199,7 @@ pub async fn end_item(
     .fetch_one(&mut *tx)
     .await?;
     let new = Item::try_from(row)?;
-    if new != old {
+    if new != old || !was_ended_by_operator {
         let action = if archive { "archive" } else { "end" };
         record(&mut tx, id, action, by, Some(&old), &new).await?;
     }

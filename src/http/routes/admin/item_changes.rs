@@ -119,7 +119,7 @@ pub struct EditItemRequest {
         (status = 200, description = "The item as stored", body = AdminItemBody),
         (status = 400, description = "`VALIDATION_FAILED` with `field`", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
-        (status = 409, description = "`STOCK_TOO_LOW` (with `minStock`), `ITEM_ARCHIVED` or `EDIT_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
+        (status = 409, description = "`STOCK_TOO_LOW` (with `minStock`), `ITEM_ARCHIVED`, `EDIT_IN_PROGRESS` or `ENDED_BY_OPERATOR` (an `endsAt` edit after an operator ended the sale)", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn edit_item(
     admin: Admin,
@@ -155,7 +155,7 @@ pub async fn edit_item(
 #[utoipa::path(post, path = "/admin/api/items/{id}/end", operation_id = "endItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
-        (status = 200, description = "The item, its sale over: purchases answer `SALE_ENDED`", body = AdminItemBody),
+        (status = 200, description = "The item, its sale over for good: purchases answer `SALE_ENDED` on every instance, and an `endsAt` edit `ENDED_BY_OPERATOR`", body = AdminItemBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
         (status = 409, description = "`ITEM_ARCHIVED`", body = crate::http::api_error::ErrorBody),
     ))]

@@ -12,6 +12,7 @@ use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::sale::item::ItemId;
 use crate::sale::room::{RoomEdit, RoomStatus, WaitingRoom};
+use crate::sale::Items;
 
 /// An edit: every field optional; `prequeueStartsAt: null` removes the pre-queue.
 /// Bounds are checked by the room's settings (`RoomConfig::edited`), which name the
@@ -130,6 +131,7 @@ pub async fn update_waiting_room(
     id: web::Path<i64>,
     body: JsonBody<RoomRequest>,
     room: web::Data<WaitingRoom>,
+    items: web::Data<Items>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
     let request = body.0;
@@ -150,6 +152,8 @@ pub async fn update_waiting_room(
         abandon_after_secs: request.abandon_after_secs,
     };
     let saved = room.configure(item, &edit).await?;
+    // The other instances reload the rooms' settings at once, not at their next tick.
+    items.announce_change(item).await;
     tracing::info!(admin = %admin.name, item.id = %item, enabled = saved.enabled, version = saved.version, "admin changed a waiting room");
     Ok(HttpResponse::Ok().json(RoomBody::new(item, room.status(item)?)))
 }
