@@ -192,8 +192,8 @@ pub struct LimiterSettings {
     pub denial_cache_slots: usize,
     /// The policies in force at start, by name.
     pub policies: BTreeMap<String, PolicyConfig>,
-    /// Keys the fallback limits (fail mode `local`) may hold at once, all policies
-    /// together: about 100 bytes each besides the key.
+    /// Keys the fallback limits (fail mode `local`) may hold at once in each policy's
+    /// table: about 100 bytes each besides the key (see `limiter::fallback_limits`).
     pub fallback_keys: usize,
     /// How often this instance beats into Redis, so the fallback limits know how many
     /// instances share each threshold.
