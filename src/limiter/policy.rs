@@ -106,6 +106,9 @@ pub enum KeySource {
     User,
     /// The client IP (see `http::client_ip` for whom we believe).
     Ip,
+    /// The client IP's network: its /24, or an IPv6 client's /48 (`ClientIp::network`),
+    /// for a limit on everyone in it.
+    Network,
     /// `X-Client-Id`, falling back to the client IP.
     ClientId,
     /// The matched route pattern.
