@@ -331,7 +331,8 @@ impl ApiError {
                     RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
                     RoomError::PollingTooFast { retry_after_ms } => {
                         body.retry_after_ms = Some(*retry_after_ms);
-                        if let Ok(value) = retry_after_ms.div_ceil(1000).max(1).to_string().parse() {
+                        if let Ok(value) = retry_after_ms.div_ceil(1000).max(1).to_string().parse()
+                        {
                             headers.insert(RETRY_AFTER, value);
                         }
                     }

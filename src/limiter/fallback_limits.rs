@@ -329,10 +329,7 @@ impl FallbackLimits {
         let Ok(mut tables) = self.tables.lock() else {
             return;
         };
-        let Some(counts) = tables
-            .get_mut(policy)
-            .and_then(|table| table.get_mut(key))
-        else {
+        let Some(counts) = tables.get_mut(policy).and_then(|table| table.get_mut(key)) else {
             return;
         };
         let index = at_ms / counts.sub_ms;
@@ -451,7 +448,10 @@ mod tests {
         let share = Share::of(3, 1_600, 1);
         let t0 = 10_000;
         for n in 0..3 {
-            assert!(admitted(limits.decide("p", &["k"], &[share], t0 + n)), "{n}");
+            assert!(
+                admitted(limits.decide("p", &["k"], &[share], t0 + n)),
+                "{n}"
+            );
         }
         let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], t0 + 5) else {
             panic!("the fourth in the window is refused");
@@ -501,7 +501,12 @@ mod tests {
         let limits = FallbackLimits::new(100);
         let wide = Share::of(10, 60_000, 1);
         let narrow = Share::of(1, 60_000, 1);
-        assert!(admitted(limits.decide("p", &["w", "n1"], &[wide, narrow], 0)));
+        assert!(admitted(limits.decide(
+            "p",
+            &["w", "n1"],
+            &[wide, narrow],
+            0
+        )));
         let Verdict::Refused {
             rule, longest_ms, ..
         } = limits.decide("p", &["w", "n1"], &[wide, narrow], 1)
@@ -533,7 +538,10 @@ mod tests {
             assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
             assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
             assert_eq!(limits.len("p"), 3);
-            assert!(!admitted(limits.decide("p", &["a"], &[share], 3 + n as u64)), "{key}");
+            assert!(
+                !admitted(limits.decide("p", &["a"], &[share], 3 + n as u64)),
+                "{key}"
+            );
         }
         // Every key refuses now: a newcomer is refused, for a second, and written nowhere.
         let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["h"], &[share], 10) else {

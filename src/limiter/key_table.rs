@@ -195,7 +195,9 @@ mod tests {
             table.insert(key, entry(key % 3 == 0));
         }
         for newcomer in 10..16 {
-            table.make_room(1, 5, KEEP_NONE).expect("a key that is not refusing leaves");
+            table
+                .make_room(1, 5, KEEP_NONE)
+                .expect("a key that is not refusing leaves");
             table.insert(newcomer, entry(true));
             assert_eq!(table.len(), 10);
         }
@@ -220,11 +222,17 @@ mod tests {
                 },
             );
         }
-        assert_eq!(table.make_room(1, 50, KEEP_NONE), Err(Full), "every key is live");
+        assert_eq!(
+            table.make_room(1, 50, KEEP_NONE),
+            Err(Full),
+            "every key is live"
+        );
         assert_eq!(table.len(), 4);
         // At 250 the first two are stale, but a sweep waits a second after the last:
         // the hand still finds them one by one.
-        table.make_room(2, 250, KEEP_NONE).expect("two stale keys leave");
+        table
+            .make_room(2, 250, KEEP_NONE)
+            .expect("two stale keys leave");
         assert_eq!(table.len(), 2);
         assert!(table.contains(&2) && table.contains(&3));
     }

@@ -317,7 +317,12 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
         .await
         .unwrap();
     keys.sort();
-    let key = |rest: &str| format!("{}:{{limited}}:sliding_window:{rest}", app.settings.redis_key_prefix);
+    let key = |rest: &str| {
+        format!(
+            "{}:{{limited}}:sliding_window:{rest}",
+            app.settings.redis_key_prefix
+        )
+    };
     // The address's own key and its network's (the per-address and per-network rules).
     assert_eq!(
         keys,

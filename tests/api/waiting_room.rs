@@ -340,7 +340,11 @@ async fn one_tickets_polls_get_their_burst_then_429_until_it_refills(db: PgPool)
     )
     .await;
     let statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
-    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 5, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        5,
+        "{statuses:?}"
+    );
     assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 45);
     let refused = answers
         .into_iter()

@@ -145,7 +145,11 @@ mod tests {
         let polls = budget(1_000, 20, 100);
         let ticket = (7, 42);
         for n in 0..20 {
-            assert_eq!(polls.take_at(ticket, 5_000), Ok(()), "poll {n} of the burst");
+            assert_eq!(
+                polls.take_at(ticket, 5_000),
+                Ok(()),
+                "poll {n} of the burst"
+            );
         }
         // Empty: the next poll is a refill away, and refusals take nothing.
         for _ in 0..1_000 {

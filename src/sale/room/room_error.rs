@@ -26,7 +26,9 @@ pub enum RoomError {
     #[error(transparent)]
     InvalidSettings(#[from] InvalidRoom),
     /// This ticket polled faster than its bucket refills ([`super::PollBudget`]).
-    #[error("polling too fast: poll again in {retry_after_ms} ms, then every refreshIntervalSeconds")]
+    #[error(
+        "polling too fast: poll again in {retry_after_ms} ms, then every refreshIntervalSeconds"
+    )]
     PollingTooFast { retry_after_ms: u64 },
     /// The waiting room's Redis did not answer: the sale's fail mode (closed).
     #[error("the waiting room is unavailable, please retry shortly")]

@@ -245,9 +245,7 @@ async fn without_redis_the_lockout_holds_in_process_at_each_instances_share(db: 
 /// policy, evicting an arbitrary key when full, only 5, 6 and 8 of the 20 were still
 /// locked after the flood (three runs): the others could guess again.
 #[sqlx::test]
-async fn without_redis_a_flood_of_fresh_client_ids_leaves_every_locked_address_locked(
-    db: PgPool,
-) {
+async fn without_redis_a_flood_of_fresh_client_ids_leaves_every_locked_address_locked(db: PgPool) {
     const ADDRESSES: usize = 20;
     const FLOOD: usize = 300;
     let mut redis = OwnRedis::start().await;
@@ -284,7 +282,10 @@ async fn without_redis_a_flood_of_fresh_client_ids_leaves_every_locked_address_l
             locked += 1;
         }
     }
-    assert_eq!(locked, ADDRESSES, "locked addresses still locked after the flood");
+    assert_eq!(
+        locked, ADDRESSES,
+        "locked addresses still locked after the flood"
+    );
     assert_eq!(token_comparisons(&app).await, (2 * ADDRESSES) as f64);
 }
 
