@@ -70,7 +70,8 @@ limiter_only_run() {
 }
 ceiling_limited_run() {
   want ceiling_limited || return 0
-  start_ceiling CEILING_LIMITED_THRESHOLD=1000000000
+  start_ceiling CEILING_LIMITED_THRESHOLD=1000000000 CEILING_LIMITED_IP_THRESHOLD=1000000000 \
+    CEILING_LIMITED_NETWORK_THRESHOLD=1000000000
   CPU_PIDS=$CEILING_PID run_loadgen "ceiling_limited.pair-$1" --target "$CEILING_URL" --probe /api/limited \
     --users "$USERS" --ips "$USERS" --concurrency "$CONCURRENCY" --duration "$SECONDS_EACH"
   stop_ceiling

@@ -98,6 +98,16 @@ write_config() {
     echo 'window_ms = 60000'
     echo 'threshold = 1000000000'
     echo 'message = "Rate limit exceeded, slow down"'
+    # The default's per-address and per-network rules, out of the way like the client's:
+    # the call decides the same three keys as the default policy.
+    for rule in ip network; do
+      echo '[[limiter.policies.limited.rules]]'
+      echo "name = \"$rule\""
+      echo "key = \"$rule\""
+      echo 'window_ms = 60000'
+      echo 'threshold = 1000000000'
+      echo "message = \"$rule limit\""
+    done
   } > "$file"
 }
 

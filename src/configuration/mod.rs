@@ -178,6 +178,13 @@ pub struct Settings {
     pub commit_linger_ms: u64,
     /// Create a demo item at start-up when there is no item at all (`make run` does).
     pub seed_demo_item: bool,
+    /// A waiting-room ticket's polls (`sale::room::poll_budget`): one refilled every
+    /// this many ms (the page polls every 6 s)…
+    pub queue_poll_every_ms: u64,
+    /// …at most this many saved (a reload and several open tabs at once)…
+    pub queue_poll_burst: u64,
+    /// …in a table of at most this many tickets per instance (~100 bytes each).
+    pub queue_poll_tickets: usize,
     /// How long a reservation may stay pending before the reconciler settles it from
     /// Postgres. Must exceed the longest an order transaction can live (see
     /// [`Settings::check_timeouts`]), or live purchases would be undone.
@@ -315,6 +322,9 @@ impl Default for Settings {
             commit_batch_max: 256,
             commit_linger_ms: 0,
             seed_demo_item: false,
+            queue_poll_every_ms: 1_000,
+            queue_poll_burst: 20,
+            queue_poll_tickets: 100_000,
             reservation_deadline_ms: 30_000,
             reservation_replica_wait_ms: 0,
             reconcile_interval_ms: 10_000,

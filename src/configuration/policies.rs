@@ -35,6 +35,12 @@ pub const ORDERS_READ_POLICY: &str = "orders_read";
 pub const QUEUE_JOIN_POLICY: &str = "queue_join";
 /// The policy of the limiter-as-a-service endpoint `GET /api/limited`.
 pub const LIMITED_POLICY: &str = "limited";
+/// `limited`'s admissions per address and minute, over all its client ids: ten clients
+/// at their full rate behind one address. It bounds the keys one address can make.
+pub const LIMITED_PER_ADDRESS: u64 = 1_000;
+/// `limited`'s admissions per network (an IPv4 /24, an IPv6 /48) and minute: ten busy
+/// addresses' worth.
+pub const LIMITED_PER_NETWORK: u64 = 10_000;
 
 /// The policies whose callers name a partition (`POST /seckill`: its item), and so the
 /// only ones that may be `per_item`: any other policy's check could only fail.
@@ -149,13 +155,35 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
             fail_mode: FailMode::Local,
             enabled: true,
             scope: Scope::Global,
-            rules: vec![rule(
-                "client",
-                KeySource::ClientId,
-                60_000,
-                100,
-                "Rate limit exceeded, slow down",
-            )],
+            rules: vec![
+                rule(
+                    "client",
+                    KeySource::ClientId,
+                    60_000,
+                    100,
+                    "Rate limit exceeded, slow down",
+                ),
+                // The keys one address can make: `X-Client-Id` is the caller's to choose,
+                // and each admitted fresh id is a key for a window. Checked in the same
+                // script call, so a refusal here writes no client's key
+                // (docs/limiter.md, "The keys a client can make").
+                rule(
+                    "ip",
+                    KeySource::Ip,
+                    60_000,
+                    LIMITED_PER_ADDRESS,
+                    "Too many requests from this address, slow down",
+                ),
+                // An IPv6 client holds a /48 as easily as a /64 (65 536 addresses as we
+                // key them): the same bound on its whole network.
+                rule(
+                    "network",
+                    KeySource::Network,
+                    60_000,
+                    LIMITED_PER_NETWORK,
+                    "Too many requests from this network, slow down",
+                ),
+            ],
         },
     );
     policies.insert(

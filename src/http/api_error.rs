@@ -49,6 +49,7 @@ pub const ERROR_CODES: &[&str] = &[
     "ORDER_STATE",
     "OVERLOADED",
     "PAYLOAD_TOO_LARGE",
+    "POLLING_TOO_FAST",
     "PRECONDITION_FAILED",
     "PRICE_CHANGED",
     "QUEUE_CLOSED",
@@ -176,7 +177,7 @@ pub(crate) struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     dimension: Option<&'a str>,
-    /// `RATE_LIMITED`: milliseconds until a retry can be admitted.
+    /// `RATE_LIMITED`, `POLLING_TOO_FAST`: milliseconds until a retry can be admitted.
     #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
     /// `ORDER_PENDING`: the order to look for in `GET /api/orders/mine`.
@@ -339,6 +340,13 @@ impl ApiError {
                     RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
                     RoomError::Sale(SaleError::PriceChanged { price_cents }) => {
                         body.price_cents = Some(*price_cents)
+                    }
+                    RoomError::PollingTooFast { retry_after_ms } => {
+                        body.retry_after_ms = Some(*retry_after_ms);
+                        if let Ok(value) = retry_after_ms.div_ceil(1000).max(1).to_string().parse()
+                        {
+                            headers.insert(RETRY_AFTER, value);
+                        }
                     }
                     _ => {}
                 }

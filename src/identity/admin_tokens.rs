@@ -217,7 +217,7 @@ impl AdminGuard {
             }
             // A right token is no failure: its place goes back, as in Redis.
             Place::InProcess { key, taken_ms } if admin.is_some() => {
-                self.limiter.give_back(&key, taken_ms)
+                self.limiter.give_back(ADMIN_AUTH_POLICY, &key, taken_ms)
             }
             Place::InProcess { .. } | Place::None => {}
         }

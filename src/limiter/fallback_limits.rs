@@ -18,14 +18,22 @@
 //! and only an admission writes, to every rule. Shadow rules are not counted here: they
 //! report what Redis would refuse, and Redis is away.
 //!
-//! **Bounded.** At most `max_keys` keys live in the table (a client makes keys with
-//! every address it uses). Keys whose window has passed are swept when the table is
-//! full, at most once per second; if it is still full, an arbitrary key is dropped, and
-//! that key alone starts counting again (a client with more addresses than the table
-//! has keys can erase others' counts: still at most the share per key it holds).
+//! **Bounded, per policy.** Each policy counts in a table of its own
+//! ([`super::key_table`]), of at most `max_keys` keys (a client makes keys with every
+//! address or client id it uses), so a flood on one policy never touches another's
+//! counts. When a table is full, keys whose window has passed are swept (at most once a
+//! second); then a key is evicted only if it is not refusing (its next request would be
+//! admitted), the one that spent the least of its share first, so nobody who is refused
+//! gets a fresh count by a flood, and a flood of fresh keys evicts its own kind first. A count that
+//! callers keep for themselves ([`FallbackLimits::take`], the admin sign-in lockout) is
+//! never evicted at all while live: every failure counts. A newcomer that finds no key
+//! it may evict is refused, for a second ([`FULL_WAIT_MS`]): see docs/limiter.md for what
+//! each policy's bound means under a flood.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use super::key_table::{Eviction, Held, KeyTable};
 
 use super::backend::Decision;
 use super::installed::Enforced;
@@ -38,8 +46,9 @@ use crate::vocabulary::LimiterMode;
 pub const SLOTS: usize = 17;
 /// Sub-windows per window.
 const SUB_WINDOWS: u64 = (SLOTS - 1) as u64;
-/// Least time between two sweeps of a full table.
-const SWEEP_EVERY_MS: u64 = 1_000;
+/// The wait a newcomer is refused with when its policy's table is full of keys that may
+/// not leave: the least time before a sweep may free a place.
+pub const FULL_WAIT_MS: u64 = 1_000;
 
 /// One rule as the fallback counts it: at most `share` per `window_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,14 +103,19 @@ struct Counts {
     /// Indexed by sub-window index modulo [`SLOTS`]: the sub-windows `newest − 16` to
     /// `newest`, older ones already cleared.
     counts: [u32; SLOTS],
+    /// The rule's share at the last decision: what a full table asks to know whether
+    /// this key is refusing.
+    share: Share,
 }
 
 impl Counts {
-    fn new(sub_ms: u64, now_ms: u64) -> Self {
+    fn new(share: Share, now_ms: u64) -> Self {
+        let sub_ms = share.sub_window_ms();
         Self {
             sub_ms,
             newest: now_ms / sub_ms,
             counts: [0; SLOTS],
+            share,
         }
     }
 
@@ -157,32 +171,69 @@ impl Counts {
     }
 }
 
-struct Table {
-    keys: HashMap<String, Counts>,
-    last_sweep_ms: u64,
+impl Counts {
+    /// What is counted against the window ending at `now`, without moving the counters.
+    fn used_at(&self, now_ms: u64) -> u64 {
+        let mut now = self.clone();
+        now.advance(now_ms);
+        now.used(self.share.window_ms, now_ms)
+    }
 }
 
-/// The table of fallback counters, shared by every policy of the limiter.
+impl Held for Counts {
+    fn refuses(&self, now_ms: u64) -> bool {
+        self.used_at(now_ms) >= self.share.share
+    }
+
+    fn weight(&self, now_ms: u64) -> u64 {
+        self.used_at(now_ms).saturating_mul(1_000) / self.share.share.max(1)
+    }
+
+    fn is_stale(&self, now_ms: u64) -> bool {
+        Counts::is_stale(self, now_ms)
+    }
+}
+
+/// The policies' tables, each created at its policy's first decision in process.
+type Tables = HashMap<String, KeyTable<String, Counts>>;
+
+/// The fallback counters: a table per policy (see the module docs).
 pub struct FallbackLimits {
-    table: Mutex<Table>,
+    tables: Mutex<Tables>,
     max_keys: usize,
 }
 
 impl FallbackLimits {
+    /// Tables of at most `max_keys` keys each.
     pub fn new(max_keys: usize) -> Self {
         Self {
-            table: Mutex::new(Table {
-                keys: HashMap::new(),
-                last_sweep_ms: 0,
-            }),
+            tables: Mutex::new(HashMap::new()),
             max_keys: max_keys.max(1),
         }
     }
 
-    /// Decides one request: `rules[i]` is counted under `keys[i]`, at `now_ms` (any
-    /// monotonic millisecond clock, the same on every call).
-    pub fn decide(&self, keys: &[&str], rules: &[Share], now_ms: u64) -> Verdict {
-        let Ok(mut table) = self.table.lock() else {
+    /// Decides one request of `policy`: `rules[i]` is counted under `keys[i]`, at
+    /// `now_ms` (any monotonic millisecond clock, the same on every call). A full table
+    /// evicts a key that is not refusing to make room.
+    pub fn decide(&self, policy: &str, keys: &[&str], rules: &[Share], now_ms: u64) -> Verdict {
+        self.decide_in(policy, Eviction::NotRefusing, keys, rules, now_ms)
+    }
+
+    /// Takes one place of `key` for a caller that keeps its own count (a lockout): the
+    /// same decision, in a table that never evicts a live key.
+    pub fn take(&self, policy: &str, key: &str, share: Share, now_ms: u64) -> Verdict {
+        self.decide_in(policy, Eviction::StaleOnly, &[key], &[share], now_ms)
+    }
+
+    fn decide_in(
+        &self,
+        policy: &str,
+        eviction: Eviction,
+        keys: &[&str],
+        rules: &[Share],
+        now_ms: u64,
+    ) -> Verdict {
+        let Ok(mut tables) = self.tables.lock() else {
             // Poisoned: a panic mid-update. Refusing is the safe answer for a limit.
             return Verdict::Refused {
                 rule: 0,
@@ -190,18 +241,29 @@ impl FallbackLimits {
                 longest_ms: 1_000,
             };
         };
+        if !tables.contains_key(policy) {
+            tables.insert(policy.to_string(), KeyTable::new(self.max_keys, eviction));
+        }
+        let Some(table) = tables.get_mut(policy) else {
+            return Verdict::Refused {
+                rule: 0,
+                wait_ms: FULL_WAIT_MS,
+                longest_ms: FULL_WAIT_MS,
+            };
+        };
         let mut refused: Option<(usize, u64, u64)> = None;
         let mut tightest = (0, u64::MAX, 0);
         for (rule, (key, share)) in keys.iter().zip(rules).enumerate() {
-            let counts = match table.keys.get_mut(*key) {
+            let counts = match table.get_mut(*key) {
                 Some(counts) => {
                     if counts.sub_ms != share.sub_window_ms() {
-                        *counts = Counts::new(share.sub_window_ms(), now_ms);
+                        *counts = Counts::new(*share, now_ms);
                     }
+                    counts.share = *share;
                     counts.advance(now_ms);
                     counts.clone()
                 }
-                None => Counts::new(share.sub_window_ms(), now_ms),
+                None => Counts::new(*share, now_ms),
             };
             let used = counts.used(share.window_ms, now_ms);
             if used >= share.share {
@@ -232,15 +294,23 @@ impl FallbackLimits {
                 longest_ms,
             };
         }
+        let newcomers: Vec<usize> = (0..keys.len())
+            .filter(|&rule| !table.contains(keys[rule]))
+            .collect();
+        let own = |key: &String| keys.contains(&key.as_str());
+        if !newcomers.is_empty() && table.make_room(newcomers.len(), now_ms, own).is_err() {
+            // Nothing may leave for them: refused, and nothing written.
+            return Verdict::Refused {
+                rule: newcomers[0],
+                wait_ms: FULL_WAIT_MS,
+                longest_ms: FULL_WAIT_MS,
+            };
+        }
         for (key, share) in keys.iter().zip(rules) {
-            if !table.keys.contains_key(*key) {
-                self.make_room(&mut table, now_ms);
-                table.keys.insert(
-                    (*key).to_string(),
-                    Counts::new(share.sub_window_ms(), now_ms),
-                );
+            if !table.contains(*key) {
+                table.insert((*key).to_string(), Counts::new(*share, now_ms));
             }
-            if let Some(counts) = table.keys.get_mut(*key) {
+            if let Some(counts) = table.get_mut(*key) {
                 counts.advance(now_ms);
                 let slot = &mut counts.counts[(counts.newest % SLOTS as u64) as usize];
                 *slot = slot.saturating_add(1);
@@ -253,43 +323,29 @@ impl FallbackLimits {
         }
     }
 
-    /// Gives back one admission of `key` made at `at_ms` (a sign-in that turned out
-    /// right is not a failure), if its sub-window is still counted.
-    pub fn give_back(&self, key: &str, at_ms: u64) {
-        let Ok(mut table) = self.table.lock() else {
+    /// Gives back one admission of `key` made at `at_ms` for `policy` (a sign-in that
+    /// turned out right is not a failure), if its sub-window is still counted.
+    pub fn give_back(&self, policy: &str, key: &str, at_ms: u64) {
+        let Ok(mut tables) = self.tables.lock() else {
             return;
         };
-        if let Some(counts) = table.keys.get_mut(key) {
-            let index = at_ms / counts.sub_ms;
-            if index + SUB_WINDOWS >= counts.newest && index <= counts.newest {
-                let slot = &mut counts.counts[(index % SLOTS as u64) as usize];
-                *slot = slot.saturating_sub(1);
-            }
-        }
-    }
-
-    /// Keys held now (for tests and the soak's memory check).
-    pub fn len(&self) -> usize {
-        self.table.lock().map(|t| t.keys.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn make_room(&self, table: &mut Table, now_ms: u64) {
-        if table.keys.len() < self.max_keys {
+        let Some(counts) = tables.get_mut(policy).and_then(|table| table.get_mut(key)) else {
             return;
+        };
+        let index = at_ms / counts.sub_ms;
+        if index + SUB_WINDOWS >= counts.newest && index <= counts.newest {
+            let slot = &mut counts.counts[(index % SLOTS as u64) as usize];
+            *slot = slot.saturating_sub(1);
         }
-        if now_ms >= table.last_sweep_ms + SWEEP_EVERY_MS || table.last_sweep_ms == 0 {
-            table.last_sweep_ms = now_ms.max(1);
-            table.keys.retain(|_, counts| !counts.is_stale(now_ms));
-        }
-        if table.keys.len() >= self.max_keys {
-            if let Some(dropped) = table.keys.keys().next().cloned() {
-                table.keys.remove(&dropped);
-            }
-        }
+    }
+
+    /// Keys held now by `policy`'s table (for tests and the soak's memory check).
+    pub fn len(&self, policy: &str) -> usize {
+        self.tables
+            .lock()
+            .ok()
+            .and_then(|tables| tables.get(policy).map(KeyTable::len))
+            .unwrap_or(0)
     }
 }
 
@@ -330,7 +386,7 @@ pub(super) fn decide_policy(
         .collect();
     let keys: Vec<&str> = keys[..policy.enforced].iter().map(String::as_str).collect();
     enforced.decided_in(LimiterMode::Local);
-    match limits.decide(&keys, &shares, now_ms) {
+    match limits.decide(&policy.name, &keys, &shares, now_ms) {
         Verdict::Admitted {
             rule,
             remaining,
@@ -392,16 +448,19 @@ mod tests {
         let share = Share::of(3, 1_600, 1);
         let t0 = 10_000;
         for n in 0..3 {
-            assert!(admitted(limits.decide(&["k"], &[share], t0 + n)), "{n}");
+            assert!(
+                admitted(limits.decide("p", &["k"], &[share], t0 + n)),
+                "{n}"
+            );
         }
-        let Verdict::Refused { wait_ms, .. } = limits.decide(&["k"], &[share], t0 + 5) else {
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], t0 + 5) else {
             panic!("the fourth in the window is refused");
         };
         // Sub-windows of 100 ms: the one at 10 000 leaves the count once now − 1 600
         // reaches 10 100, at 11 700.
         assert_eq!(wait_ms, 11_700 - (t0 + 5));
-        assert!(!admitted(limits.decide(&["k"], &[share], 11_699)));
-        assert!(admitted(limits.decide(&["k"], &[share], 11_700)));
+        assert!(!admitted(limits.decide("p", &["k"], &[share], 11_699)));
+        assert!(admitted(limits.decide("p", &["k"], &[share], 11_700)));
     }
 
     /// The bound the docs state: in every window of the rule's length, at most the
@@ -418,7 +477,7 @@ mod tests {
             state ^= state >> 7;
             state ^= state << 17;
             now += state % 23;
-            if admitted(limits.decide(&["k"], &[share], now)) {
+            if admitted(limits.decide("p", &["k"], &[share], now)) {
                 admitted_at.push(now);
             }
         }
@@ -442,10 +501,15 @@ mod tests {
         let limits = FallbackLimits::new(100);
         let wide = Share::of(10, 60_000, 1);
         let narrow = Share::of(1, 60_000, 1);
-        assert!(admitted(limits.decide(&["w", "n1"], &[wide, narrow], 0)));
+        assert!(admitted(limits.decide(
+            "p",
+            &["w", "n1"],
+            &[wide, narrow],
+            0
+        )));
         let Verdict::Refused {
             rule, longest_ms, ..
-        } = limits.decide(&["w", "n1"], &[wide, narrow], 1)
+        } = limits.decide("p", &["w", "n1"], &[wide, narrow], 1)
         else {
             panic!("n1 is full");
         };
@@ -453,7 +517,7 @@ mod tests {
         // The refusal wrote nothing: `w` still has 9 of 10 left.
         let Verdict::Admitted {
             rule, remaining, ..
-        } = limits.decide(&["w"], &[wide], 2)
+        } = limits.decide("p", &["w"], &[wide], 2)
         else {
             panic!("w admits");
         };
@@ -461,25 +525,62 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_sweeps_then_drops_and_never_grows() {
+    fn a_full_table_never_evicts_a_refusing_key_and_then_refuses_newcomers() {
         let limits = FallbackLimits::new(3);
-        let share = Share::of(5, 1_000, 1);
-        for (n, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
-            assert!(admitted(limits.decide(&[key], &[share], n as u64)));
-            assert!(limits.len() <= 3);
+        let share = Share::of(2, 1_000, 1);
+        // "a" is refused from its third request on; "b" and "c" have room left.
+        for key in ["a", "a", "b", "c"] {
+            assert!(admitted(limits.decide("p", &[key], &[share], 1)));
         }
-        // Long after, the stale keys are swept instead of dropped one by one.
-        assert!(admitted(limits.decide(&["f"], &[share], 10_000)));
-        assert_eq!(limits.len(), 1);
+        assert!(!admitted(limits.decide("p", &["a"], &[share], 2)));
+        // Newcomers take the places of keys with room, never "a"'s.
+        for (n, key) in ["d", "e"].iter().enumerate() {
+            assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
+            assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
+            assert_eq!(limits.len("p"), 3);
+            assert!(
+                !admitted(limits.decide("p", &["a"], &[share], 3 + n as u64)),
+                "{key}"
+            );
+        }
+        // Every key refuses now: a newcomer is refused, for a second, and written nowhere.
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["h"], &[share], 10) else {
+            panic!("no place for a newcomer");
+        };
+        assert_eq!(wait_ms, FULL_WAIT_MS);
+        assert_eq!(limits.len("p"), 3);
+        // Long after, the stale keys are swept instead of evicted one by one.
+        assert!(admitted(limits.decide("p", &["h"], &[share], 10_000)));
+        assert_eq!(limits.len("p"), 1);
+    }
+
+    #[test]
+    fn each_policy_has_a_table_of_its_own_and_a_lockout_keeps_every_live_count() {
+        let limits = FallbackLimits::new(2);
+        let lockout = Share::of(5, 60_000, 1);
+        for ip in ["10.0.0.1", "10.0.0.2"] {
+            assert!(admitted(limits.take("admin_auth", ip, lockout, 1)));
+        }
+        // A flood on another policy fills its own table only.
+        for n in 0..100 {
+            let key = format!("client-{n}");
+            limits.decide("limited", &[&key], &[Share::of(100, 60_000, 1)], 2);
+        }
+        assert_eq!(limits.len("admin_auth"), 2);
+        assert_eq!(limits.len("limited"), 2);
+        // A third address finds no place: the two live counts (one failure each, far
+        // from refusing) are never evicted.
+        assert!(!admitted(limits.take("admin_auth", "10.0.0.3", lockout, 3)));
+        assert_eq!(limits.len("admin_auth"), 2);
     }
 
     #[test]
     fn a_given_back_admission_frees_its_place() {
         let limits = FallbackLimits::new(10);
         let share = Share::of(1, 60_000, 1);
-        assert!(admitted(limits.decide(&["ip"], &[share], 5)));
-        assert!(!admitted(limits.decide(&["ip"], &[share], 6)));
-        limits.give_back("ip", 5);
-        assert!(admitted(limits.decide(&["ip"], &[share], 7)));
+        assert!(admitted(limits.decide("p", &["ip"], &[share], 5)));
+        assert!(!admitted(limits.decide("p", &["ip"], &[share], 6)));
+        limits.give_back("p", "ip", 5);
+        assert!(admitted(limits.decide("p", &["ip"], &[share], 7)));
     }
 }

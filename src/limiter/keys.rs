@@ -23,8 +23,8 @@
 //! - A rule's limits are not part of the key: an edit keeps every caller's state (the
 //!   scripts convert it) instead of handing everyone a fresh quota.
 //! - Its key source is, in effect: the values of different sources never look alike
-//!   (a user id is digits, an IP has dots or colons, a client id is `id:`/`ip:`, a route
-//!   starts with `/`, a literal with `lit:`), so a rule removed and added back under the
+//!   (a user id is digits, an IP has dots or colons, a network `net:`, a client id is
+//!   `id:`/`ip:`, a route starts with `/`, a literal with `lit:`), so a rule removed and added back under the
 //!   same name with another source starts fresh instead of reading the old counts.
 //! - Every part is bounded and from a known alphabet: names are checked when policies
 //!   load, partitions and client ids when made, IPs and user ids are printed by us.
@@ -108,6 +108,8 @@ pub fn redis_key(
         KeySource::Literal(value) => write!(key, "lit:{value}"),
         KeySource::User => write!(key, "{}", caller.user.ok_or(Rejection::NeedsUser)?),
         KeySource::Ip => write!(key, "{}", caller.ip),
+        // `net:` and the prefix length: never an address's own key.
+        KeySource::Network => write!(key, "net:{}", caller.ip.network()),
         KeySource::ClientId => match caller.client_id {
             Some(id) => write!(key, "id:{id}"),
             // Prefixed so a client id can never pose as someone's IP.

@@ -14,7 +14,7 @@
 //!   consults and teaches it around each decision.
 //! - [`fallback_limits`]: the limits a policy failing `local` enforces in process while Redis
 //!   cannot be asked, each rule at this instance's share; [`peers`] counts the
-//!   instances that share it.
+//!   instances that share it; [`key_table`] bounds what is kept per key in process.
 //! - `installed` (the policies in force with their metric series), `outcome` (what a
 //!   check answers), `burst_log` (one warning per outage, not per request).
 //!
@@ -29,6 +29,7 @@ pub mod clock;
 pub mod denial;
 pub mod fallback_limits;
 mod installed;
+pub mod key_table;
 pub mod keys;
 mod local;
 mod outcome;
@@ -185,15 +186,15 @@ impl Limiter {
         self.note_mode(policy_name, LimiterMode::Local);
         let share = fallback_limits::Share::of(threshold, window_ms, self.peers.alive());
         let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
-        match self.fallback.decide(&[key], &[share], now_ms) {
+        match self.fallback.take(policy_name, key, share, now_ms) {
             fallback_limits::Verdict::Admitted { .. } => Ok(now_ms),
             fallback_limits::Verdict::Refused { wait_ms, .. } => Err(wait_ms),
         }
     }
 
-    /// Gives back a place [`Self::take_locally`] took at `taken_ms`.
-    pub fn give_back(&self, key: &str, taken_ms: u64) {
-        self.fallback.give_back(key, taken_ms);
+    /// Gives back a place [`Self::take_locally`] took for `policy_name` at `taken_ms`.
+    pub fn give_back(&self, policy_name: &str, key: &str, taken_ms: u64) {
+        self.fallback.give_back(policy_name, key, taken_ms);
     }
 
     /// Notes how `policy_name` decided, for a caller that decides it outside

@@ -106,6 +106,9 @@ pub enum KeySource {
     User,
     /// The client IP (see `http::client_ip` for whom we believe).
     Ip,
+    /// The client IP's network: its /24, or an IPv6 client's /48 (`ClientIp::network`),
+    /// for a limit on everyone in it.
+    Network,
     /// `X-Client-Id`, falling back to the client IP.
     ClientId,
     /// The matched route pattern.
@@ -192,8 +195,8 @@ pub struct LimiterSettings {
     pub denial_cache_slots: usize,
     /// The policies in force at start, by name.
     pub policies: BTreeMap<String, PolicyConfig>,
-    /// Keys the fallback limits (fail mode `local`) may hold at once, all policies
-    /// together: about 100 bytes each besides the key.
+    /// Keys the fallback limits (fail mode `local`) may hold at once in each policy's
+    /// table: about 100 bytes each besides the key (see `limiter::fallback_limits`).
     pub fallback_keys: usize,
     /// How often this instance beats into Redis, so the fallback limits know how many
     /// instances share each threshold.

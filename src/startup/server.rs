@@ -66,6 +66,7 @@ pub(super) fn start(
         admin_guard,
         stats,
         waiting_room,
+        poll_budget,
         sale: _,
         reservations: _,
         rooms: _,
@@ -73,6 +74,7 @@ pub(super) fn start(
         room_redis: _,
     } = services;
     let waiting_room = web::Data::from(waiting_room);
+    let poll_budget = web::Data::from(poll_budget);
     let pool = web::Data::new(pool);
     let redis = web::Data::new(redis);
     let keys = web::Data::new(keys);
@@ -140,6 +142,7 @@ pub(super) fn start(
                 .app_data(rules.clone())
                 .app_data(stats.clone())
                 .app_data(waiting_room.clone())
+                .app_data(poll_budget.clone())
                 .app_data(openapi.clone())
                 .app_data(crate::http::fallback::query_config())
                 .app_data(crate::http::fallback::path_config())

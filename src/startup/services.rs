@@ -22,7 +22,7 @@ use crate::sale::item::NewItem;
 use crate::sale::overload::breaker::BreakerSettings;
 use crate::sale::overload::gradient::GradientSettings;
 use crate::sale::overload::{Overload, OverloadSettings};
-use crate::sale::room::{Lobby, RoomRedis, Rooms, WaitingRoom};
+use crate::sale::room::{Lobby, PollBudget, PollLimits, RoomRedis, Rooms, WaitingRoom};
 use crate::sale::sold_out::SoldOut;
 use crate::sale::stock::{KeyLifetime, ReservationOptions, StockRedis};
 use crate::sale::{Items, Orders, PurchaseOptions, Purchases, SaleParts};
@@ -53,6 +53,7 @@ pub(super) struct Services {
     pub lobby: Arc<Lobby>,
     pub room_redis: Arc<RoomRedis>,
     pub waiting_room: Arc<WaitingRoom>,
+    pub poll_budget: Arc<PollBudget>,
 }
 
 impl Services {
@@ -134,7 +135,13 @@ impl Services {
             Arc::clone(&room_redis),
             queue_tokens,
         ));
+        let poll_budget = Arc::new(PollBudget::new(PollLimits {
+            every_ms: settings.queue_poll_every_ms,
+            burst: settings.queue_poll_burst,
+            tickets: settings.queue_poll_tickets,
+        }));
         let services = Self {
+            poll_budget,
             rooms,
             lobby,
             room_redis,

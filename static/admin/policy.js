@@ -59,6 +59,7 @@ export const SCOPES = Object.freeze({
 export const KEY_SOURCES = Object.freeze({
   user: { label: 'User id' },
   ip: { label: 'Client address' },
+  network: { label: 'Client network (IPv4 /24, IPv6 /48)' },
   client_id: { label: 'Client id (X-Client-Id)' },
   route: { label: 'Route' },
   literal: { label: 'One shared counter (named)' },

@@ -104,7 +104,9 @@ async fn a_rule_raised_elsewhere_sends_a_locally_refused_key_back_to_redis(db: P
     let first = spawn_app(&db).await;
     let second = spawn_app_from(first.settings.clone()).await;
     set_limited_threshold(&first, 2).await;
-    second.until_policy_served(r#""client";q=2;w=60"#).await;
+    second
+        .until_policy_served(r#""client";q=2;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#)
+        .await;
 
     assert_eq!(second.limited("", "holder").await.status(), 200);
     assert_eq!(second.limited("", "holder").await.status(), 200);
@@ -118,7 +120,9 @@ async fn a_rule_raised_elsewhere_sends_a_locally_refused_key_back_to_redis(db: P
     );
 
     set_limited_threshold(&first, 5).await;
-    second.until_policy_served(r#""client";q=5;w=60"#).await;
+    second
+        .until_policy_served(r#""client";q=5;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#)
+        .await;
     let calls = second.metric_sum(LIMITER_CALLS).await;
     let response = second.limited("", "holder").await;
     assert_eq!(

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use seckill::limiter::{Algorithm, FailMode};
+use serde_json::Value;
 use sqlx::PgPool;
 
 use seckill_test_support::{
@@ -33,7 +35,7 @@ async fn a_client_gets_one_hundred_per_minute_then_a_429_with_every_header(db: P
     );
     assert_eq!(
         header(&first, "ratelimit-policy").as_deref(),
-        Some(r#""client";q=100;w=60"#)
+        Some(r#""client";q=100;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#)
     );
     assert_eq!(
         header(&first, "ratelimit").as_deref(),
@@ -309,17 +311,26 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
     }
     let mut redis = app.redis().await;
     let pattern = format!("{}:{{limited}}:*", app.settings.redis_key_prefix);
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(&pattern)
         .query_async(&mut redis)
         .await
         .unwrap();
+    keys.sort();
+    let key = |rest: &str| {
+        format!(
+            "{}:{{limited}}:sliding_window:{rest}",
+            app.settings.redis_key_prefix
+        )
+    };
+    // The address's own key and its network's (the per-address and per-network rules).
     assert_eq!(
         keys,
-        [format!(
-            "{}:{{limited}}:sliding_window:client:ip:127.0.0.2",
-            app.settings.redis_key_prefix
-        )]
+        [
+            key("client:ip:127.0.0.2"),
+            key("ip:127.0.0.2"),
+            key("network:net:127.0.0.0/24"),
+        ]
     );
 
     // 127.0.0.1 is trusted: each client id gets its own quota.
@@ -333,6 +344,62 @@ async fn client_id_counts_only_from_a_trusted_proxy(db: PgPool) {
             .unwrap();
         assert_eq!(response.status(), 200, "request {i}");
     }
+}
+
+/// The keys one address can make on `/api/limited` are bounded (issue 33): its `ip`
+/// rule, decided in the same script call as the client's, refuses past its threshold and
+/// then writes nothing, so 60 fresh client ids from one address make 20 client keys, the
+/// address's and its network's, all expiring within the window. Before the rule, the 60
+/// made 60 keys (and a steady flood about 250 000 per address).
+#[sqlx::test]
+async fn one_address_with_fresh_client_ids_makes_at_most_its_share_of_keys(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        let limited = s.limiter.policies.get_mut("limited").unwrap();
+        let ip = limited.rules.iter_mut().find(|r| r.name == "ip");
+        ip.expect("limited has an ip rule").threshold = 20;
+    })
+    .await;
+    let answers: Vec<(u16, Value)> = futures_util::stream::iter(0..60)
+        .map(|n| {
+            let app = &app;
+            async move {
+                let response = app.limited("", &format!("fresh-{n}")).await;
+                let status = response.status().as_u16();
+                (status, json(response).await)
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 200).count(), 20);
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 429)
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(refused.len(), 40);
+    assert!(refused.iter().all(|body| body["dimension"] == "ip"));
+    let prefix = &app.settings.redis_key_prefix;
+    let mut keys = app.keys_matching(&format!("{prefix}:{{limited}}:*")).await;
+    keys.sort();
+    assert_eq!(keys.len(), 22, "{keys:?}");
+    let own = |rest: &str| format!("{prefix}:{{limited}}:sliding_window:{rest}");
+    assert!(keys.contains(&own("ip:127.0.0.1")), "{keys:?}");
+    assert!(keys.contains(&own("network:net:127.0.0.0/24")), "{keys:?}");
+    for key in &keys {
+        let ttl: i64 = app.redis_command("PTTL", key).await;
+        assert!((1..=60_000).contains(&ttl), "{key} expires: {ttl}");
+    }
+    // Another address has its own count.
+    let other = app
+        .client
+        .get(app.url("/api/limited"))
+        .header("X-Client-Id", "fresh-elsewhere")
+        .header("X-Forwarded-For", "10.61.0.1")
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(other.status(), 200);
 }
 
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
@@ -365,7 +432,7 @@ mod topology {
                 );
                 assert_eq!(
                     header(&response, "ratelimit-policy").as_deref(),
-                    Some(r#""client";q=3;w=60"#),
+                    Some(r#""client";q=3;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#),
                     "{algorithm}"
                 );
                 assert_eq!(

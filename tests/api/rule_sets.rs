@@ -26,7 +26,7 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
 ) {
     let one = spawn_app(&db).await;
     let two = spawn_app_from(one.settings.clone()).await;
-    const DEFAULT: &str = r#""client";q=100;w=60"#;
+    const DEFAULT: &str = r#""client";q=100;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#;
 
     // A tighter rule, in shadow: it refuses nothing and is no quota.
     let added = one
@@ -38,9 +38,9 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
         .await;
     assert_eq!(added.status(), 200);
     let body = json(added).await;
-    assert_eq!(body["rules"][1]["name"], "tight");
-    assert_eq!(body["rules"][1]["shadow"], true);
-    assert_eq!(body["rules"][1]["key"], "client_id");
+    assert_eq!(body["rules"][3]["name"], "tight");
+    assert_eq!(body["rules"][3]["shadow"], true);
+    assert_eq!(body["rules"][3]["key"], "client_id");
     let shadow_series =
         r#"seckill_limiter_shadow_refusals_total{dimension="tight",policy="limited"}"#;
     eventually(
@@ -68,7 +68,7 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
         )
         .await;
     assert_eq!(enforced.status(), 200);
-    let both = r#""client";q=100;w=60, "tight";q=2;w=60"#;
+    let both = r#""client";q=100;w=60, "ip";q=1000;w=60, "network";q=10000;w=60, "tight";q=2;w=60"#;
     two.until_policy_served(both).await;
     let statuses: Vec<u16> = [0; 3]
         .iter()
@@ -79,7 +79,7 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
     sorted.sort();
     assert_eq!(sorted, [200, 200, 429], "{statuses:?}");
 
-    // Removed: back to the one rule.
+    // Removed: back to the default three.
     let removed = one
         .put_policy(
             "limited",
@@ -87,7 +87,7 @@ async fn a_rule_added_shadowed_enforced_and_removed_on_one_instance_applies_on_t
         )
         .await;
     assert_eq!(removed.status(), 200);
-    assert_eq!(json(removed).await["rules"].as_array().unwrap().len(), 1);
+    assert_eq!(json(removed).await["rules"].as_array().unwrap().len(), 3);
     two.until_policy_served(DEFAULT).await;
 
     let audit: i64 =
@@ -151,12 +151,12 @@ async fn rule_set_changes_that_cannot_work_are_refused_and_change_nothing(db: Pg
         // Every rule removed, or only shadows left.
         (
             "limited",
-            json!({ "rules": [{ "name": "client", "remove": true }] }),
+            json!({ "rules": [{ "name": "client", "remove": true }, { "name": "ip", "remove": true }, { "name": "network", "remove": true }] }),
             "rules",
         ),
         (
             "limited",
-            json!({ "rules": [{ "name": "client", "shadow": true }] }),
+            json!({ "rules": [{ "name": "client", "shadow": true }, { "name": "ip", "shadow": true }, { "name": "network", "shadow": true }] }),
             "rules",
         ),
         // Nine rules.

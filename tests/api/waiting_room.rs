@@ -319,6 +319,52 @@ async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
     assert_eq!(refused.status(), 503);
 }
 
+/// One ticket's polls are limited in process (issue 33): its bucket's burst, then 429
+/// `POLLING_TOO_FAST` with `Retry-After` until it refills, while another ticket polls on.
+/// The refill is an hour here, so the count is exact whatever the machine's speed (the
+/// refill itself is timed by `sale::room::poll_budget`'s unit tests, on their own
+/// clock). Before, one ticket's 200 polls were all answered 200.
+#[sqlx::test]
+async fn one_tickets_polls_get_their_burst_then_429_until_it_refills(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        s.queue_poll_burst = 5;
+        s.queue_poll_every_ms = 3_600_000;
+    })
+    .await;
+    let item = app.open_item(10).await;
+    open_room(&app, item, json!({ "admitPerSecond": 1, "maxActive": 1 })).await;
+    let first = joined(&app, 60, item).await;
+    let hammering = joined(&app, 61, item).await;
+    let answers = futures_util::future::join_all(
+        (0..50).map(|_| app.poll_queue(&hammering.token, item, &hammering.ticket)),
+    )
+    .await;
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 200).count(),
+        5,
+        "{statuses:?}"
+    );
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 45);
+    let refused = answers
+        .into_iter()
+        .find(|r| r.status() == 429)
+        .expect("a refused poll");
+    let retry_after: u64 = refused
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((3_590..=3_600).contains(&retry_after), "{retry_after}");
+    let refused = body(refused).await;
+    assert_eq!(refused["code"], "POLLING_TOO_FAST");
+    let wait = refused["retryAfterMs"].as_u64().expect("retryAfterMs");
+    assert!((3_590_000..=3_600_000).contains(&wait), "{wait}");
+    // Another ticket has its own bucket.
+    let other = app.poll_queue(&first.token, item, &first.ticket).await;
+    assert_eq!(other.status(), 200);
+}
+
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
 /// (docs/testing.md, "The cluster pass").
 mod topology {

@@ -8,7 +8,9 @@
 //!   `X-Forwarded-For` entry), then ONE EVALSHA of `lua/sliding_window.lua` with the
 //!   `seckill` policy's three keys and arguments. 200 or 429 with a constant body,
 //!   from the first element of the script's reply (1 = admitted).
-//! - `GET /api/limited`: the same call with the `limited` policy's one key.
+//! - `GET /api/limited`: the same call with the `limited` policy's three keys (the
+//!   client's, falling back to the IP as no `X-Client-Id` is sent, the address's and its
+//!   network's).
 //! - `POST /constant`: token and body only: the bar for the app's sold-out answer.
 //! - `GET /health/live`: a constant.
 //!
@@ -18,7 +20,8 @@
 //!
 //! Environment: `REDIS_URL`, `SECKILL_REDIS_KEY_PREFIX`, `SECKILL_PORT`,
 //! `SECKILL_WORKERS` (default 2), `SECKILL_JWT_SECRET`, and the rules as
-//! `CEILING_{API,USER,IP,LIMITED}_{THRESHOLD,WINDOW_MS}` (default: the app's defaults).
+//! `CEILING_{API,USER,IP,LIMITED,LIMITED_IP,LIMITED_NETWORK}_{THRESHOLD,WINDOW_MS}`
+//! (default: the app's defaults).
 
 use std::io;
 use std::net::IpAddr;
@@ -44,9 +47,10 @@ struct Shared {
     /// `<prefix>:{seckill}:sliding_window:` and `<prefix>:{limited}:sliding_window:`.
     seckill_keys: String,
     limited_keys: String,
-    /// (window_ms, threshold) of api, user, ip; then of the limited policy's rule.
+    /// (window_ms, threshold) of api, user, ip; then of the limited policy's client, ip
+    /// and network rules.
     seckill_rules: [(u64, u64); 3],
-    limited_rule: [(u64, u64); 1],
+    limited_rules: [(u64, u64); 3],
     /// Script members are `<run>-<n>`: unique per request, across restarts too.
     run: String,
     next: AtomicU64,
@@ -178,8 +182,29 @@ async fn limited(
     let Some(ip) = client_ip(&req) else {
         return answer(StatusCode::BAD_REQUEST, r#"{"code":"NO_CLIENT_IP"}"#);
     };
-    let keys = [format!("{}client:ip:{ip}", shared.limited_keys)];
-    decide(&shared, &worker, &keys, &shared.limited_rule).await
+    let p = &shared.limited_keys;
+    // The app's `ClientIp` (an IPv6 address keyed by its /64) and its network.
+    let (ip, network) = match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            (v4.to_string(), format!("{a}.{b}.{c}.0/24"))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let net = |n: usize| {
+                let mut kept = [0u16; 8];
+                kept[..n].copy_from_slice(&s[..n]);
+                std::net::Ipv6Addr::from(kept)
+            };
+            (format!("{}/64", net(4)), format!("{}/48", net(3)))
+        }
+    };
+    let keys = [
+        format!("{p}client:ip:{ip}"),
+        format!("{p}ip:{ip}"),
+        format!("{p}network:net:{network}"),
+    ];
+    decide(&shared, &worker, &keys, &shared.limited_rules).await
 }
 
 async fn constant(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) -> HttpResponse {
@@ -229,7 +254,11 @@ async fn main() -> io::Result<()> {
             rule("USER", 60_000, 3)?,
             rule("IP", 60_000, 5)?,
         ],
-        limited_rule: [rule("LIMITED", 60_000, 100)?],
+        limited_rules: [
+            rule("LIMITED", 60_000, 100)?,
+            rule("LIMITED_IP", 60_000, 1_000)?,
+            rule("LIMITED_NETWORK", 60_000, 10_000)?,
+        ],
         run: format!("c{:x}", started.as_nanos()),
         next: AtomicU64::new(0),
     });

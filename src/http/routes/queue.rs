@@ -12,7 +12,7 @@ use crate::http::rate_limit::RateLimitHeaders;
 use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::limiter::{Caller, Limiter};
-use crate::sale::room::{Answer, WaitingRoom, POLL_EVERY_SECS};
+use crate::sale::room::{Answer, PollBudget, WaitingRoom, POLL_EVERY_SECS};
 
 /// The header a poll carries its ticket in: a header, so tickets stay out of access logs.
 pub const TICKET_HEADER: &str = "Queue-Ticket";
@@ -124,7 +124,8 @@ pub async fn join(
     Ok(response)
 }
 
-/// Where the caller stands: answered from this instance's copy of the room, no Redis call.
+/// Where the caller stands: answered from this instance's copy of the room, no Redis
+/// call, within the ticket's poll budget (checked first: a refused poll spends nothing).
 #[utoipa::path(get, path = "/api/items/{id}/queue", operation_id = "pollQueue", tag = "shopper", security(("shopper_jwt" = [])),
     params(("id" = i64, Path, description = "The item"),
         ("Queue-Ticket" = String, Header, description = "The ticket the join answered")),
@@ -133,14 +134,17 @@ pub async fn join(
         (status = 400, description = "`VALIDATION_FAILED`: no `Queue-Ticket` header", body = crate::http::api_error::ErrorBody),
         (status = 403, description = "`INVALID_TICKET`: forged, someone else's or another item's", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
+        (status = 429, description = "`POLLING_TOO_FAST` (with `retryAfterMs` and `Retry-After`): this ticket's polls are past its bucket (one a second, a burst of 20, by default)", body = crate::http::api_error::ErrorBody),
     ))]
 pub async fn poll(
     shopper: Shopper,
     id: web::Path<i64>,
     req: HttpRequest,
     room: web::Data<WaitingRoom>,
+    budget: web::Data<PollBudget>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
+    budget.take(item, shopper.0)?;
     let ticket = req
         .headers()
         .get(TICKET_HEADER)

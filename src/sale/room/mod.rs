@@ -15,11 +15,13 @@
 //! (their store and cache), [`room_redis`] (the scripts and reads), [`room_view`] (an
 //! instance's copy), [`shuffle`] (the draw), [`estimate`] (the wait), [`standing`]
 //! (a poll's answer), [`lobby`] (the copies and the liveness batch), [`inlet`] (the
-//! loop), [`room_error`] (the refusals), [`waiting_room`] (what HTTP calls).
+//! loop), [`room_error`] (the refusals), [`waiting_room`] (what HTTP calls),
+//! [`poll_budget`] (each ticket's polls, limited in process).
 
 pub mod estimate;
 pub mod inlet;
 pub mod lobby;
+pub mod poll_budget;
 pub mod room_config;
 pub mod room_error;
 pub mod room_redis;
@@ -31,6 +33,7 @@ pub mod waiting_room;
 
 pub use inlet::Inlet;
 pub use lobby::Lobby;
+pub use poll_budget::{PollBudget, PollLimits};
 pub use room_config::{InvalidRoom, RoomConfig, RoomEdit};
 pub use room_error::RoomError;
 pub use room_redis::RoomRedis;

@@ -25,6 +25,11 @@ pub enum RoomError {
     NotAdmitted(String),
     #[error(transparent)]
     InvalidSettings(#[from] InvalidRoom),
+    /// This ticket polled faster than its bucket refills ([`super::PollBudget`]).
+    #[error(
+        "polling too fast: poll again in {retry_after_ms} ms, then every refreshIntervalSeconds"
+    )]
+    PollingTooFast { retry_after_ms: u64 },
     /// The waiting room's Redis did not answer: the sale's fail mode (closed).
     #[error("the waiting room is unavailable, please retry shortly")]
     Unavailable(anyhow::Error),
@@ -39,6 +44,7 @@ impl RoomError {
             Self::InvalidTicket => "INVALID_TICKET",
             Self::NotAdmitted(_) => "NOT_ADMITTED",
             Self::InvalidSettings(_) => "VALIDATION_FAILED",
+            Self::PollingTooFast { .. } => "POLLING_TOO_FAST",
             Self::Unavailable(_) => "QUEUE_UNAVAILABLE",
         }
     }
@@ -49,6 +55,7 @@ impl RoomError {
             Self::NotOpen(_) | Self::Closed => 409,
             Self::InvalidTicket | Self::NotAdmitted(_) => 403,
             Self::InvalidSettings(_) => 400,
+            Self::PollingTooFast { .. } => 429,
             Self::Unavailable(_) => 503,
         }
     }

@@ -26,7 +26,9 @@ async fn a_rule_changed_through_one_instance_is_in_force_on_the_other(db: PgPool
     let body = json(changed).await;
     assert_eq!(body["rules"][0]["threshold"], 7);
 
-    let lag = second.until_policy_served(r#""client";q=7;w=60"#).await;
+    let lag = second
+        .until_policy_served(r#""client";q=7;w=60, "ip";q=1000;w=60, "network";q=10000;w=60"#)
+        .await;
     println!(
         "rule change in force on the other instance after {:?} (polled every 50 ms)",
         changed_at.elapsed().min(lag)

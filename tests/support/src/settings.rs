@@ -44,6 +44,10 @@ pub fn test_settings(db: &PgPool) -> Settings {
         database_max_connections: 10,
         admin_token: SecretString::from(ADMIN_TOKEN),
         log_level: std::env::var("TEST_LOG").unwrap_or_else(|_| "off".into()),
+        // Tests poll a room every 50 ms until it answers what they wait for: the poll
+        // budget (20 at once, one a second) is put out of their reach, and tested
+        // by `tests/api/waiting_room.rs` with its own figures.
+        queue_poll_burst: 1_000_000,
         ..redis_test_settings()
     }
 }

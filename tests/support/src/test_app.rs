@@ -448,6 +448,29 @@ impl TestApp {
             .unwrap_or_else(|e| panic!("{command} {key}: {e}"))
     }
 
+    /// The keys of this app's Redis matching `pattern` (`SCAN … MATCH`), for a test that
+    /// counts what a client made exist. One server only: a cluster's `SCAN` sees one node.
+    pub async fn keys_matching(&self, pattern: &str) -> Vec<String> {
+        let mut conn = self.redis().await;
+        let (mut cursor, mut keys) = (0u64, Vec::new());
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("SCAN {pattern}: {e}"));
+            keys.extend(batch);
+            if next == 0 {
+                return keys;
+            }
+            cursor = next;
+        }
+    }
+
     /// `GET key` on this app's Redis, read as `T` (`Option<i64>`, `Option<String>`…).
     pub async fn redis_get<T: redis::FromRedisValue>(&self, key: &str) -> T {
         self.redis_command("GET", key).await

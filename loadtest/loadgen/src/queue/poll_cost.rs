@@ -4,7 +4,9 @@
 //! saturation with the same connections and concurrency, alternated in pairs (poll,
 //! sold out, poll, sold out, ...). Per pair: polls/s ÷ sold-out answers/s, and the
 //! room's Redis calls (`seckill_redis_calls_total{purpose="queue"}`: lobby refreshes,
-//! liveness writes, the inlet) over the poll phase ÷ its polls.
+//! liveness writes, the inlet) over the poll phase ÷ its polls. The polls go round the
+//! tickets in turn, and there must be enough of them for each to stay within its poll
+//! bucket (`sale::room::poll_budget`): a 429 fails the "every poll answered 200" check.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
