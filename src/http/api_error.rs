@@ -309,8 +309,10 @@ impl ApiError {
             Self::IdempotencyMismatch => (S::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_MISMATCH"),
             Self::TooManyPending => (S::TOO_MANY_REQUESTS, "TOO_MANY_PENDING"),
             Self::Sale(error) => {
-                if let SaleError::OrderPending(order_id) = error {
-                    body.order_id = Some(*order_id);
+                match error {
+                    SaleError::OrderPending(order_id) => body.order_id = Some(*order_id),
+                    SaleError::NotAdmitted { queue } => body.queue = Some(queue),
+                    _ => {}
                 }
                 if let Some(wait) = error.retry_after() {
                     // Whole seconds, rounded up: never "retry now" for a wait under one.
@@ -325,7 +327,6 @@ impl ApiError {
             Self::Room(error) => {
                 match error {
                     RoomError::NotOpen(at) => body.opens_at = Some(*at),
-                    RoomError::NotAdmitted(queue) => body.queue = Some(queue),
                     RoomError::InvalidSettings(invalid) => body.field = Some(invalid.field()),
                     RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
                     _ => {}

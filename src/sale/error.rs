@@ -29,6 +29,13 @@ pub enum SaleError {
     AlreadyPurchased,
     #[error("sold out")]
     SoldOut,
+    /// The item sells through its waiting room (its gate in Redis is on) and the
+    /// purchase offered no valid `Queue-Pass` for this user and item. `queue` is where
+    /// to join. Decided by the reservation script, after the limiter: the quota is spent.
+    #[error(
+        "this item sells through its waiting room: join the queue at {queue} and buy with its pass"
+    )]
+    NotAdmitted { queue: String },
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     /// The cause is for the log, never for the client.
     #[error("the order could not be placed, please try again")]
@@ -49,6 +56,13 @@ pub enum SaleError {
 }
 
 impl SaleError {
+    /// `NOT_ADMITTED` for `item`, naming its queue.
+    pub fn not_admitted(item: super::item::ItemId) -> Self {
+        Self::NotAdmitted {
+            queue: format!("/api/items/{item}/queue"),
+        }
+    }
+
     /// The stable, documented machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -58,6 +72,7 @@ impl SaleError {
             Self::Paused => "SALE_PAUSED",
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
+            Self::NotAdmitted { .. } => "NOT_ADMITTED",
             Self::OrderFailed(_) => "ORDER_FAILED",
             Self::OrderPending(_) => "ORDER_PENDING",
             Self::Overloaded => "OVERLOADED",
@@ -74,6 +89,7 @@ impl SaleError {
             | Self::Paused
             | Self::AlreadyPurchased
             | Self::SoldOut => 409,
+            Self::NotAdmitted { .. } => 403,
             Self::OrderFailed(_) | Self::Overloaded | Self::OrdersUnavailable { .. } => 503,
             Self::OrderPending(_) => 202,
         }
@@ -87,6 +103,7 @@ impl SaleError {
             Self::Paused => Outcome::Paused,
             Self::AlreadyPurchased => Outcome::AlreadyPurchased,
             Self::SoldOut => Outcome::SoldOut,
+            Self::NotAdmitted { .. } => Outcome::NotAdmitted,
             Self::OrderFailed(_) => Outcome::OrderFailed,
             Self::OrderPending(_) => Outcome::OrderPending,
             Self::Overloaded => Outcome::Overloaded,
@@ -107,10 +124,12 @@ impl SaleError {
 
     /// What an idempotent retry may be told: not found, sold out, already purchased, not
     /// started and ended stand for good; a paused sale, a failed order and the
-    /// overload refusals are worth retrying; a pending order may yet land.
+    /// overload refusals are worth retrying (and so is a purchase without a pass: with
+    /// one it may buy); a pending order may yet land.
     pub fn replayable(&self) -> Replayable {
         match self {
             Self::Paused
+            | Self::NotAdmitted { .. }
             | Self::OrderFailed(_)
             | Self::Overloaded
             | Self::OrdersUnavailable { .. } => Replayable::No,
