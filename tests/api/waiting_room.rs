@@ -694,6 +694,46 @@ mod topology {
             assert_eq!(seckill_test_support::pg_orders(&db, item).await, 21);
         }
 
+        /// A gate Redis holds at an older version than Postgres (the operator's gate write
+        /// failed after the settings were stored, or a failover kept an older gate) is
+        /// set from Postgres by the reconciler's next round.
+        #[sqlx::test]
+        async fn the_reconciler_puts_a_gate_redis_holds_at_an_older_version_in_force(db: PgPool) {
+            let app = spawn_app_with(&db, |s| s.reconcile_interval_ms = 200).await;
+            let item = app.open_item(10).await;
+            open_room(&app, item, json!({ "order": "fifo" })).await;
+            let gate = app.item_keys(item).room_gate();
+            let conn = app.redis().await;
+            let _: () = redis::cmd("HSET")
+                .arg(&gate)
+                .arg("version")
+                .arg(0)
+                .arg("on")
+                .arg(0)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            eventually("the gate on again", Duration::from_secs(5), || {
+                let mut conn = conn.clone();
+                let gate = gate.clone();
+                async move {
+                    let held: (Option<i64>, Option<String>) = redis::cmd("HMGET")
+                        .arg(gate)
+                        .arg("version")
+                        .arg("on")
+                        .query_async(&mut conn)
+                        .await
+                        .ok()?;
+                    (held == (Some(1), Some("1".into()))).then_some(())
+                }
+            })
+            .await;
+            let bare = app
+                .post_seckill(&app.token_for(1).await, item, &ip_of(1))
+                .await;
+            assert_eq!(bare.status(), 403);
+        }
+
         /// `lua/reserve_stock.lua` with the gate, through the app's own wrappers: a bare
         /// reservation is refused while the gate is on, with nothing written; a lost gate
         /// asks for a rebuild; a writer holding an older version changes nothing.
