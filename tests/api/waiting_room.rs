@@ -696,10 +696,16 @@ mod topology {
 
         /// A gate Redis holds at an older version than Postgres (the operator's gate write
         /// failed after the settings were stored, or a failover kept an older gate) is
-        /// set from Postgres by the reconciler's next round.
+        /// set from Postgres by the reconciler's next round. The sale's policy is
+        /// `per_item` here: the reservation, gate included, runs in the limiter's call.
         #[sqlx::test]
         async fn the_reconciler_puts_a_gate_redis_holds_at_an_older_version_in_force(db: PgPool) {
-            let app = spawn_app_with(&db, |s| s.reconcile_interval_ms = 200).await;
+            let app = spawn_app_with(&db, |s| {
+                s.reconcile_interval_ms = 200;
+                let seckill = s.limiter.policies.get_mut("seckill").unwrap();
+                seckill.scope = seckill::limiter::Scope::PerItem;
+            })
+            .await;
             let item = app.open_item(10).await;
             open_room(&app, item, json!({ "order": "fifo" })).await;
             let gate = app.item_keys(item).room_gate();
@@ -732,6 +738,8 @@ mod topology {
                 .post_seckill(&app.token_for(1).await, item, &ip_of(1))
                 .await;
             assert_eq!(bare.status(), 403);
+            assert_eq!(body(bare).await["code"], "NOT_ADMITTED");
+            assert_eq!(seckill_test_support::pg_orders(&db, item).await, 0);
         }
 
         /// `lua/reserve_stock.lua` with the gate, through the app's own wrappers: a bare
