@@ -317,6 +317,12 @@ async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
     let token = app.token_for(32).await;
     let refused = app.join_queue(&token, item, &ip_of(32)).await;
     assert_eq!(refused.status(), 503);
+    // A room change is stored, but its gate cannot be set: not in force yet, and said so
+    // (the reconciler sets the gate from Postgres once Redis is back).
+    let change = app.set_room(item, json!({ "admitPerSecond": 40 })).await;
+    assert_eq!(change.status(), 503);
+    assert_eq!(body(change).await["code"], "QUEUE_UNAVAILABLE");
+    assert_eq!(app.get_room(item).await["admitPerSecond"], 40);
 }
 
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
