@@ -76,6 +76,9 @@ words! {
         Overloaded => "overloaded",
         /// Refused while the orders breaker is open (`sale::overload`).
         OrdersUnavailable => "orders_unavailable",
+        /// Refused by the reservation script: the item's waiting room is on and no
+        /// valid pass came (403 `NOT_ADMITTED`).
+        NotAdmitted => "not_admitted",
     }
 }
 

@@ -320,6 +320,7 @@ impl ApiError {
                     SaleError::PriceChanged { price_cents } => {
                         body.price_cents = Some(*price_cents)
                     }
+                    SaleError::NotAdmitted { queue } => body.queue = Some(queue),
                     _ => {}
                 }
                 if let Some(wait) = error.retry_after() {
@@ -335,7 +336,6 @@ impl ApiError {
             Self::Room(error) => {
                 match error {
                     RoomError::NotOpen(at) => body.opens_at = Some(*at),
-                    RoomError::NotAdmitted(queue) => body.queue = Some(queue),
                     RoomError::InvalidSettings(invalid) => body.field = Some(invalid.field()),
                     RoomError::Sale(SaleError::OrderPending(id)) => body.order_id = Some(*id),
                     RoomError::Sale(SaleError::PriceChanged { price_cents }) => {

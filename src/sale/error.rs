@@ -34,6 +34,13 @@ pub enum SaleError {
     /// price the shopper was not shown. `price_cents` is the price now.
     #[error("the price has changed; check the new price and buy again")]
     PriceChanged { price_cents: i64 },
+    /// The item sells through its waiting room (its gate in Redis is on) and the
+    /// purchase offered no valid `Queue-Pass` for this user and item. `queue` is where
+    /// to join. Decided by the reservation script, after the limiter: the quota is spent.
+    #[error(
+        "this item sells through its waiting room: join the queue at {queue} and buy with its pass"
+    )]
+    NotAdmitted { queue: String },
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     /// The cause is for the log, never for the client.
     #[error("the order could not be placed, please try again")]
@@ -54,6 +61,13 @@ pub enum SaleError {
 }
 
 impl SaleError {
+    /// `NOT_ADMITTED` for `item`, naming its queue.
+    pub fn not_admitted(item: super::item::ItemId) -> Self {
+        Self::NotAdmitted {
+            queue: format!("/api/items/{item}/queue"),
+        }
+    }
+
     /// The stable, documented machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -64,6 +78,7 @@ impl SaleError {
             Self::AlreadyPurchased => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::PriceChanged { .. } => "PRICE_CHANGED",
+            Self::NotAdmitted { .. } => "NOT_ADMITTED",
             Self::OrderFailed(_) => "ORDER_FAILED",
             Self::OrderPending(_) => "ORDER_PENDING",
             Self::Overloaded => "OVERLOADED",
@@ -81,6 +96,7 @@ impl SaleError {
             | Self::AlreadyPurchased
             | Self::SoldOut
             | Self::PriceChanged { .. } => 409,
+            Self::NotAdmitted { .. } => 403,
             Self::OrderFailed(_) | Self::Overloaded | Self::OrdersUnavailable { .. } => 503,
             Self::OrderPending(_) => 202,
         }
@@ -95,6 +111,7 @@ impl SaleError {
             Self::AlreadyPurchased => Outcome::AlreadyPurchased,
             Self::SoldOut => Outcome::SoldOut,
             Self::PriceChanged { .. } => Outcome::PriceChanged,
+            Self::NotAdmitted { .. } => Outcome::NotAdmitted,
             Self::OrderFailed(_) => Outcome::OrderFailed,
             Self::OrderPending(_) => Outcome::OrderPending,
             Self::Overloaded => Outcome::Overloaded,
@@ -116,10 +133,12 @@ impl SaleError {
     /// What an idempotent retry may be told: not found, sold out, already purchased, not
     /// started, ended and a changed price stand for good (buying at the new price is a
     /// new purchase, with a new key); a paused sale, a failed order and the
-    /// overload refusals are worth retrying; a pending order may yet land.
+    /// overload refusals are worth retrying (and so is a purchase without a pass: with
+    /// one it may buy); a pending order may yet land.
     pub fn replayable(&self) -> Replayable {
         match self {
             Self::Paused
+            | Self::NotAdmitted { .. }
             | Self::OrderFailed(_)
             | Self::Overloaded
             | Self::OrdersUnavailable { .. } => Replayable::No,

@@ -12,7 +12,7 @@ use super::consistency;
 use super::item::{Item, ItemEdit, ItemId, NewItem};
 use super::parts::SaleParts;
 use super::records::{self, AuditEntry, ChangeRefused, ItemFigures, ItemLedger};
-use super::stock::{Adjusted, Rebuilds, StockEdits};
+use super::stock::{Adjusted, Rebuilds, RoomGate, StockEdits};
 
 /// Why an operator's change to an item was not made.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +69,8 @@ impl Items {
             remaining: item.remaining_stock,
             owed: Vec::new(),
             buyers: Vec::new(),
+            // A new item's room was never set: off, version 0.
+            room: RoomGate::default(),
         };
         Rebuilds::new(self.parts.redis.clone(), self.parts.lifetime)
             .rebuild(&item, &ledger)

@@ -173,9 +173,10 @@ impl Purchases {
     }
 
     /// Steps 2 to 6 for an item that passed [`Self::precheck`]: the limiter, then the
-    /// reservation and the order `order_id`. `pass` is the place of the queue pass the
-    /// caller offered (already checked, see `room::WaitingRoom::check_pass`): the
-    /// reservation spends it, and nothing before the reservation does.
+    /// reservation and the order `order_id`. `pass` is the place of the valid queue pass
+    /// the caller offered, if any (checked in process, see
+    /// `room::WaitingRoom::check_pass`): the reservation script decides, with the item's
+    /// room gate, whether one was needed, and spends it; nothing before it does.
     pub async fn purchase(
         &self,
         item: &Item,
@@ -354,6 +355,7 @@ impl Purchases {
             Reservation::Ended => Err(SaleError::Ended),
             Reservation::AlreadyPurchased => Err(SaleError::AlreadyPurchased),
             Reservation::SoldOut => Err(SaleError::SoldOut),
+            Reservation::NotAdmitted => Err(SaleError::not_admitted(item.id)),
             Reservation::Missing => Err(SaleError::OrderFailed(anyhow::anyhow!(
                 "stock still missing after a rebuild"
             ))),

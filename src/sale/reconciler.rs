@@ -4,6 +4,8 @@
 //! `<prefix>:reconciler:lock`, which expires with the interval) goes through the items
 //! whose Redis keys still live (until the sale's end, the payment deadline and an hour
 //! more: `SaleRedis::keys_expire_at`):
+//! - the room gate is set from Postgres's `waiting_rooms` where Redis holds an older
+//!   version (an operator's change whose Redis write failed or a failover lost);
 //! - the keys' expiry is stamped (a key a purchase created since the last round gets it);
 //! - each reservation pending past its deadline is looked up in Postgres: its order
 //!   exists → the record is cleared (`settled`); it does not → the reservation is undone,
@@ -34,7 +36,7 @@ use chrono::Utc;
 use super::item::{Item, SalePhase};
 use super::parts::SaleParts;
 use super::records::{self, TxStatus};
-use super::stock::{Repairs, ReservationOptions, Reservations, Undo};
+use super::stock::{Repairs, ReservationOptions, Reservations, RoomGate, RoomGates, Undo};
 use super::sweeper::Sweeper;
 use crate::vocabulary::Repair;
 
@@ -53,6 +55,7 @@ pub struct Reconciler {
     reservations: Reservations,
     /// The one way units go back to Redis.
     sweeper: Sweeper,
+    gates: RoomGates,
 }
 
 impl Reconciler {
@@ -63,6 +66,7 @@ impl Reconciler {
             repairs: Repairs::new(parts.redis.clone(), parts.lifetime),
             reservations: Reservations::new(parts.redis.clone(), reservations),
             sweeper: Sweeper::new(parts),
+            gates: RoomGates::new(parts.redis.clone(), parts.lifetime),
             parts: parts.clone(),
         }
     }
@@ -88,14 +92,28 @@ impl Reconciler {
         let parts = &self.parts;
         parts.catalog.reload(&parts.pool).await?;
         let now = Utc::now();
+        let gates = records::room_gates(&parts.pool).await?;
         for item in parts.catalog.all() {
             if parts.lifetime.expire_at(&item) <= now {
                 continue;
             }
+            self.put_gate(&item, gates.get(&item.id).copied().unwrap_or_default())
+                .await?;
             self.settle_overdue(&item).await?;
             self.repairs.stamp_expiry(&item).await?;
             self.return_stale(&item).await?;
             self.check_drift(&item).await?;
+        }
+        Ok(())
+    }
+
+    /// Sets `item`'s room gate to what Postgres read this round, unless the gate holds
+    /// that version or a newer one: an operator's change whose Redis write failed, or
+    /// that a failover lost, is in force from this round on. A round that read before a
+    /// change cannot undo it (the version says it is older).
+    async fn put_gate(&self, item: &Item, gate: RoomGate) -> anyhow::Result<()> {
+        if self.gates.set(item, gate).await? {
+            tracing::info!(item.id = %item.id, room.version = gate.version, room.on = gate.on, "room gate set from postgres");
         }
         Ok(())
     }

@@ -2,11 +2,14 @@
 //! conditional decrement and the one-live-order-per-user index hold whatever Redis
 //! believes; [`life_cycle`] has the orders' states.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::item::{Item, ItemId, NewItem};
+use super::stock::RoomGate;
 use crate::domain::UserId;
 use crate::vocabulary::OrderState;
 
@@ -160,6 +163,8 @@ pub struct ItemLedger {
     pub owed: Vec<GiveBack>,
     /// Users holding a live order; without rebuys, everyone who ever ordered.
     pub buyers: Vec<i64>,
+    /// Whether its waiting room is on (off, version 0, without a `waiting_rooms` row).
+    pub room: RoomGate,
 }
 
 pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Result<ItemLedger> {
@@ -172,8 +177,11 @@ pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Re
                    WHERE item_id = $1 AND state IN ('cancelled', 'expired') AND returned_at IS NULL
                    ORDER BY id) AS "owed_users!",
              ARRAY(SELECT DISTINCT user_id FROM orders
-                   WHERE item_id = $1 AND ($2 OR state IN ('pending_payment', 'paid'))) AS "buyers!"
-           FROM items WHERE id = $1"#,
+                   WHERE item_id = $1 AND ($2 OR state IN ('pending_payment', 'paid'))) AS "buyers!",
+             COALESCE(rooms.enabled, false) AS "room_on!",
+             COALESCE(rooms.version, 0) AS "room_version!"
+           FROM items LEFT JOIN waiting_rooms rooms ON rooms.item_id = items.id
+           WHERE items.id = $1"#,
         item.get(),
         !rebuy
     )
@@ -189,7 +197,29 @@ pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Re
         remaining: row.remaining_stock,
         owed,
         buyers: row.buyers,
+        room: RoomGate {
+            version: row.room_version,
+            on: row.room_on,
+        },
     })
+}
+
+/// Every item's waiting room as the gate must hold it (items without a `waiting_rooms`
+/// row are off, version 0: they are not listed).
+pub async fn room_gates(pool: &PgPool) -> anyhow::Result<HashMap<ItemId, RoomGate>> {
+    let rows = sqlx::query!("SELECT item_id, enabled, version FROM waiting_rooms")
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let gate = RoomGate {
+                version: row.version,
+                on: row.enabled,
+            };
+            Some((ItemId::try_from(row.item_id).ok()?, gate))
+        })
+        .collect())
 }
 
 /// Orders of `item` that hold a unit in Redis (`returned_at IS NULL`: the live ones,

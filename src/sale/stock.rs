@@ -5,8 +5,9 @@
 //! call) with the plain reads; each job has a type of its own over it:
 //! [`Reservations`] (the purchase path: reserve, record, undo, settle),
 //! [`Returns`] (a released order's unit back), [`Repairs`] (what the reconciler reads
-//! and writes), [`Rebuilds`] (lost keys back from Postgres) and [`StockEdits`] (an
-//! operator's stock change). The key scheme and the
+//! and writes), [`Rebuilds`] (lost keys back from Postgres), [`StockEdits`] (an
+//! operator's stock change) and [`RoomGates`] (whether the item sells through its
+//! waiting room, read by the reservation script). The key scheme and the
 //! keys' lifetime are in [`item_keys`].
 //!
 //! An item's keys live as long as its units can still move: until its sale's end plus
@@ -27,6 +28,7 @@ mod rebuilds;
 mod repairs;
 mod reservations;
 mod returns;
+mod room_gates;
 mod stock_edits;
 
 pub use item_keys::{limiter_partition, ItemKeys, KeyLifetime, KEY_GRACE};
@@ -34,6 +36,7 @@ pub use rebuilds::Rebuilds;
 pub use repairs::{Repairs, StockSnapshot};
 pub use reservations::{PendingReservation, Reservation, ReservationOptions, Reservations, Undo};
 pub use returns::{GivenBack, Returns};
+pub use room_gates::{RoomGate, RoomGates};
 pub use stock_edits::{Adjusted, StockEdits, EDIT_MARKER_TTL};
 
 /// The sale's handle on Redis: the store, the key scheme, the one way to call.

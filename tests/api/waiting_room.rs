@@ -317,6 +317,12 @@ async fn without_redis_polls_say_stale_and_hand_out_no_pass(db: PgPool) {
     let token = app.token_for(32).await;
     let refused = app.join_queue(&token, item, &ip_of(32)).await;
     assert_eq!(refused.status(), 503);
+    // A room change is stored, but its gate cannot be set: not in force yet, and said so
+    // (the reconciler sets the gate from Postgres once Redis is back).
+    let change = app.set_room(item, json!({ "admitPerSecond": 40 })).await;
+    assert_eq!(change.status(), 503);
+    assert_eq!(body(change).await["code"], "QUEUE_UNAVAILABLE");
+    assert_eq!(app.get_room(item).await["admitPerSecond"], 40);
 }
 
 /// One ticket's polls are limited in process (issue 33): its bucket's burst, then 429
@@ -372,7 +378,15 @@ mod topology {
 
     #[sqlx::test]
     async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
-        let app = spawn_app(&db).await;
+        // A refusal for want of a pass comes from the reservation script, after the
+        // limiter: each of the refusals below spends quota (3 a minute per user by
+        // default), so the user and address rules get room for them.
+        let app = spawn_app_with(&db, |s| {
+            for rule in &mut s.limiter.policies.get_mut("seckill").unwrap().rules[1..] {
+                rule.threshold = 10;
+            }
+        })
+        .await;
         let item = app.open_item(10).await;
         let other_item = app.open_item(10).await;
         // One live pass at a time: the second shopper waits for the first one's purchase.
@@ -406,7 +420,7 @@ mod topology {
         assert!(waiting["refreshIntervalSeconds"].as_u64().unwrap() > 5);
 
         // Refused without a pass, with someone else's, with a ticket, and a pass is no
-        // bearer token; none of these spends anything.
+        // bearer token; none of these spends a pass or a unit (only limiter quota).
         let refused = |response: reqwest::Response| async move {
             assert_eq!(response.status(), 403);
             let error = body(response).await;
@@ -658,5 +672,252 @@ mod topology {
         let admissions = one.metric_sum("seckill_queue_admissions_total").await
             + two.metric_sum("seckill_queue_admissions_total").await;
         assert_eq!(admissions, 40.0);
+    }
+
+    /// The room's gate over two instances (issue 33): the reservation script decides with
+    /// the room flag in Redis, so an operator's change on one instance holds on the other
+    /// from its 200 on, whatever that instance's copy of the settings says.
+    mod gate {
+        use super::*;
+
+        /// Purchases of `item` on `app`, one per user in `users`, all at once and without a
+        /// pass: how many answered 200 and how many 403 `NOT_ADMITTED`.
+        async fn bare_purchases(
+            app: &TestApp,
+            item: i64,
+            tokens: &[(i64, String)],
+        ) -> (usize, usize) {
+            let purchases = tokens.iter().map(|(user, token)| async move {
+                let response = app.post_seckill(token, item, &ip_of(*user)).await;
+                let status = response.status().as_u16();
+                (status, body(response).await["code"].clone())
+            });
+            let answers = futures_util::future::join_all(purchases).await;
+            let sold = answers.iter().filter(|(status, _)| *status == 200).count();
+            let refused = answers
+                .iter()
+                .filter(|(status, code)| *status == 403 && code == "NOT_ADMITTED")
+                .count();
+            assert_eq!(sold + refused, tokens.len(), "{answers:?}");
+            (sold, refused)
+        }
+
+        #[sqlx::test]
+        async fn a_room_turned_on_or_off_on_one_instance_holds_on_the_other_from_its_200(
+            db: PgPool,
+        ) {
+            let one = spawn_app(&db).await;
+            let prefix = one.settings.redis_key_prefix.clone();
+            let two = spawn_app_with(&db, |s| s.redis_key_prefix = prefix).await;
+            let item = one.open_item(100).await;
+            two.until_items_listed(1).await;
+            let early = two.tokens(300..320).await;
+            let late = two.tokens(320..340).await;
+
+            // On through the first instance: from its 200, the second sells nothing bare.
+            open_room(&one, item, json!({ "order": "fifo", "maxActive": 1 })).await;
+            assert_eq!(bare_purchases(&two, item, &early).await, (0, 20));
+            assert_eq!(seckill_test_support::pg_orders(&db, item).await, 0);
+            // With a pass it sells, on either instance.
+            let shopper = joined(&one, 340, item).await;
+            let admitted =
+                until_state(&two, &shopper, item, "admitted", Duration::from_secs(5)).await;
+            let pass = admitted["pass"].as_str().expect("a pass");
+            let bought = two
+                .post_seckill_with(&shopper.token, item, &ip_of(340), Some(pass), None)
+                .await;
+            assert_eq!(bought.status(), 200);
+            // Redis loses the gate: the purchase rebuilds it from Postgres, still on.
+            let gate = two.item_keys(item).room_gate();
+            assert_eq!(two.redis_command::<i64>("DEL", &gate).await, 1);
+            assert_eq!(bare_purchases(&two, item, &early[..1]).await, (0, 1));
+            let on: Option<String> = redis::cmd("HGET")
+                .arg(&gate)
+                .arg("on")
+                .query_async(&mut two.redis().await)
+                .await
+                .unwrap();
+            assert_eq!(on.as_deref(), Some("1"));
+
+            // Off through the first instance: from its 200, the second sells bare again.
+            let off = one.set_room(item, json!({ "enabled": false })).await;
+            assert_eq!(off.status(), 200);
+            assert_eq!(bare_purchases(&two, item, &late).await, (20, 0));
+            assert_eq!(seckill_test_support::pg_orders(&db, item).await, 21);
+        }
+
+        /// A gate Redis holds at an older version than Postgres (the operator's gate write
+        /// failed after the settings were stored, or a failover kept an older gate) is
+        /// set from Postgres by the reconciler's next round. The sale's policy is
+        /// `per_item` here: the reservation, gate included, runs in the limiter's call.
+        #[sqlx::test]
+        async fn the_reconciler_puts_a_gate_redis_holds_at_an_older_version_in_force(db: PgPool) {
+            let app = spawn_app_with(&db, |s| {
+                s.reconcile_interval_ms = 200;
+                let seckill = s.limiter.policies.get_mut("seckill").unwrap();
+                seckill.scope = seckill::limiter::Scope::PerItem;
+            })
+            .await;
+            let item = app.open_item(10).await;
+            open_room(&app, item, json!({ "order": "fifo" })).await;
+            let gate = app.item_keys(item).room_gate();
+            let conn = app.redis().await;
+            let _: () = redis::cmd("HSET")
+                .arg(&gate)
+                .arg("version")
+                .arg(0)
+                .arg("on")
+                .arg(0)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            eventually("the gate on again", Duration::from_secs(5), || {
+                let mut conn = conn.clone();
+                let gate = gate.clone();
+                async move {
+                    let held: (Option<i64>, Option<String>) = redis::cmd("HMGET")
+                        .arg(gate)
+                        .arg("version")
+                        .arg("on")
+                        .query_async(&mut conn)
+                        .await
+                        .ok()?;
+                    (held == (Some(1), Some("1".into()))).then_some(())
+                }
+            })
+            .await;
+            let bare = app
+                .post_seckill(&app.token_for(1).await, item, &ip_of(1))
+                .await;
+            assert_eq!(bare.status(), 403);
+            assert_eq!(body(bare).await["code"], "NOT_ADMITTED");
+            assert_eq!(seckill_test_support::pg_orders(&db, item).await, 0);
+        }
+
+        /// `lua/reserve_stock.lua` with the gate, through the app's own wrappers: a bare
+        /// reservation is refused while the gate is on, with nothing written; a lost gate
+        /// asks for a rebuild; a writer holding an older version changes nothing.
+        #[tokio::test]
+        async fn the_reservation_decides_with_the_gate_and_a_stale_gate_write_changes_nothing() {
+            use seckill::domain::UserId;
+            use seckill::sale::item::{Item, ItemId};
+            use seckill::sale::records::ItemLedger;
+            use seckill::sale::stock::{
+                KeyLifetime, Rebuilds, Reservation, ReservationOptions, Reservations, RoomGate,
+                RoomGates, StockRedis,
+            };
+
+            let settings = seckill_test_support::redis_test_settings();
+            let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
+            let store = seckill::store::RedisStore::connect(
+                &seckill::startup::redis_options(&settings),
+                metrics,
+            )
+            .await
+            .unwrap();
+            let minute = Duration::from_secs(60);
+            let redis = StockRedis::new(store);
+            let lifetime = KeyLifetime::new(minute);
+            let reservations = Reservations::new(
+                redis.clone(),
+                ReservationOptions {
+                    pending: minute,
+                    replica_wait: Duration::ZERO,
+                },
+            );
+            let gates = RoomGates::new(redis.clone(), lifetime);
+            let now = Utc::now();
+            let item = Item {
+                id: ItemId::try_from(1).unwrap(),
+                name: "gated".into(),
+                price_cents: 1,
+                total_stock: 10,
+                remaining_stock: 10,
+                starts_at: now - chrono::Duration::minutes(1),
+                ends_at: now + chrono::Duration::hours(1),
+                paused: false,
+                archived_at: None,
+            };
+            let ledger = |room| ItemLedger {
+                remaining: 10,
+                owed: Vec::new(),
+                buyers: Vec::new(),
+                room,
+            };
+            let rebuilds = Rebuilds::new(redis.clone(), lifetime);
+            assert!(rebuilds
+                .rebuild(&item, &ledger(RoomGate::default()))
+                .await
+                .unwrap());
+            let reserve = |user: i64, pass: Option<u64>| {
+                let user = UserId::try_from(user).unwrap();
+                reservations.reserve(&item, user, uuid::Uuid::new_v4(), pass)
+            };
+            let keys = seckill_test_support::item_keys(&settings.redis_key_prefix, 1);
+            let mut conn = seckill_test_support::redis_connection(&settings).await;
+            let reader = conn.clone();
+            let stock_and_buyers = || {
+                let mut pipe = redis::pipe();
+                pipe.get(keys.stock()).scard(keys.buyers());
+                let mut conn = reader.clone();
+                async move { pipe.query_async::<(i64, i64)>(&mut conn).await.unwrap() }
+            };
+
+            // Off (never set): a bare purchase reserves.
+            assert_eq!(
+                reserve(1, None).await.unwrap(),
+                Reservation::Reserved { remaining: 9 }
+            );
+            // On: refused bare, with nothing written; a pass reserves.
+            let on = RoomGate {
+                version: 2,
+                on: true,
+            };
+            assert!(gates.set(&item, on).await.unwrap());
+            assert_eq!(reserve(2, None).await.unwrap(), Reservation::NotAdmitted);
+            assert_eq!(stock_and_buyers().await, (9, 1));
+            assert_eq!(
+                reserve(2, Some(7)).await.unwrap(),
+                Reservation::Reserved { remaining: 8 }
+            );
+            // Off again; a writer that read "on" before it comes late and writes nothing.
+            assert!(gates
+                .set(
+                    &item,
+                    RoomGate {
+                        version: 3,
+                        on: false
+                    }
+                )
+                .await
+                .unwrap());
+            assert!(!gates.set(&item, on).await.unwrap());
+            assert!(!rebuilds.rebuild(&item, &ledger(on)).await.unwrap());
+            assert_eq!(
+                reserve(3, None).await.unwrap(),
+                Reservation::Reserved { remaining: 7 }
+            );
+            // A lost gate is no open gate: the script asks for a rebuild, which sets it
+            // from Postgres's version.
+            let _: i64 = redis::cmd("DEL")
+                .arg(keys.room_gate())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(reserve(4, None).await.unwrap(), Reservation::Missing);
+            assert_eq!(stock_and_buyers().await, (7, 3));
+            let on_again = RoomGate {
+                version: 4,
+                on: true,
+            };
+            assert!(!rebuilds.rebuild(&item, &ledger(on_again)).await.unwrap());
+            assert_eq!(reserve(4, None).await.unwrap(), Reservation::NotAdmitted);
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(keys.room_gate())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(ttl > 0, "the gate expires with the item's keys: {ttl}");
+        }
     }
 }

@@ -16,7 +16,7 @@ use crate::http::JsonBody;
 use crate::limiter::Caller;
 use crate::sale::item::ItemId;
 use crate::sale::room::WaitingRoom;
-use crate::sale::{Orders, Purchase, PurchaseFailure, Purchases, Replayable, SaleError};
+use crate::sale::{Orders, Outcome, Purchase, PurchaseFailure, Purchases, Replayable, SaleError};
 
 /// The header a purchase carries its queue pass in, when the item has a waiting room.
 pub const PASS_HEADER: &str = "Queue-Pass";
@@ -45,7 +45,7 @@ pub struct PurchaseRequest {
         (status = 200, description = "The order", body = OrderBody),
         (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::api_error::ErrorBody),
         (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
-        (status = 403, description = "`NOT_ADMITTED`: the item has a waiting room on and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
+        (status = 403, description = "`NOT_ADMITTED`: the item has a waiting room on (its gate in Redis, decided in the reservation's step, after the limiter: the quota is spent) and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::api_error::ErrorBody),
         (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `PRICE_CHANGED` (with `priceCents`, the price now), `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
         (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
@@ -86,19 +86,19 @@ pub async fn purchase(
         user,
     };
     let pass = req.headers().get(PASS_HEADER).and_then(|v| v.to_str().ok());
-    // After a replay (inside `run`), before the limiter: a pass is checked, not spent;
-    // the reservation spends it, so nothing that sells nothing can.
+    // After a replay (inside `run`): a pass is checked here, not spent, and whether the
+    // item needs one is the reservation script's to say (the room gate), after the
+    // limiter; the reservation spends it, so nothing that sells nothing can.
     let work = || async {
-        let place = match room.check_pass(item.id, user, pass) {
-            Ok(place) => place,
-            Err(refused) => return Reply::error(&refused.into(), Replayable::No),
-        };
+        let offered = room.check_pass(item.id, user, pass);
         let purchase = purchases
-            .purchase(&item, user, order_id, &caller, place)
+            .purchase(&item, user, order_id, &caller, offered.place())
             .await;
-        if place.is_some() && purchase.is_ok() {
-            room.pass_used();
-        }
+        let outcome = match &purchase {
+            Ok(_) => Outcome::Created,
+            Err(failure) => failure.outcome(),
+        };
+        room.count_pass(offered, outcome);
         reply(purchase)
     };
     idempotent.run(attempt, &retried, work).await

@@ -10,6 +10,8 @@
 //! shoppers who stopped polling. A poll (`GET …/queue`) is answered from this instance's
 //! copy of the room ([`lobby`]), with no Redis call; an admitted place's poll carries a
 //! signed **pass**, which `POST /seckill` asks for and the reservation script spends.
+//! Whether an item needs one is its **room gate** in Redis (`stock::RoomGates`), set
+//! before an operator's change is answered and read by the reservation script itself.
 //!
 //! The files, one job each: [`room_config`] (the settings and their bounds), [`rooms`]
 //! (their store and cache), [`room_redis`] (the scripts and reads), [`room_view`] (an
@@ -38,4 +40,4 @@ pub use room_config::{InvalidRoom, RoomConfig, RoomEdit};
 pub use room_error::RoomError;
 pub use room_redis::RoomRedis;
 pub use rooms::Rooms;
-pub use waiting_room::{Answer, RoomStatus, WaitingRoom, POLL_EVERY_SECS};
+pub use waiting_room::{Answer, OfferedPass, RoomStatus, WaitingRoom, POLL_EVERY_SECS};

@@ -8,7 +8,8 @@ use crate::sale::SaleError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RoomError {
-    /// The sale's own answer (`ITEM_NOT_FOUND`, `SOLD_OUT`).
+    /// The sale's own answer (`ITEM_NOT_FOUND`, `SOLD_OUT`; a purchase without a pass is
+    /// the sale's `NOT_ADMITTED`, decided by the reservation script).
     #[error(transparent)]
     Sale(#[from] SaleError),
     #[error("the queue opens at {0}")]
@@ -18,11 +19,6 @@ pub enum RoomError {
     /// Missing, forged, someone else's or another item's ticket.
     #[error("this queue ticket is not valid for you and this item: join the queue")]
     InvalidTicket,
-    /// `POST /seckill` without a valid pass for this user and item.
-    #[error(
-        "this item sells through its waiting room: join the queue at {0} and buy with its pass"
-    )]
-    NotAdmitted(String),
     #[error(transparent)]
     InvalidSettings(#[from] InvalidRoom),
     /// This ticket polled faster than its bucket refills ([`super::PollBudget`]).
@@ -42,7 +38,6 @@ impl RoomError {
             Self::NotOpen(_) => "QUEUE_NOT_OPEN",
             Self::Closed => "QUEUE_CLOSED",
             Self::InvalidTicket => "INVALID_TICKET",
-            Self::NotAdmitted(_) => "NOT_ADMITTED",
             Self::InvalidSettings(_) => "VALIDATION_FAILED",
             Self::PollingTooFast { .. } => "POLLING_TOO_FAST",
             Self::Unavailable(_) => "QUEUE_UNAVAILABLE",
@@ -53,7 +48,7 @@ impl RoomError {
         match self {
             Self::Sale(error) => error.status(),
             Self::NotOpen(_) | Self::Closed => 409,
-            Self::InvalidTicket | Self::NotAdmitted(_) => 403,
+            Self::InvalidTicket => 403,
             Self::InvalidSettings(_) => 400,
             Self::PollingTooFast { .. } => 429,
             Self::Unavailable(_) => 503,

@@ -1,6 +1,9 @@
 //! The waiting rooms' settings: stored in Postgres (`waiting_rooms`), cached in every
 //! instance and reloaded every second with the catalog, so an operator's change reaches
-//! every instance within a second (and this one at once).
+//! every instance's joins, polls and listing within a second (and this one at once).
+//! Whether a purchase needs a pass is not read from here: the reservation script reads
+//! the item's room gate in Redis (`stock::RoomGates`), which the change sets before its
+//! 200.
 //!
 //! Reloads can overlap and finish out of order; a room's `version` only grows, so the
 //! cache keeps, room by room, the newest version it has seen.

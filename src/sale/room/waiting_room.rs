@@ -15,8 +15,31 @@ use crate::domain::UserId;
 use crate::identity::{Pass, QueueTokenError, QueueTokens, Ticket};
 use crate::sale::item::{Item, ItemId};
 use crate::sale::parts::SaleParts;
+use crate::sale::stock::{RoomGate, RoomGates};
 use crate::sale::SaleError;
-use crate::vocabulary::{PassOutcome, QueueState, RoomOrder};
+use crate::vocabulary::{Outcome, PassOutcome, QueueState, RoomOrder};
+
+/// What a purchase's `Queue-Pass` header offered ([`WaitingRoom::check_pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OfferedPass {
+    /// No header.
+    None,
+    /// A pass for this user and item, unexpired: its place.
+    Valid(u64),
+    /// A header that is no such pass: expired, or forged, someone else's, another
+    /// item's, a ticket.
+    Invalid(PassOutcome),
+}
+
+impl OfferedPass {
+    /// The place the reservation script is told of: a valid pass's, or none.
+    pub fn place(self) -> Option<u64> {
+        match self {
+            Self::Valid(place) => Some(place),
+            _ => None,
+        }
+    }
+}
 
 /// How long a shopper waits between two polls. Above the server's keep-alive (5 s), so
 /// a waiting crowd holds no connection between polls.
@@ -67,11 +90,6 @@ impl WaitingRoom {
             redis,
             tokens,
         }
-    }
-
-    /// Whether `item` sells through its waiting room now.
-    pub fn is_on(&self, item: ItemId) -> bool {
-        self.rooms.get(item).enabled
     }
 
     fn item(&self, item: ItemId) -> Result<Arc<Item>, RoomError> {
@@ -215,41 +233,37 @@ impl WaitingRoom {
         }
     }
 
-    /// The place of the pass `header` offers for `user`'s purchase of `item`: `None`
-    /// when the item has no waiting room on (the header, if any, is ignored). Only the
-    /// signature, the expiry, the user and the item are checked here; the reservation
-    /// spends the pass, so a refusal after this point leaves it usable.
-    pub fn check_pass(
-        &self,
-        item: ItemId,
-        user: UserId,
-        header: Option<&str>,
-    ) -> Result<Option<u64>, RoomError> {
-        if !self.is_on(item) {
-            return Ok(None);
+    /// What `header` offers for `user`'s purchase of `item`, checked in process
+    /// whenever it is sent: signature, kind, expiry, user, item. It refuses nothing:
+    /// whether the item needs a pass is the reservation script's to decide, from the
+    /// room gate in Redis, so neither a copy of the settings a second old nor a room
+    /// turned on or off on another instance can let a bare purchase through or turn a
+    /// shopper away. The reservation spends the pass, so a refusal leaves it usable.
+    pub fn check_pass(&self, item: ItemId, user: UserId, header: Option<&str>) -> OfferedPass {
+        match header.map(|token| self.tokens.verify_pass(token)) {
+            None => OfferedPass::None,
+            Some(Ok(pass)) if pass.is_for(user, item.get()) => OfferedPass::Valid(pass.place),
+            Some(Err(QueueTokenError::Expired)) => OfferedPass::Invalid(PassOutcome::Expired),
+            Some(_) => OfferedPass::Invalid(PassOutcome::Refused),
         }
-        let checked = match header.map(|token| self.tokens.verify_pass(token)) {
-            Some(Ok(pass)) if pass.is_for(user, item.get()) => Ok(pass.place),
-            Some(Err(QueueTokenError::Expired)) => Err(PassOutcome::Expired),
-            _ => Err(PassOutcome::Refused),
+    }
+
+    /// Counts what became of the pass `offered` by a purchase that ended in `outcome`:
+    /// used when it bought, refused or expired when the gate asked for one.
+    pub fn count_pass(&self, offered: OfferedPass, outcome: Outcome) {
+        let counted = match (offered, outcome) {
+            (OfferedPass::Valid(_), Outcome::Created) => Some(PassOutcome::Used),
+            (OfferedPass::Invalid(why), Outcome::NotAdmitted) => Some(why),
+            (OfferedPass::None, Outcome::NotAdmitted) => Some(PassOutcome::Refused),
+            _ => None,
         };
-        checked.map(Some).map_err(|outcome| {
-            self.count_pass(outcome);
-            RoomError::NotAdmitted(format!("/api/items/{item}/queue"))
-        })
-    }
-
-    /// A pass bought its unit.
-    pub fn pass_used(&self) {
-        self.count_pass(PassOutcome::Used);
-    }
-
-    fn count_pass(&self, outcome: PassOutcome) {
-        self.parts
-            .metrics
-            .queue_passes
-            .with_label_values(&[outcome.label()])
-            .inc();
+        if let Some(counted) = counted {
+            self.parts
+                .metrics
+                .queue_passes
+                .with_label_values(&[counted.label()])
+                .inc();
+        }
     }
 
     /// The room's settings (the defaults, off, when it was never set).
@@ -274,13 +288,32 @@ impl WaitingRoom {
                 .await
                 .map_err(RoomError::Unavailable)?
             {
-                Some(saved) => return Ok(Arc::new(saved)),
+                Some(saved) => {
+                    self.set_gate(&item, &saved).await?;
+                    return Ok(Arc::new(saved));
+                }
                 None => self.rooms.reload().await.map_err(RoomError::Unavailable)?,
             }
         }
         Err(RoomError::Unavailable(anyhow::anyhow!(
             "the waiting room kept changing under the edit"
         )))
+    }
+
+    /// Puts a saved change in force: the item's room gate, which the reservation script
+    /// reads, before the operator's 200. If Redis does not answer, the change is stored
+    /// but not yet in force: 503, and the reconciler's next round sets the gate from
+    /// Postgres (an operator may also send the edit again).
+    async fn set_gate(&self, item: &Item, saved: &RoomConfig) -> Result<(), RoomError> {
+        let gate = RoomGate {
+            version: saved.version,
+            on: saved.enabled,
+        };
+        RoomGates::new(self.parts.redis.clone(), self.parts.lifetime)
+            .set(item, gate)
+            .await
+            .map(drop)
+            .map_err(RoomError::Unavailable)
     }
 
     /// The settings and the figures, from this instance's copy.

@@ -139,6 +139,13 @@ impl ItemKeys {
     pub fn room_live(&self) -> String {
         format!("{}:room-live", self.base)
     }
+    /// Whether the item sells through its waiting room (hash: version, on; see
+    /// `lua/room_gate.lua`): what the reservation script decides with. An item key,
+    /// not a room key: it exists for every item on sale (off for most), so a missing
+    /// gate means Redis lost it.
+    pub fn room_gate(&self) -> String {
+        format!("{}:room-gate", self.base)
+    }
     /// The waiting room's keys (the scripts stamp their expiry as they write them).
     pub fn room_wide(&self) -> [String; 6] {
         [
@@ -152,9 +159,10 @@ impl ItemKeys {
     }
     /// Every key of the item but the per-user markers (which expire on their own): what
     /// the item's expiry is stamped on.
-    pub fn item_wide(&self) -> [String; 9] {
+    pub fn item_wide(&self) -> [String; 10] {
         [
             self.stock(),
+            self.room_gate(),
             self.version(),
             self.buyers(),
             self.success(),

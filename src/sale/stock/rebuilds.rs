@@ -1,11 +1,13 @@
 //! Lost keys back from Postgres (`lua/rebuild_item.lua`): an item's stock counter and
-//! buyers, when Redis lost its data, the keys expired or the prefix changed.
+//! buyers, when Redis lost its data, the keys expired or the prefix changed; and its
+//! room gate (`lua/room_gate.lua`), so a lost gate comes back as Postgres has it, never
+//! as "no room".
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::{KeyLifetime, StockRedis};
+use super::{KeyLifetime, RoomGates, StockRedis};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::Item;
 use crate::sale::records::ItemLedger;
@@ -26,7 +28,8 @@ impl Rebuilds {
 
     /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
     /// counter is missing (see `lua/rebuild_item.lua`); a live counter is never
-    /// overwritten. Returns whether the counter was (re)created.
+    /// overwritten. Then the room gate, unless it holds the ledger's version of the room
+    /// or a newer one. Returns whether the counter was (re)created.
     pub async fn rebuild(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
         let keys = self.redis.keys(item.id);
         let mut invocation = REBUILD.prepare_invoke();
@@ -45,6 +48,9 @@ impl Rebuilds {
         let created: i64 = self
             .redis
             .call(RedisPurpose::Other, "rebuild item", &invocation)
+            .await?;
+        RoomGates::new(self.redis.clone(), self.lifetime)
+            .set(item, ledger.room)
             .await?;
         Ok(created == 1)
     }

@@ -56,8 +56,12 @@ pub enum Reservation {
     Ended,
     AlreadyPurchased,
     SoldOut,
-    /// The stock counter is gone (Redis lost its data): rebuild before selling.
+    /// The stock counter or the room gate is gone (Redis lost its data): rebuild before
+    /// selling.
     Missing,
+    /// The item sells through its waiting room (its gate is on) and the purchase
+    /// offered no valid pass.
+    NotAdmitted,
 }
 
 /// How to undo a reservation whose commit did not happen (see `lua/undo_reservation.lua`).
@@ -159,8 +163,9 @@ impl Reservations {
         self.reserved(item, reply).await
     }
 
-    /// `lua/reserve_stock.lua`'s keys and arguments; `pass` is the place of the queue
-    /// pass the purchase offered, when the item has a waiting room.
+    /// `lua/reserve_stock.lua`'s keys and arguments; `pass` is the place of the valid
+    /// queue pass the purchase offered, if any: the script decides with the item's room
+    /// gate whether one was needed.
     fn reservation_call(
         &self,
         item: &Item,
@@ -176,6 +181,7 @@ impl Reservations {
                 keys.pending(),
                 keys.version(),
                 keys.room_live(),
+                keys.room_gate(),
             ],
             vec![
                 user.get().to_string(),
@@ -221,6 +227,7 @@ impl Reservations {
             -3 => Reservation::AlreadyPurchased,
             -4 => Reservation::SoldOut,
             -5 => Reservation::Missing,
+            -6 => Reservation::NotAdmitted,
             other => anyhow::bail!("reserve_stock.lua answered {other}"),
         })
     }

@@ -114,6 +114,7 @@ mod topology {
             remaining: 10,
             owed: Vec::new(),
             buyers: Vec::new(),
+            room: Default::default(),
         };
         let rebuilds = Rebuilds::new(redis.clone(), lifetime);
         assert!(rebuilds.rebuild(&item, &ledger).await.unwrap());
