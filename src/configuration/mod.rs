@@ -74,6 +74,11 @@ pub struct Settings {
     /// until one closes. Resident memory follows open connections (about 15 kB each,
     /// docs/soak.md), so this is what bounds it: actix's own default is 25 000.
     pub max_connections: usize,
+    /// Connections each worker may hold waiting for a request head (new, trickling or idle
+    /// between requests); a newcomer that finds the listener's budget (this × workers)
+    /// full closes the one that has waited longest. Kept below `max_connections`, so a
+    /// botnet's idle heads never stop the workers accepting (`http::head_budget`).
+    pub max_connections_awaiting_head: usize,
     /// Connections one client address (IPv6: its /64) may hold open over every worker;
     /// more are closed as they arrive. Trusted proxies are exempt (`http::connections`).
     pub max_connections_per_address: u32,
@@ -270,6 +275,7 @@ impl Default for Settings {
             port: 8080,
             workers: None,
             max_connections: 2_048,
+            max_connections_awaiting_head: 1_536,
             max_connections_per_address: 64,
             listen_backlog: 1_024,
             head_timeout_ms: 5_000,

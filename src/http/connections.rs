@@ -18,11 +18,14 @@
 //!   [`mark_heads`] middleware tells it when a head has arrived and when the answer is
 //!   out. An idle keep-alive connection ends after the same time.
 //!
-//! What neither can stop, many addresses at once filling the cap, cannot take the probes
-//! away: liveness, readiness and the metrics are also served on a listener of their own
-//! (`probe_port`, see `startup::server`), with its own connections.
+//! - [`HeadBudget`] (`max_connections_awaiting_head`): many addresses at once, each under
+//!   its share, would fill the cap; the connections waiting for a head have a budget
+//!   below it, and a newcomer that finds it full closes the one that has waited longest.
+//!
+//! And whatever gets through, liveness, readiness and the metrics are also served on a
+//! listener of their own (`probe_port`, see `startup::server`), with its own connections.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -39,6 +42,7 @@ use actix_web::middleware::Next;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::head_budget::{HeadBudget, Wait};
 use crate::metrics::Metrics;
 use crate::vocabulary::ConnectionCut;
 
@@ -134,32 +138,49 @@ fn client_address(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Where a connection is between requests: waiting for a head (until a deadline) or
-/// serving one. Shared by the connection's stream and, through the connection's data,
-/// the [`mark_heads`] middleware; both run on the connection's worker thread.
+/// Where a connection is between requests: waiting for a head (until a deadline, in the
+/// listener's [`HeadBudget`]) or serving one. Shared by the connection's stream and,
+/// through the connection's data, the [`mark_heads`] middleware; both run on the
+/// connection's worker thread.
 pub struct HeadClock {
     timeout: Duration,
     awaiting_until: Cell<Option<Instant>>,
+    budget: Arc<HeadBudget>,
+    /// Its place in the budget while it waits for a head.
+    wait: RefCell<Option<Wait>>,
 }
 
 impl HeadClock {
-    fn new(timeout: Duration) -> Rc<Self> {
+    fn new(timeout: Duration, budget: Arc<HeadBudget>) -> Rc<Self> {
         Rc::new(Self {
             timeout,
             awaiting_until: Cell::new(Some(Instant::now() + timeout)),
+            wait: RefCell::new(Some(budget.wait())),
+            budget,
         })
     }
 
     fn head_arrived(&self) {
         self.awaiting_until.set(None);
+        self.wait.replace(None);
     }
 
     fn answered(&self) {
         self.awaiting_until.set(Some(Instant::now() + self.timeout));
+        self.wait.replace(Some(self.budget.wait()));
+    }
+
+    /// Whether the budget closed the connection while it waited for a head.
+    fn is_cut(&self, waker: &std::task::Waker) -> bool {
+        self.wait
+            .borrow()
+            .as_ref()
+            .is_some_and(|wait| wait.is_cut(waker))
     }
 }
 
-/// A connection's stream under the head deadline, holding its address's [`Slot`].
+/// A connection's stream under the head deadline and budget, holding its address's
+/// [`Slot`].
 pub struct Guarded<T> {
     inner: T,
     clock: Rc<HeadClock>,
@@ -171,8 +192,13 @@ pub struct Guarded<T> {
 }
 
 impl<T> Guarded<T> {
-    pub fn new(inner: T, slot: Option<Slot>, slots: Arc<AddressSlots>) -> Self {
-        let clock = HeadClock::new(slots.limits.head_timeout);
+    pub fn new(
+        inner: T,
+        slot: Option<Slot>,
+        slots: Arc<AddressSlots>,
+        budget: &Arc<HeadBudget>,
+    ) -> Self {
+        let clock = HeadClock::new(slots.limits.head_timeout, Arc::clone(budget));
         let first = clock.awaiting_until.get().unwrap_or_else(Instant::now);
         Self {
             inner,
@@ -200,6 +226,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         if let Some(deadline) = this.clock.awaiting_until.get() {
             if this.timer.deadline() != deadline {
                 this.timer.as_mut().reset(deadline);
+            }
+            // The budget counts its own cuts.
+            if !this.expired && this.clock.is_cut(cx.waker()) {
+                this.expired = true;
             }
             if this.expired || this.timer.as_mut().poll(cx).is_ready() {
                 if !this.expired {
