@@ -16,7 +16,10 @@
 //!   has not fully arrived within `head_timeout_ms` of the connection opening or of the
 //!   previous answer, however it trickles in (total time, not time between bytes). The
 //!   [`mark_heads`] middleware tells it when a head has arrived and when the answer is
-//!   out. An idle keep-alive connection ends after the same time.
+//!   out. An idle keep-alive connection ends after the same time. A head still incomplete
+//!   after [`PACED_AFTER`] reads is read at most once per [`PACE`]: thousands of heads
+//!   trickled a byte at a time cost the workers a wake-up per byte otherwise, which
+//!   slowed everyone else's requests (docs/soak.md, "Slowloris").
 //!
 //! - [`HeadBudget`] (`max_connections_awaiting_head`): many addresses at once, each under
 //!   its share, would fill the cap; the connections waiting for a head have a budget
@@ -45,6 +48,12 @@ use tokio::time::{Instant, Sleep};
 use super::head_budget::{HeadBudget, Wait};
 use crate::metrics::Metrics;
 use crate::vocabulary::ConnectionCut;
+
+/// Reads of a head that has not arrived yet before the rest is read at [`PACE`]: an
+/// honest client's head comes in one or two segments.
+pub const PACED_AFTER: u32 = 4;
+/// Then one read per this, whatever the client sends (the kernel keeps the bytes).
+pub const PACE: Duration = Duration::from_secs(1);
 
 /// How connections are held to account (settings `max_connections_per_address`,
 /// `head_timeout_ms`, `trusted_proxies`).
@@ -145,6 +154,8 @@ fn client_address(ip: IpAddr) -> IpAddr {
 pub struct HeadClock {
     timeout: Duration,
     awaiting_until: Cell<Option<Instant>>,
+    /// Reads that brought bytes while it waited for this head.
+    reads: Cell<u32>,
     budget: Arc<HeadBudget>,
     /// Its place in the budget while it waits for a head.
     wait: RefCell<Option<Wait>>,
@@ -155,6 +166,7 @@ impl HeadClock {
         Rc::new(Self {
             timeout,
             awaiting_until: Cell::new(Some(Instant::now() + timeout)),
+            reads: Cell::new(0),
             wait: RefCell::new(Some(budget.wait())),
             budget,
         })
@@ -162,11 +174,13 @@ impl HeadClock {
 
     fn head_arrived(&self) {
         self.awaiting_until.set(None);
+        self.reads.set(0);
         self.wait.replace(None);
     }
 
     fn answered(&self) {
         self.awaiting_until.set(Some(Instant::now() + self.timeout));
+        self.reads.set(0);
         self.wait.replace(Some(self.budget.wait()));
     }
 
@@ -185,6 +199,8 @@ pub struct Guarded<T> {
     inner: T,
     clock: Rc<HeadClock>,
     timer: Pin<Box<Sleep>>,
+    /// When a trickling head may be read next (see [`PACED_AFTER`]).
+    pace: Option<Pin<Box<Sleep>>>,
     /// Set once the deadline has ended the connection (counted once).
     expired: bool,
     slots: Arc<AddressSlots>,
@@ -204,6 +220,7 @@ impl<T> Guarded<T> {
             inner,
             clock,
             timer: Box::pin(tokio::time::sleep_until(first)),
+            pace: None,
             expired: false,
             slots,
             _slot: slot,
@@ -239,6 +256,21 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
                 // End of stream: the dispatcher closes the connection.
                 return Poll::Ready(Ok(()));
             }
+            if this.clock.reads.get() >= PACED_AFTER {
+                let pace = this
+                    .pace
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+                if pace.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                pace.as_mut().reset(Instant::now() + PACE);
+            }
+            let before = buf.filled().len();
+            let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+            if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+                this.clock.reads.set(this.clock.reads.get() + 1);
+            }
+            return read;
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)
     }
