@@ -159,6 +159,9 @@ pub struct HeadClock {
     budget: Arc<HeadBudget>,
     /// Its place in the budget while it waits for a head.
     wait: RefCell<Option<Wait>>,
+    /// The connection's task, as its stream last saw it: a wait that starts after an
+    /// answer (keep-alive) is woken through it if the budget cuts it before the next read.
+    waker: RefCell<Option<std::task::Waker>>,
 }
 
 impl HeadClock {
@@ -169,6 +172,7 @@ impl HeadClock {
             reads: Cell::new(0),
             wait: RefCell::new(Some(budget.wait())),
             budget,
+            waker: RefCell::new(None),
         })
     }
 
@@ -181,11 +185,20 @@ impl HeadClock {
     fn answered(&self) {
         self.awaiting_until.set(Some(Instant::now() + self.timeout));
         self.reads.set(0);
-        self.wait.replace(Some(self.budget.wait()));
+        let wait = self.budget.wait();
+        if let Some(waker) = self.waker.borrow().as_ref() {
+            wait.wake_on_cut(waker);
+        }
+        self.wait.replace(Some(wait));
     }
 
     /// Whether the budget closed the connection while it waited for a head.
     fn is_cut(&self, waker: &std::task::Waker) -> bool {
+        let mut seen = self.waker.borrow_mut();
+        if !seen.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *seen = Some(waker.clone());
+        }
+        drop(seen);
         self.wait
             .borrow()
             .as_ref()

@@ -102,8 +102,13 @@ impl HeadBudget {
 impl Wait {
     /// Whether the budget has cut this wait; if not, `waker` is woken when it does.
     pub fn is_cut(&self, waker: &Waker) -> bool {
-        self.cut.waker.register(waker);
+        self.wake_on_cut(waker);
         self.cut.done.load(Ordering::Acquire)
+    }
+
+    /// `waker` is woken when the budget cuts this wait.
+    pub fn wake_on_cut(&self, waker: &Waker) {
+        self.cut.waker.register(waker);
     }
 }
 

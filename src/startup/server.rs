@@ -212,11 +212,12 @@ pub(super) fn start(
     Ok(Servers { service, probes })
 }
 
-/// A worker's budget of connections waiting for a head: `wanted`, kept below the
-/// worker's places (`max_connections`) so that it always has one for a newcomer, which
-/// is the point of the budget (at least 1).
+/// A worker's budget of connections waiting for a head: `wanted`, at least 1 and at most
+/// the worker's places (`max_connections`). Below them, the worker always has a place for
+/// a newcomer, which is the point of the budget; equal to them, waiting connections can
+/// fill the worker as before the budget (`tests/api/connections.rs` holds it so).
 fn awaiting_head_budget(wanted: usize, max_connections: usize) -> usize {
-    wanted.min(max_connections.saturating_sub(1)).max(1)
+    wanted.min(max_connections).max(1)
 }
 
 /// `app` on `listener`, every connection through the guard: refused when its address

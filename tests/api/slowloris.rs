@@ -205,12 +205,23 @@ async fn idle_connections_from_many_addresses_give_way_oldest_first_to_a_newcome
         s.head_timeout_ms = 120_000;
     })
     .await;
-    // 12 connections, 4 from each of 127.0.2.1-3, opened one after another; none sends
-    // a byte. From the seventh on, each newcomer closes the oldest still waiting.
+    // 12 connections, 4 from each of 127.0.2.1-3, opened one after another; the first
+    // is kept alive after one request, the others never send a byte. From the seventh
+    // on, each newcomer closes the oldest still waiting.
     let mut idle = Vec::new();
     for n in 0..12u32 {
         let source = format!("127.0.2.{}", n / 4 + 1);
-        idle.push(connect_from(&source, &app).await.expect("connects"));
+        let mut stream = connect_from(&source, &app).await.expect("connects");
+        if n == 0 {
+            stream
+                .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buffer = [0u8; 512];
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+        }
+        idle.push(stream);
         let expected = f64::from(n.saturating_sub(5));
         eventually("the oldest waiting cut", Duration::from_secs(10), || async {
             (cuts(&app, "head_budget").await == expected).then_some(())
