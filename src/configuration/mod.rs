@@ -78,8 +78,9 @@ pub struct Settings {
     pub max_connections: usize,
     /// Connections each worker may hold waiting for a request head (new, trickling or idle
     /// between requests); a newcomer that finds the listener's budget (this × workers)
-    /// full closes the one that has waited longest. At most `max_connections`; below it,
-    /// a botnet's idle heads never stop the workers accepting (`http::head_budget`).
+    /// full closes the one that has waited longest. Below `max_connections`, a botnet's
+    /// idle heads never stop the workers accepting (`http::head_budget`); above it, 7/8
+    /// of it is used.
     pub max_connections_awaiting_head: usize,
     /// Connections one client address (IPv6: its /64) may hold open over every worker;
     /// more are closed as they arrive. Trusted proxies are exempt (`http::connections`).

@@ -198,7 +198,7 @@ pub(super) fn start(
         .max_concurrent_connections(PROBE_CONNECTIONS)
         .shutdown_timeout(settings.shutdown_timeout_secs);
     let probe_budget = HeadBudget::new(
-        awaiting_head_budget(PROBE_CONNECTIONS * 3 / 4, PROBE_CONNECTIONS),
+        awaiting_head_budget(PROBE_CONNECTIONS * 7 / 8, PROBE_CONNECTIONS),
         Arc::clone(&metrics),
     );
     let probes = serve(
@@ -212,12 +212,18 @@ pub(super) fn start(
     Ok(Servers { service, probes })
 }
 
-/// A worker's budget of connections waiting for a head: `wanted`, at least 1 and at most
-/// the worker's places (`max_connections`). Below them, the worker always has a place for
-/// a newcomer, which is the point of the budget; equal to them, waiting connections can
-/// fill the worker as before the budget (`tests/api/connections.rs` holds it so).
+/// A worker's budget of connections waiting for a head: `wanted`, at least 1. Below the
+/// worker's places (`max_connections`), the worker always has a place for a newcomer,
+/// which is the point of the budget; equal to them, waiting connections can fill the
+/// worker as before the budget (`tests/api/connections.rs` holds it so). Above them (a
+/// cap lowered, the budget left at its default), 7/8 of them, the default's share.
 fn awaiting_head_budget(wanted: usize, max_connections: usize) -> usize {
-    wanted.min(max_connections).max(1)
+    if wanted > max_connections {
+        max_connections * 7 / 8
+    } else {
+        wanted
+    }
+    .max(1)
 }
 
 /// `app` on `listener`, every connection through the guard: refused when its address
