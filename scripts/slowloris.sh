@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# `make slowloris` (and the end of `make soak`): issue 22's slowloris against one release
-# instance, measured; docs/soak.md, "Slowloris", has the method and the figures.
+# `make slowloris` (and the end of `make soak`): a botnet's slowloris (issues 22 and 33)
+# against one release instance, measured; docs/soak.md, "Slowloris", has the method and
+# the figures.
 #
 # One instance with the default connection settings, its probe listener on a free port, a
-# database and a Redis key prefix of its own. loadgen's `slowloris` holds SOCKETS sockets
-# from 127.0.0.2, each trickling a request head a byte every 200 ms and reopened as it
-# closes, for SECONDS, while it measures GET /health/live on both ports and purchases
-# through 127.0.0.1. The app's VmRSS and open sockets: before, every 2 s during, and
-# after the head timeout; then seckill_connections_cut_total from the probe listener.
+# database and a Redis key prefix of its own. loadgen's `slowloris` first measures GET
+# /health/live on both ports and purchases through 127.0.0.1 for BASELINE seconds without
+# an attack, then holds SOCKETS sockets spread over ADDRESSES source addresses from
+# 127.0.1.1 on, each trickling a request head a byte every 200 ms and reopened as it
+# closes, for SECONDS, while it measures the same traffic again. The app's VmRSS and open
+# sockets: before, every 2 s during the attack, and after the head timeout; then
+# seckill_connections_cut_total from the probe listener.
 #
-#   SLOWLORIS_SECONDS=60 SLOWLORIS_SOCKETS=4400 SLOWLORIS_OUT=target/slowloris
+#   SLOWLORIS_SECONDS=60 SLOWLORIS_SOCKETS=4400 SLOWLORIS_ADDRESSES=100 SLOWLORIS_OUT=target/slowloris
+#   SLOWLORIS_BASELINE_SECONDS=20  the same traffic without the attack, first (0: none)
 #   SLOWLORIS_REOPEN_DELAY_MS=0  wait before reopening a socket the server closed
 #   SECKILL_BIN=path/to/seckill  another build, e.g. one without a probe listener
 #   scripts/slowloris.sh [ENV=VALUE...]  app settings, e.g. SECKILL_MAX_CONNECTIONS=25000
@@ -24,6 +28,8 @@ die() { log "error: $*"; exit 2; }
 
 DURATION=${SLOWLORIS_SECONDS:-60}
 SOCKETS=${SLOWLORIS_SOCKETS:-4400}
+ADDRESSES=${SLOWLORIS_ADDRESSES:-100}
+BASELINE=${SLOWLORIS_BASELINE_SECONDS:-20}
 REOPEN_DELAY_MS=${SLOWLORIS_REOPEN_DELAY_MS:-0}
 OUT=${SLOWLORIS_OUT:-target/slowloris}
 mkdir -p "$OUT"
@@ -69,13 +75,13 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$APP_PID/status" 2>/dev/null || e
 sockets() { find "/proc/$APP_PID/fd" -lname 'socket:*' 2>/dev/null | wc -l; }
 echo "before $(rss_kb) $(sockets)" >"$OUT/app.txt"
 
-log "attack: $SOCKETS sockets from 127.0.0.2 for ${DURATION}s on $APP_URL (probes on $PROBE_URL)"
+log "${BASELINE}s without an attack, then $SOCKETS sockets from $ADDRESSES addresses (127.0.1.1 on) for ${DURATION}s on $APP_URL (probes on $PROBE_URL)"
 "$TOOL" --target "$APP_URL" --probe-target "$PROBE_URL" --sockets "$SOCKETS" --duration "$DURATION" \
-  --reopen-delay-ms "$REOPEN_DELAY_MS" \
+  --addresses "$ADDRESSES" --baseline "$BASELINE" --reopen-delay-ms "$REOPEN_DELAY_MS" \
   --admin-token "$ADMIN" --started-file "$OUT/started" --json "$OUT/slowloris.json" \
   >"$OUT/slowloris.txt" 2>"$OUT/slowloris.log" &
 TOOL_PID=$!
-wait_for "the attack's start" 120 "$TOOL_PID" test -e "$OUT/started" || true
+wait_for "the attack's start" $((120 + ${BASELINE%.*})) "$TOOL_PID" test -e "$OUT/started" || true
 (while :; do echo "during $(rss_kb) $(sockets)"; sleep 2; done) >>"$OUT/app.txt" &
 SAMPLER_PID=$!
 rc=0
@@ -93,6 +99,7 @@ awk '$1 == "before" { b = $2; bs = $3 } $1 == "after" { a = $2; as = $3 }
   $1 == "during" { if ($2 > p) p = $2; if ($3 > ps) ps = $3 }
   END { printf "app: VmRSS before %.1f MB, peak during %.1f MB, after %.1f MB; open sockets %d, peak %d, after %d\n",
         b / 1024, p / 1024, a / 1024, bs, ps, as }' "$OUT/app.txt" | tee "$OUT/summary.txt"
+grep "^purchases' p99" "$OUT/slowloris.txt" >>"$OUT/summary.txt" || true
 if [ -s "$OUT/cuts.txt" ]; then
   echo "cuts: $(sed -E 's/.*reason="([a-z_]+)"\} ([0-9.e+]+)/\1=\2/' "$OUT/cuts.txt" | tr '\n' ' ')"
 else

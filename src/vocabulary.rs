@@ -183,6 +183,9 @@ words! {
         PerAddress => "per_address",
         /// A request head took longer than its deadline.
         HeadTimeout => "head_timeout",
+        /// Waiting for a head, the longest of those waiting when a newcomer found the
+        /// listener's budget of them full (`max_connections_awaiting_head`).
+        HeadBudget => "head_budget",
     }
 }
 

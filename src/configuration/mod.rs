@@ -71,9 +71,17 @@ pub struct Settings {
     /// actix worker threads; `None` = one per core.
     pub workers: Option<usize>,
     /// Connections each worker serves at once; further ones wait in the listen backlog
-    /// until one closes. Resident memory follows open connections (about 15 kB each,
-    /// docs/soak.md), so this is what bounds it: actix's own default is 25 000.
+    /// until one closes. Resident memory follows open connections (15-18 kB each,
+    /// docs/soak.md), so this is what bounds it: actix's own default is 25 000. 4 096, so
+    /// that a botnet's 4 400 slow heads fit in two workers' budget of waiting connections
+    /// (below) and are cut at their deadline, not churned into a flood of connects.
     pub max_connections: usize,
+    /// Connections each worker may hold waiting for a request head (new, trickling or idle
+    /// between requests); a newcomer that finds the listener's budget (this × workers)
+    /// full closes the one that has waited longest. Below `max_connections`, a botnet's
+    /// idle heads never stop the workers accepting (`http::head_budget`); above it, 7/8
+    /// of it is used.
+    pub max_connections_awaiting_head: usize,
     /// Connections one client address (IPv6: its /64) may hold open over every worker;
     /// more are closed as they arrive. Trusted proxies are exempt (`http::connections`).
     pub max_connections_per_address: u32,
@@ -276,7 +284,8 @@ impl Default for Settings {
             host: "127.0.0.1".into(),
             port: 8080,
             workers: None,
-            max_connections: 2_048,
+            max_connections: 4_096,
+            max_connections_awaiting_head: 3_584,
             max_connections_per_address: 64,
             listen_backlog: 1_024,
             head_timeout_ms: 5_000,

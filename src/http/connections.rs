@@ -16,13 +16,19 @@
 //!   has not fully arrived within `head_timeout_ms` of the connection opening or of the
 //!   previous answer, however it trickles in (total time, not time between bytes). The
 //!   [`mark_heads`] middleware tells it when a head has arrived and when the answer is
-//!   out. An idle keep-alive connection ends after the same time.
+//!   out. An idle keep-alive connection ends after the same time. A head still incomplete
+//!   after [`PACED_AFTER`] reads is read at most once per [`PACE`]: thousands of heads
+//!   trickled a byte at a time cost the workers a wake-up per byte otherwise, which
+//!   slowed everyone else's requests (docs/soak.md, "Slowloris").
 //!
-//! What neither can stop, many addresses at once filling the cap, cannot take the probes
-//! away: liveness, readiness and the metrics are also served on a listener of their own
-//! (`probe_port`, see `startup::server`), with its own connections.
+//! - [`HeadBudget`] (`max_connections_awaiting_head`): many addresses at once, each under
+//!   its share, would fill the cap; the connections waiting for a head have a budget
+//!   below it, and a newcomer that finds it full closes the one that has waited longest.
+//!
+//! And whatever gets through, liveness, readiness and the metrics are also served on a
+//! listener of their own (`probe_port`, see `startup::server`), with its own connections.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -39,8 +45,15 @@ use actix_web::middleware::Next;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::head_budget::{HeadBudget, Wait};
 use crate::metrics::Metrics;
 use crate::vocabulary::ConnectionCut;
+
+/// Reads of a head that has not arrived yet before the rest is read at [`PACE`]: an
+/// honest client's head comes in one or two segments.
+pub const PACED_AFTER: u32 = 4;
+/// Then one read per this, whatever the client sends (the kernel keeps the bytes).
+pub const PACE: Duration = Duration::from_secs(1);
 
 /// How connections are held to account (settings `max_connections_per_address`,
 /// `head_timeout_ms`, `trusted_proxies`).
@@ -134,36 +147,73 @@ fn client_address(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Where a connection is between requests: waiting for a head (until a deadline) or
-/// serving one. Shared by the connection's stream and, through the connection's data,
-/// the [`mark_heads`] middleware; both run on the connection's worker thread.
+/// Where a connection is between requests: waiting for a head (until a deadline, in the
+/// listener's [`HeadBudget`]) or serving one. Shared by the connection's stream and,
+/// through the connection's data, the [`mark_heads`] middleware; both run on the
+/// connection's worker thread.
 pub struct HeadClock {
     timeout: Duration,
     awaiting_until: Cell<Option<Instant>>,
+    /// Reads that brought bytes while it waited for this head.
+    reads: Cell<u32>,
+    budget: Arc<HeadBudget>,
+    /// Its place in the budget while it waits for a head.
+    wait: RefCell<Option<Wait>>,
+    /// The connection's task, as its stream last saw it: a wait that starts after an
+    /// answer (keep-alive) is woken through it if the budget cuts it before the next read.
+    waker: RefCell<Option<std::task::Waker>>,
 }
 
 impl HeadClock {
-    fn new(timeout: Duration) -> Rc<Self> {
+    fn new(timeout: Duration, budget: Arc<HeadBudget>) -> Rc<Self> {
         Rc::new(Self {
             timeout,
             awaiting_until: Cell::new(Some(Instant::now() + timeout)),
+            reads: Cell::new(0),
+            wait: RefCell::new(Some(budget.wait())),
+            budget,
+            waker: RefCell::new(None),
         })
     }
 
     fn head_arrived(&self) {
         self.awaiting_until.set(None);
+        self.reads.set(0);
+        self.wait.replace(None);
     }
 
     fn answered(&self) {
         self.awaiting_until.set(Some(Instant::now() + self.timeout));
+        self.reads.set(0);
+        let wait = self.budget.wait();
+        if let Some(waker) = self.waker.borrow().as_ref() {
+            wait.wake_on_cut(waker);
+        }
+        self.wait.replace(Some(wait));
+    }
+
+    /// Whether the budget closed the connection while it waited for a head.
+    fn is_cut(&self, waker: &std::task::Waker) -> bool {
+        let mut seen = self.waker.borrow_mut();
+        if !seen.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *seen = Some(waker.clone());
+        }
+        drop(seen);
+        self.wait
+            .borrow()
+            .as_ref()
+            .is_some_and(|wait| wait.is_cut(waker))
     }
 }
 
-/// A connection's stream under the head deadline, holding its address's [`Slot`].
+/// A connection's stream under the head deadline and budget, holding its address's
+/// [`Slot`].
 pub struct Guarded<T> {
     inner: T,
     clock: Rc<HeadClock>,
     timer: Pin<Box<Sleep>>,
+    /// When a trickling head may be read next (see [`PACED_AFTER`]).
+    pace: Option<Pin<Box<Sleep>>>,
     /// Set once the deadline has ended the connection (counted once).
     expired: bool,
     slots: Arc<AddressSlots>,
@@ -171,13 +221,19 @@ pub struct Guarded<T> {
 }
 
 impl<T> Guarded<T> {
-    pub fn new(inner: T, slot: Option<Slot>, slots: Arc<AddressSlots>) -> Self {
-        let clock = HeadClock::new(slots.limits.head_timeout);
+    pub fn new(
+        inner: T,
+        slot: Option<Slot>,
+        slots: Arc<AddressSlots>,
+        budget: &Arc<HeadBudget>,
+    ) -> Self {
+        let clock = HeadClock::new(slots.limits.head_timeout, Arc::clone(budget));
         let first = clock.awaiting_until.get().unwrap_or_else(Instant::now);
         Self {
             inner,
             clock,
             timer: Box::pin(tokio::time::sleep_until(first)),
+            pace: None,
             expired: false,
             slots,
             _slot: slot,
@@ -201,6 +257,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             if this.timer.deadline() != deadline {
                 this.timer.as_mut().reset(deadline);
             }
+            // The budget counts its own cuts.
+            if !this.expired && this.clock.is_cut(cx.waker()) {
+                this.expired = true;
+            }
             if this.expired || this.timer.as_mut().poll(cx).is_ready() {
                 if !this.expired {
                     this.expired = true;
@@ -209,6 +269,21 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
                 // End of stream: the dispatcher closes the connection.
                 return Poll::Ready(Ok(()));
             }
+            if this.clock.reads.get() >= PACED_AFTER {
+                let pace = this
+                    .pace
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+                if pace.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                pace.as_mut().reset(Instant::now() + PACE);
+            }
+            let before = buf.filled().len();
+            let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+            if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+                this.clock.reads.set(this.clock.reads.get() + 1);
+            }
+            return read;
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)
     }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod connections;
 pub mod fallback;
 pub mod forwarded;
+pub mod head_budget;
 pub mod idempotency;
 pub mod json;
 pub mod openapi;

@@ -4,12 +4,13 @@
 //! Both are assembled from actix-server and actix-http rather than `HttpServer`, so that
 //! every accepted connection passes the connection guard first
 //! ([`crate::http::connections`]): a slot per client address, a deadline per request
-//! head. The probe listener runs on a worker and a connection budget of its own, so the
+//! head, a budget of connections waiting for one. The probe listener runs on a worker and a connection budget of its own, so the
 //! platform's probes and Prometheus are answered even while the service's connections
 //! are all taken.
 
 use std::io;
 use std::net::TcpListener;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use super::services::Services;
 use crate::configuration::Settings;
 use crate::http::connections::{AddressSlots, ConnectionLimits, Guarded};
 use crate::http::forwarded::TrustedProxies;
+use crate::http::head_budget::HeadBudget;
 use crate::http::request_span::RequestSpan;
 use crate::http::routes::health::ReadinessTimeout;
 use crate::http::routes::openapi::OpenApiJson;
@@ -172,13 +174,25 @@ pub(super) fn start(
         head_timeout: Duration::from_millis(settings.head_timeout_ms.max(1)),
         exempt: settings.trusted_proxies.clone(),
     };
-    let mut builder = Server::build()
-        .max_concurrent_connections(settings.max_connections.max(1))
+    // actix's own default, resolved here: the budget of waiting connections is per worker.
+    let workers = settings
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, NonZeroUsize::get))
+        .clamp(1, 512);
+    let max_connections = settings.max_connections.max(1);
+    let builder = Server::build()
+        .workers(workers)
+        .max_concurrent_connections(max_connections)
         .shutdown_timeout(settings.shutdown_timeout_secs);
-    if let Some(workers) = settings.workers {
-        builder = builder.workers(workers);
-    }
-    let service = serve(builder, listener, service, limits.clone(), &metrics)?;
+    let awaiting_head = awaiting_head_budget(settings.max_connections_awaiting_head, max_connections);
+    let service = serve(
+        builder,
+        listener,
+        service,
+        limits.clone(),
+        HeadBudget::new(awaiting_head * workers, Arc::clone(&metrics)),
+        &metrics,
+    )?;
     // Signals are the service's: the application stops the probes after it (see
     // `Application::run_until_stopped`), so they answer for as long as the service does.
     let probe_builder = Server::build()
@@ -186,17 +200,44 @@ pub(super) fn start(
         .workers(1)
         .max_concurrent_connections(PROBE_CONNECTIONS)
         .shutdown_timeout(settings.shutdown_timeout_secs);
-    let probes = serve(probe_builder, probe_listener, probes, limits, &metrics)?;
+    let probe_budget = HeadBudget::new(
+        awaiting_head_budget(PROBE_CONNECTIONS * 7 / 8, PROBE_CONNECTIONS),
+        Arc::clone(&metrics),
+    );
+    let probes = serve(
+        probe_builder,
+        probe_listener,
+        probes,
+        limits,
+        probe_budget,
+        &metrics,
+    )?;
     Ok(Servers { service, probes })
 }
 
+/// A worker's budget of connections waiting for a head: `wanted`, at least 1. Below the
+/// worker's places (`max_connections`), the worker always has a place for a newcomer,
+/// which is the point of the budget; equal to them, waiting connections can fill the
+/// worker as before the budget (`tests/api/connections.rs` holds it so). Above them (a
+/// cap lowered, the budget left at its default), 7/8 of them, the default's share.
+fn awaiting_head_budget(wanted: usize, max_connections: usize) -> usize {
+    if wanted > max_connections {
+        max_connections * 7 / 8
+    } else {
+        wanted
+    }
+    .max(1)
+}
+
 /// `app` on `listener`, every connection through the guard: refused when its address
-/// holds its share, its stream under the head deadline.
+/// holds its share, its stream under the head deadline and in `budget` while it waits
+/// for a head.
 fn serve<F, A, B>(
     builder: actix_server::ServerBuilder,
     listener: TcpListener,
     app: F,
     limits: ConnectionLimits,
+    budget: Arc<HeadBudget>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Server>
 where
@@ -215,10 +256,10 @@ where
     let slots = AddressSlots::new(limits, Arc::clone(metrics));
     let shutdown = builder.graceful_shutdown_signal();
     let builder = builder.listen(format!("seckill-{addr}"), listener, move || {
-        let slots = Arc::clone(&slots);
+        let (slots, budget) = (Arc::clone(&slots), Arc::clone(&budget));
         let shutdown = shutdown.clone();
         let accept = fn_service(move |stream: TcpStream| {
-            let slots = Arc::clone(&slots);
+            let (slots, budget) = (Arc::clone(&slots), Arc::clone(&budget));
             async move {
                 let _ = stream.set_nodelay(true);
                 let peer = stream.peer_addr().ok();
@@ -228,7 +269,11 @@ where
                         "the client address holds its share of connections",
                     ))
                 })?;
-                Ok((Guarded::new(stream, slot, slots), Protocol::Http1, peer))
+                Ok((
+                    Guarded::new(stream, slot, slots, &budget),
+                    Protocol::Http1,
+                    peer,
+                ))
             }
         });
         let app = app()

@@ -159,3 +159,95 @@ async fn a_head_trickled_in_is_cut_at_its_deadline_on_a_kept_alive_connection_to
     })
     .await;
 }
+
+/// `seckill_connections_cut_total{reason}` read from the probe listener, so that reading
+/// it opens no connection on the service's.
+async fn cuts(app: &TestApp, reason: &str) -> f64 {
+    let prefix = format!("seckill_connections_cut_total{{reason=\"{reason}\"}}");
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.probe_address))
+        .send()
+        .await
+        .expect("the probe listener answers")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .filter(|line| line.starts_with(&prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Whether the server has closed `stream`: end of stream or a reset, without waiting.
+fn closed(stream: &TcpStream) -> bool {
+    let mut buffer = [0u8; 64];
+    match stream.try_read(&mut buffer) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// A botnet's slowloris: many addresses, each well under its share, together holding
+/// every place with connections that never send a head. The connections waiting for a
+/// head have a budget below the worker's cap, so a newcomer is still accepted, and the
+/// one that has waited longest is closed to make room.
+#[sqlx::test]
+async fn idle_connections_from_many_addresses_give_way_oldest_first_to_a_newcomer(db: PgPool) {
+    let app = spawn_app_with(&db, |s| {
+        // One worker, so connections are taken up in the order they were opened.
+        s.workers = Some(1);
+        s.max_connections = 8;
+        s.max_connections_awaiting_head = 6;
+        s.max_connections_per_address = 4;
+        // Beyond the test: no head deadline cuts anything here.
+        s.head_timeout_ms = 120_000;
+    })
+    .await;
+    // 12 connections, 4 from each of 127.0.2.1-3, opened one after another; the first
+    // is kept alive after one request, the others never send a byte. From the seventh
+    // on, each newcomer closes the oldest still waiting.
+    let mut idle = Vec::new();
+    for n in 0..12u32 {
+        let source = format!("127.0.2.{}", n / 4 + 1);
+        let mut stream = connect_from(&source, &app).await.expect("connects");
+        if n == 0 {
+            stream
+                .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buffer = [0u8; 512];
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+        }
+        idle.push(stream);
+        let expected = f64::from(n.saturating_sub(5));
+        eventually("the oldest waiting cut", Duration::from_secs(10), || async {
+            (cuts(&app, "head_budget").await == expected).then_some(())
+        })
+        .await;
+    }
+    // Someone else, from another address, is served (all 8 places were held before).
+    let mut other = connect_from("127.0.0.3", &app).await.expect("connects");
+    other
+        .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), other.read_to_string(&mut answer))
+        .await
+        .expect("another address is answered")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Exactly the seven oldest were closed (six for the idle newcomers, one for it).
+    assert_eq!(cuts(&app, "head_budget").await, 7.0);
+    for (n, stream) in idle.iter().enumerate().take(7) {
+        eventually(&format!("idle connection {n} closed"), Duration::from_secs(5), || async {
+            closed(stream).then_some(())
+        })
+        .await;
+    }
+    let open: Vec<bool> = idle[7..].iter().map(|s| !closed(s)).collect();
+    assert_eq!(open, vec![true; 5], "the five newest are still open");
+}

@@ -20,9 +20,13 @@ struct Args {
     /// Attacker sockets.
     #[arg(long, default_value_t = 4400)]
     sockets: usize,
-    /// The attacker's source address: a loopback address the app does not trust.
-    #[arg(long, default_value = "127.0.0.2")]
+    /// The attacker's first source address: a loopback address the app does not trust.
+    #[arg(long, default_value = "127.0.1.1")]
     source: IpAddr,
+    /// Source addresses the sockets are spread over, from --source on (a botnet; 44
+    /// sockets each by default, under the app's 64 per address).
+    #[arg(long, default_value_t = 100)]
+    addresses: u32,
     /// Milliseconds between two bytes of a socket's head.
     #[arg(long, default_value_t = 200)]
     byte_every_ms: u64,
@@ -36,6 +40,9 @@ struct Args {
     duration: f64,
     #[arg(long, default_value_t = 5.0)]
     warmup: f64,
+    /// Seconds of the same measured traffic before the attack, without it (0: none).
+    #[arg(long, default_value_t = 20.0)]
+    baseline: f64,
     /// Where the measured clients connect from (127.0.0.1: the trusted proxy, so the
     /// purchases' X-Forwarded-For is believed).
     #[arg(long, default_value = "127.0.0.1")]
@@ -65,6 +72,11 @@ struct Args {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Niceness of the attacker's threads (0: as the measured clients'). On loopback the
+    /// attacker shares the server's cores, which a botnet's would not: the measured
+    /// clients keep the tool's own priority.
+    #[arg(long, default_value_t = 10)]
+    attacker_nice: i32,
 }
 
 /// The soft limit on open files (`Max open files` in /proc/self/limits), when readable.
@@ -84,9 +96,34 @@ fn fail(message: impl std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-#[tokio::main]
-async fn main() {
+/// Lowers the calling thread's priority to `nice` (on Linux, niceness is a thread's own;
+/// threads it starts inherit it). Best effort: the run goes on at the same priority.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: setpriority has no memory effects; `0` names the calling thread.
+    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0;
+    if failed {
+        eprintln!("slowloris: could not lower the attacker's priority; going on");
+    }
+}
+
+fn main() {
     let args = Args::parse();
+    // The attacker's sockets are tasks on the runtime's worker threads, lowered; the
+    // measured clients run on threads of their own started from this one (`run`'s
+    // body runs here, in `block_on`), which keep its priority.
+    let nice = args.attacker_nice;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || lower_priority(nice))
+        .build()
+        .unwrap_or_else(|e| fail(format!("starting the runtime: {e}")));
+    runtime.block_on(attack_and_measure(args));
+}
+
+async fn attack_and_measure(args: Args) {
     let target = slowloris::loopback(&args.target).unwrap_or_else(|e| fail(format!("{e:#}")));
     // Every attacker socket, and every measured request that may be waiting for its
     // timeout at once, is a file descriptor.
@@ -107,6 +144,7 @@ async fn main() {
         attack: Attack {
             target,
             source: args.source,
+            addresses: args.addresses.max(1),
             sockets: args.sockets,
             tick: Duration::from_millis(args.byte_every_ms.max(1)),
             reopen_delay: Duration::from_millis(args.reopen_delay_ms),
@@ -115,6 +153,7 @@ async fn main() {
         client_source: args.client_source,
         duration,
         warmup: Duration::from_secs_f64(args.warmup),
+        baseline: Duration::from_secs_f64(args.baseline),
         liveness_rate: args.liveness_rate,
         purchase_rate: args.purchase_rate,
         request_timeout: timeout,
@@ -126,7 +165,11 @@ async fn main() {
     };
     // The set-up (item, logins) gets two minutes; the attack stops itself well before
     // this bound, which is only there so nothing can keep the tool running.
-    let bound = Duration::from_secs(120) + duration + 2 * timeout + Duration::from_secs(30);
+    let bound = Duration::from_secs(120)
+        + Duration::from_secs_f64(args.baseline)
+        + duration
+        + 3 * timeout
+        + Duration::from_secs(30);
     let report = match tokio::time::timeout(bound, slowloris::run(config)).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => fail(format!("{e:#}")),

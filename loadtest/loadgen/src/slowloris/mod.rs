@@ -1,14 +1,15 @@
 //! A slowloris against one instance, on loopback, with everyone else measured meanwhile
 //! (`slowloris` binary; `scripts/slowloris.sh` runs it, docs/soak.md has the figures).
 //!
-//! The attack: `sockets` connections from one loopback source address (not 127.0.0.1,
-//! which the app trusts as a proxy and exempts from the per-address cap), each sending a
-//! request head that never ends, a byte per tick, reopened as soon as the server closes
-//! it ([`attack`]). Everyone else, in an open model from the end of the warm-up to the
-//! end of the attack ([`measure`]): `GET /health/live` on the service's port and on the
-//! probe listener's, and purchases by distinct users behind distinct `X-Forwarded-For`
-//! addresses through 127.0.0.1, each request on a new connection. The attack goes on
-//! until the last of them is answered or timed out, then everything stops.
+//! The attack: `sockets` connections spread over `addresses` loopback source addresses
+//! (a botnet; not 127.0.0.1, which the app trusts as a proxy and exempts from the
+//! per-address cap), each sending a request head that never ends, a byte per tick,
+//! reopened as soon as the server closes it ([`attack`]). Everyone else, in an open model
+//! ([`measure`]): `GET /health/live` on the service's port and on the probe listener's,
+//! and purchases by distinct users behind distinct `X-Forwarded-For` addresses through
+//! 127.0.0.1, each request on a new connection; first for `baseline` without the attack,
+//! then from the end of the warm-up to the end of the attack. The attack goes on until
+//! the last of them is answered or timed out, then everything stops.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ mod report;
 
 use attack::{Attack, Live};
 use measure::{Counts, Figures, Traffic};
-pub use report::Report;
+pub use report::{Baseline, Report};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -40,6 +41,9 @@ pub struct Config {
     /// The attack's length; the measured requests are sent from `warmup` until then.
     pub duration: Duration,
     pub warmup: Duration,
+    /// Everyone else measured this long before the attack, the same traffic without it
+    /// (zero: not at all).
+    pub baseline: Duration,
     /// Liveness requests per second, on each port.
     pub liveness_rate: f64,
     pub purchase_rate: f64,
@@ -68,11 +72,24 @@ pub fn loopback(url: &str) -> anyhow::Result<SocketAddr> {
     Ok(address)
 }
 
-/// Users and addresses enough for every purchase the run can send.
-fn purchases_needed(config: &Config) -> u64 {
-    (config.purchase_rate * config.duration.saturating_sub(config.warmup).as_secs_f64()).ceil()
-        as u64
-        + 1
+/// Users and addresses enough for every purchase sent over `window`.
+fn purchases_needed(config: &Config, window: Duration) -> u64 {
+    (config.purchase_rate * window.as_secs_f64()).ceil() as u64 + 1
+}
+
+/// Runs `traffic` on a thread (and runtime) of its own, see [`measure::everyone_else`].
+async fn measure_on_a_thread(
+    traffic: Traffic,
+    counts: [Arc<Counts>; 3],
+) -> anyhow::Result<measure::Measured> {
+    let (sender, measured) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("everyone-else".into())
+        .spawn(move || {
+            let _ = sender.send(measure::everyone_else(traffic, counts));
+        })
+        .context("starting the measuring thread")?;
+    measured.await.context("the measuring thread")?
 }
 
 pub async fn run(config: Config) -> anyhow::Result<Report> {
@@ -80,9 +97,14 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     if let Some(probe) = &config.probe_target {
         loopback(probe)?;
     }
+    let last_source = attack::nth_address(
+        config.attack.source,
+        config.attack.addresses.max(1) - 1,
+    );
     anyhow::ensure!(
         config.attack.target.ip().is_loopback()
             && config.attack.source.is_loopback()
+            && last_source.is_loopback()
             && config.client_source.is_loopback(),
         "loopback addresses only"
     );
@@ -100,13 +122,54 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let setup = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;
-    let needed = purchases_needed(&config);
+    let before = if config.baseline.is_zero() {
+        0
+    } else {
+        purchases_needed(&config, config.baseline)
+    };
+    let needed = before + purchases_needed(&config, config.duration.saturating_sub(config.warmup));
     let item =
         crate::setup::create_item(&setup, &target, needed as i64 + 10, &config.admin_token).await?;
     crate::setup::wait_until_listed(&setup, std::slice::from_ref(&target), item).await?;
     let users = config.first_user..config.first_user + needed as i64;
     let tokens = crate::setup::login(&setup, &target, users).await?;
     drop(setup);
+    let traffic = |from: Instant, to: Instant, first: u64| Traffic {
+        main_live: format!("{target}/health/live"),
+        probe_live: probe_target.as_ref().map(|p| format!("{p}/health/live")),
+        purchase: format!("{target}/seckill"),
+        item,
+        tokens: tokens.clone(),
+        first_user: config.first_user + first as i64,
+        first_ip: config.first_ip + first as u32,
+        liveness_rate: config.liveness_rate,
+        purchase_rate: config.purchase_rate,
+        client_source: config.client_source,
+        timeout: config.request_timeout,
+        from,
+        to,
+    };
+
+    // The same traffic without the attack, first, to compare with.
+    let baseline = if config.baseline.is_zero() {
+        None
+    } else {
+        let from = Instant::now();
+        let measured = measure_on_a_thread(
+            traffic(from, from + config.baseline, 0),
+            Default::default(),
+        )
+        .await?;
+        Some(Baseline {
+            seconds: config.baseline.as_secs_f64(),
+            liveness_main: Figures::of(&measured.main_live),
+            liveness_probe: config
+                .probe_target
+                .as_ref()
+                .map(|_| Figures::of(&measured.probe_live)),
+            purchases: Figures::of(&measured.purchases),
+        })
+    };
 
     if let Some(path) = &config.started_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
@@ -144,29 +207,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .progress
         .then(|| tokio::spawn(progress(start, Arc::clone(&live), counts.clone())));
 
-    let traffic = Traffic {
-        main_live: format!("{target}/health/live"),
-        probe_live: probe_target.as_ref().map(|p| format!("{p}/health/live")),
-        purchase: format!("{target}/seckill"),
-        item,
-        tokens,
-        first_user: config.first_user,
-        first_ip: config.first_ip,
-        liveness_rate: config.liveness_rate,
-        purchase_rate: config.purchase_rate,
-        client_source: config.client_source,
-        timeout: config.request_timeout,
-        from: measured_from,
-        to: measured_to,
-    };
-    let (sender, measured) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("everyone-else".into())
-        .spawn(move || {
-            let _ = sender.send(measure::everyone_else(traffic, counts));
-        })
-        .context("starting the measuring thread")?;
-    let measured = measured.await.context("the measuring thread")?;
+    let measured =
+        measure_on_a_thread(traffic(measured_from, measured_to, before), counts).await;
 
     live.stop();
     let mut slot_stats = Vec::with_capacity(slots.len());
@@ -196,6 +238,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             .as_ref()
             .map(|_| Figures::of(&measured.probe_live)),
         purchases: Figures::of(&measured.purchases),
+        baseline,
         attack: attack::report(&attack, slot_stats, &open_samples, attack_seconds),
     })
 }

@@ -23,7 +23,27 @@ pub struct Report {
     pub liveness_main: Figures,
     pub liveness_probe: Option<Figures>,
     pub purchases: Figures,
+    /// The same traffic before the attack, without it.
+    pub baseline: Option<Baseline>,
     pub attack: AttackReport,
+}
+
+/// Everyone else's figures over `seconds` before the attack began.
+#[derive(Debug, Serialize)]
+pub struct Baseline {
+    pub seconds: f64,
+    pub liveness_main: Figures,
+    pub liveness_probe: Option<Figures>,
+    pub purchases: Figures,
+}
+
+impl Report {
+    /// Purchases' p99 during the attack over their p99 without it (`None` when either
+    /// falls on an unanswered request).
+    pub fn purchases_p99_ratio(&self) -> Option<f64> {
+        let without = self.baseline.as_ref()?.purchases.p99_ms?;
+        Some(self.purchases.p99_ms? / without.max(f64::EPSILON))
+    }
 }
 
 impl Report {
@@ -31,8 +51,9 @@ impl Report {
     pub fn print(&self) {
         let a = &self.attack;
         println!(
-            "slowloris: {} sockets from {} on {}, a byte every {} ms, {:.1} s; measured sends {:.0}-{:.0} s, timeout {} ms",
+            "slowloris: {} sockets from {} addresses from {} on {}, a byte every {} ms, {:.1} s; measured sends {:.0}-{:.0} s, timeout {} ms",
             a.sockets,
+            a.addresses,
             a.source,
             self.target,
             a.byte_every_ms,
@@ -45,7 +66,15 @@ impl Report {
             "{:<16} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10}  outcomes",
             "", "sent", "answered", "p50 ms", "p99 ms", "max ms", "slowest"
         );
-        let mut rows = vec![("liveness main", &self.liveness_main)];
+        let mut rows = Vec::new();
+        if let Some(b) = &self.baseline {
+            rows.push(("live, no attack", &b.liveness_main));
+            if let Some(probe) = &b.liveness_probe {
+                rows.push(("probe, no attack", probe));
+            }
+            rows.push(("buys, no attack", &b.purchases));
+        }
+        rows.push(("liveness main", &self.liveness_main));
         if let Some(probe) = &self.liveness_probe {
             rows.push(("liveness probe", probe));
         }
@@ -80,6 +109,16 @@ impl Report {
             a.lifetime_ms.max,
             counts(&a.answers_before_close)
         );
+        if let Some(b) = &self.baseline {
+            println!(
+                "purchases' p99: {} ms during the attack, {} ms in the {:.0} s before it without: {}",
+                ms(self.purchases.p99_ms),
+                ms(b.purchases.p99_ms),
+                b.seconds,
+                self.purchases_p99_ratio()
+                    .map_or_else(|| "no ratio".into(), |r| format!("{r:.2} times"))
+            );
+        }
     }
 }
 
