@@ -114,7 +114,11 @@ impl Wait {
 
 impl Drop for Wait {
     fn drop(&mut self) {
-        let mut waiting = self.budget.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiting = self
+            .budget
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         waiting.by_age.remove(&self.place);
     }
 }

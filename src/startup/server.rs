@@ -184,7 +184,8 @@ pub(super) fn start(
         .workers(workers)
         .max_concurrent_connections(max_connections)
         .shutdown_timeout(settings.shutdown_timeout_secs);
-    let awaiting_head = awaiting_head_budget(settings.max_connections_awaiting_head, max_connections);
+    let awaiting_head =
+        awaiting_head_budget(settings.max_connections_awaiting_head, max_connections);
     let service = serve(
         builder,
         listener,

@@ -223,9 +223,11 @@ async fn idle_connections_from_many_addresses_give_way_oldest_first_to_a_newcome
         }
         idle.push(stream);
         let expected = f64::from(n.saturating_sub(5));
-        eventually("the oldest waiting cut", Duration::from_secs(10), || async {
-            (cuts(&app, "head_budget").await == expected).then_some(())
-        })
+        eventually(
+            "the oldest waiting cut",
+            Duration::from_secs(10),
+            || async { (cuts(&app, "head_budget").await == expected).then_some(()) },
+        )
         .await;
     }
     // Someone else, from another address, is served (all 8 places were held before).
@@ -243,9 +245,11 @@ async fn idle_connections_from_many_addresses_give_way_oldest_first_to_a_newcome
     // Exactly the seven oldest were closed (six for the idle newcomers, one for it).
     assert_eq!(cuts(&app, "head_budget").await, 7.0);
     for (n, stream) in idle.iter().enumerate().take(7) {
-        eventually(&format!("idle connection {n} closed"), Duration::from_secs(5), || async {
-            closed(stream).then_some(())
-        })
+        eventually(
+            &format!("idle connection {n} closed"),
+            Duration::from_secs(5),
+            || async { closed(stream).then_some(()) },
+        )
         .await;
     }
     let open: Vec<bool> = idle[7..].iter().map(|s| !closed(s)).collect();

@@ -120,24 +120,20 @@ pub async fn slot(index: usize, attack: Arc<Attack>, live: Arc<Live>, until: Ins
     while !live.stopping() && Instant::now() < until {
         stats.attempts += 1;
         let give_up = (Instant::now() + attack.connect_timeout).min(until);
-        let stream = match tokio::time::timeout_at(
-            give_up,
-            connect_from(source, attack.target),
-        )
-        .await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                *stats.failures.entry(format!("{:?}", e.kind())).or_default() += 1;
-                // Nothing to hold: try again next tick rather than spin.
-                tokio::time::sleep_until((Instant::now() + attack.tick).min(until)).await;
-                continue;
-            }
-            Err(_) => {
-                *stats.failures.entry("connect timeout".into()).or_default() += 1;
-                continue;
-            }
-        };
+        let stream =
+            match tokio::time::timeout_at(give_up, connect_from(source, attack.target)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    *stats.failures.entry(format!("{:?}", e.kind())).or_default() += 1;
+                    // Nothing to hold: try again next tick rather than spin.
+                    tokio::time::sleep_until((Instant::now() + attack.tick).min(until)).await;
+                    continue;
+                }
+                Err(_) => {
+                    *stats.failures.entry("connect timeout".into()).or_default() += 1;
+                    continue;
+                }
+            };
         stats.established += 1;
         live.established.fetch_add(1, Ordering::Relaxed);
         let opened = Instant::now();

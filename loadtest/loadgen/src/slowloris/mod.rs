@@ -97,10 +97,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     if let Some(probe) = &config.probe_target {
         loopback(probe)?;
     }
-    let last_source = attack::nth_address(
-        config.attack.source,
-        config.attack.addresses.max(1) - 1,
-    );
+    let last_source = attack::nth_address(config.attack.source, config.attack.addresses.max(1) - 1);
     anyhow::ensure!(
         config.attack.target.ip().is_loopback()
             && config.attack.source.is_loopback()
@@ -155,11 +152,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         None
     } else {
         let from = Instant::now();
-        let measured = measure_on_a_thread(
-            traffic(from, from + config.baseline, 0),
-            Default::default(),
-        )
-        .await?;
+        let measured =
+            measure_on_a_thread(traffic(from, from + config.baseline, 0), Default::default())
+                .await?;
         Some(Baseline {
             seconds: config.baseline.as_secs_f64(),
             liveness_main: Figures::of(&measured.main_live),
@@ -207,8 +202,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .progress
         .then(|| tokio::spawn(progress(start, Arc::clone(&live), counts.clone())));
 
-    let measured =
-        measure_on_a_thread(traffic(measured_from, measured_to, before), counts).await;
+    let measured = measure_on_a_thread(traffic(measured_from, measured_to, before), counts).await;
 
     live.stop();
     let mut slot_stats = Vec::with_capacity(slots.len());
