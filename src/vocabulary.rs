@@ -20,6 +20,16 @@ pub trait Word: Copy + 'static {
     fn labels() -> impl Iterator<Item = &'static str> {
         Self::ALL.iter().map(|word| word.label())
     }
+
+    /// The word a spelling names: what a stored or received word is read back with, so
+    /// an unknown one is an error rather than a default.
+    fn from_label(s: &str) -> Result<Self, UnknownWord> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|word| word.label() == s)
+            .ok_or_else(|| UnknownWord(s.to_string()))
+    }
 }
 
 /// Spells each variant of a fieldless enum once and lists them in `ALL`.
@@ -139,11 +149,7 @@ impl FromStr for OrderState {
     type Err = UnknownWord;
 
     fn from_str(s: &str) -> Result<Self, UnknownWord> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|state| state.label() == s)
-            .ok_or_else(|| UnknownWord(s.to_string()))
+        Self::from_label(s)
     }
 }
 
@@ -262,6 +268,19 @@ words! {
 }
 
 words! {
+    /// An operator's change of an item: the `action` of its audit entry, in Postgres
+    /// (`item_audit`, whose CHECK lists the same words) and in the admin API.
+    ItemAction {
+        Create => "create",
+        Edit => "edit",
+        End => "end",
+        Archive => "archive",
+        Pause => "pause",
+        Resume => "resume",
+    }
+}
+
+words! {
     /// An admin token compared with the configured ones: the `outcome` label of
     /// `seckill_admin_token_comparisons_total`.
     TokenComparison {
@@ -290,6 +309,17 @@ mod tests {
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, index);
         }
+    }
+
+    #[test]
+    fn the_item_audits_check_allows_exactly_the_item_actions() {
+        let migration = include_str!("../migrations/20261202000002_item_life_cycle.sql");
+        let listed: Vec<String> = ItemAction::labels().map(|a| format!("'{a}'")).collect();
+        let check = format!("CHECK (action IN ({}))", listed.join(", "));
+        assert!(migration.contains(&check), "{check}");
+        assert!(distinct::<ItemAction>());
+        assert_eq!(ItemAction::from_label("end"), Ok(ItemAction::End));
+        assert!(ItemAction::from_label("reopen").is_err());
     }
 
     #[test]

@@ -9,11 +9,12 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::ItemRow;
 use crate::sale::item::{Item, ItemEdit, ItemId};
+use crate::vocabulary::{ItemAction, Word};
 
 /// One audited change.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
-    pub action: String,
+    pub action: ItemAction,
     pub changed_by: String,
     pub changed_at: DateTime<Utc>,
     pub old: Option<Value>,
@@ -72,7 +73,7 @@ async fn locked(tx: &mut Transaction<'_, Postgres>, id: ItemId) -> Result<Item, 
 async fn record(
     tx: &mut Transaction<'_, Postgres>,
     item: ItemId,
-    action: &str,
+    action: ItemAction,
     by: &str,
     old: Option<&Item>,
     new: &Item,
@@ -81,7 +82,7 @@ async fn record(
         "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
          VALUES ($1, $2, $3, $4, $5)",
         item.get(),
-        action,
+        action.label(),
         by,
         old.map(|old| Json(fields(old))) as _,
         Json(fields(new)) as _,
@@ -94,7 +95,7 @@ async fn record(
 /// Records an item's creation (its first audit entry).
 pub async fn audit_creation(pool: &PgPool, item: &Item, by: &str) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
-    record(&mut tx, item.id, "create", by, None, item)
+    record(&mut tx, item.id, ItemAction::Create, by, None, item)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     tx.commit().await?;
@@ -141,7 +142,7 @@ pub async fn edit_item(
     .fetch_one(&mut *tx)
     .await?;
     let new = Item::try_from(row)?;
-    record(&mut tx, id, "edit", by, Some(&old), &new).await?;
+    record(&mut tx, id, ItemAction::Edit, by, Some(&old), &new).await?;
     tx.commit().await?;
     Ok(new)
 }
@@ -200,7 +201,11 @@ pub async fn end_item(
     .await?;
     let new = Item::try_from(row)?;
     if new != old || !was_ended_by_operator {
-        let action = if archive { "archive" } else { "end" };
+        let action = if archive {
+            ItemAction::Archive
+        } else {
+            ItemAction::End
+        };
         record(&mut tx, id, action, by, Some(&old), &new).await?;
     }
     tx.commit().await?;
@@ -227,7 +232,11 @@ pub async fn pause_item(
     .await?;
     let new = Item::try_from(row)?;
     if new != old {
-        let action = if paused { "pause" } else { "resume" };
+        let action = if paused {
+            ItemAction::Pause
+        } else {
+            ItemAction::Resume
+        };
         record(&mut tx, id, action, by, Some(&old), &new).await?;
     }
     tx.commit().await?;
@@ -244,16 +253,17 @@ pub async fn item_audit(pool: &PgPool, id: ItemId) -> anyhow::Result<Vec<AuditEn
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| AuditEntry {
-            action: row.action,
-            changed_by: row.changed_by,
-            changed_at: row.changed_at,
-            old: row.old.map(|j| j.0),
-            new: row.new.0,
+    rows.into_iter()
+        .map(|row| {
+            Ok(AuditEntry {
+                action: ItemAction::from_label(&row.action)?,
+                changed_by: row.changed_by,
+                changed_at: row.changed_at,
+                old: row.old.map(|j| j.0),
+                new: row.new.0,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// An item with what it sold: the operators' list.

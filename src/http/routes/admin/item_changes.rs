@@ -191,7 +191,7 @@ pub async fn archive_item(
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntryBody {
-    /// `create`, `edit`, `end`, `archive`, `pause` or `resume`.
+    /// `create`, `edit`, `end`, `archive`, `pause` or `resume` (`ItemAction`).
     action: String,
     changed_by: String,
     changed_at: DateTime<Utc>,
@@ -227,7 +227,7 @@ pub async fn item_audit(
         .await?
         .into_iter()
         .map(|e| AuditEntryBody {
-            action: e.action,
+            action: e.action.label().to_string(),
             changed_by: e.changed_by,
             changed_at: e.changed_at,
             old: e.old,
