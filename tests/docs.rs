@@ -475,3 +475,35 @@ fn the_code_map_names_every_source_file_and_only_files_that_exist() {
         "ARCHITECTURE.md's code map and src/ differ: {wrong:#?}"
     );
 }
+
+/// deploy/README.md's table holds every setting the configuration reads: each field of
+/// `Settings` as `SECKILL_<FIELD>`, each of `LimiterSettings` as
+/// `SECKILL_LIMITER__<FIELD>`. The policies (`limiter.policies`) are a table of tables,
+/// documented in prose there and in docs/limiter.md, not a variable.
+#[test]
+fn deploy_readme_names_every_setting() {
+    let root = root();
+    let deploy = read(&root.join("deploy/README.md"));
+    let documented = setting_names(&deploy);
+    let settings = struct_fields(&read(&root.join("src/configuration/mod.rs")), "Settings");
+    let limiter = struct_fields(
+        &read(&root.join("src/limiter/policy.rs")),
+        "LimiterSettings",
+    );
+    assert!(settings.contains("port") && limiter.contains("timeout_ms"));
+    let names = settings
+        .iter()
+        .filter(|field| *field != "limiter")
+        .map(|field| format!("SECKILL_{}", field.to_ascii_uppercase()))
+        .chain(
+            limiter
+                .iter()
+                .filter(|field| *field != "policies")
+                .map(|field| format!("SECKILL_LIMITER__{}", field.to_ascii_uppercase())),
+        );
+    let missing: Vec<String> = names.filter(|name| !documented.contains(name)).collect();
+    assert!(
+        missing.is_empty(),
+        "settings deploy/README.md does not name: {missing:?}"
+    );
+}
