@@ -5,7 +5,8 @@
 //! The limiter engine enforces whatever policies it is given and knows none of these;
 //! [`LimiterSettings`] holds the engine's tunables and defaults to no policy. The app's
 //! settings start from [`limiter_settings`], and a settings file's `[limiter.policies]`
-//! table replaces [`defaults`] whole (see [`Settings::load`]).
+//! table replaces [`defaults`] whole (see [`Settings::load`]); a policy the app uses
+//! that the table leaves out is still seeded with its default ([`seeds`]).
 
 use std::collections::BTreeMap;
 
