@@ -1,6 +1,8 @@
 //! The names the docs cite exist in the code: the files they point at, the settings, the
 //! schema's constraints and indexes, the metric families. A renamed file, a dropped
-//! constraint or a removed setting fails here, not in a reader's hands.
+//! constraint or a removed setting fails here, not in a reader's hands. Two lists hold
+//! the other way too: every source file is named in ARCHITECTURE.md's code map, and every
+//! setting in deploy/README.md's table.
 //!
 //! Read on the text of the documents (README.md, ARCHITECTURE.md, deploy/README.md,
 //! loadtest/README.md, docs/*.md) and of the code, like `tests/architecture.rs`.
