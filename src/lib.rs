@@ -1,22 +1,23 @@
 //! seckill: a flash-sale backend.
 //!
-//! Map of the crate (dependencies point down this list, never up; ARCHITECTURE.md has
-//! the rule and how `make test` checks it):
-//! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`].
-//! - [`configuration`]: the settings (defaults, file, environment), the checks that
-//!   refuse unsafe ones, and the app's rate-limit policies.
+//! Map of the crate, by layer (a module uses only the modules of the lines below its
+//! own, never one of its line or above; ARCHITECTURE.md has the rule and
+//! `tests/architecture.rs` checks it):
+//! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`];
+//!   [`telemetry`]: the log format and level, from the settings.
 //! - [`http`]: the HTTP layer, the only one that knows actix: handlers, extractors, the
 //!   one error type and its mapping to responses, the rate-limit guard.
-//! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime.
-//! - [`stats`]: live counters summed over all instances, for the dashboard.
-//! - [`sale`]: items, the purchase flow, orders, and keeping Redis honest.
+//! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime;
+//!   [`stats`]: live counters summed over all instances, for the dashboard; [`sale`]:
+//!   items, the purchase flow, orders, the waiting room, and keeping Redis honest.
 //! - [`identity`]: shopper tokens, admin tokens and the sign-in lockout.
+//! - [`configuration`]: the settings (defaults, file, environment), the checks that
+//!   refuse unsafe ones, and the app's rate-limit policies.
 //! - [`limiter`]: the rate-limiter engine (policies, Lua scripts in `lua/`).
-//! - [`domain`]: parsed, trusted types (`UserId`, …).
-//! - [`store`]: the Postgres pool and the shared Redis connection.
-//! - [`metrics`]: the Prometheus registry, and the [`tally`] the dashboard reads.
-//! - [`background`]: the one way to run periodic work beside the server.
-//! - [`telemetry`]: the log format and level, from the settings.
+//! - [`store`]: the Postgres pool and `RedisStore::call`, the one way to call Redis.
+//! - [`domain`]: parsed, trusted types (`UserId`, …); [`metrics`]: the Prometheus
+//!   families; [`background`]: the one way to run periodic work beside the server.
+//! - [`tally`]: what this instance counted, which the dashboard reads.
 //! - [`vocabulary`]: the words every layer shares (outcomes, decisions, order states).
 
 pub mod background;

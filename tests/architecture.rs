@@ -2,8 +2,8 @@
 //!
 //! 1. dependencies point down the layer list below: a module may name (`crate::x`) only
 //!    modules of a lower layer, never one of its own layer or above;
-//! 2. only the HTTP layer (`src/http/`, plus `main.rs` and `startup.rs`, which build the
-//!    server) mentions actix;
+//! 2. only the HTTP layer (`src/http/`, plus `main.rs` and `src/startup/`, which build
+//!    the server) mentions actix;
 //! 3. a type's inherent `impl` lives in one file (split a type by job into types, never
 //!    its `impl` across files to make them shorter);
 //! 4. one module name per concept across the tree (the route files, named after their

@@ -1,6 +1,8 @@
 //! The names the docs cite exist in the code: the files they point at, the settings, the
 //! schema's constraints and indexes, the metric families. A renamed file, a dropped
-//! constraint or a removed setting fails here, not in a reader's hands.
+//! constraint or a removed setting fails here, not in a reader's hands. Two lists hold
+//! the other way too: every source file is named in ARCHITECTURE.md's code map, and every
+//! setting in deploy/README.md's table.
 //!
 //! Read on the text of the documents (README.md, ARCHITECTURE.md, deploy/README.md,
 //! loadtest/README.md, docs/*.md) and of the code, like `tests/architecture.rs`.
@@ -342,5 +344,168 @@ fn the_pages_spell_the_servers_words() {
     assert!(
         unknown.is_empty(),
         "words the pages spell that the server does not: {unknown:?}"
+    );
+}
+
+/// The rows of ARCHITECTURE.md's code map that describe `src/`: the paths of the first
+/// cell (`src/x/` folders and `src/x.rs` files) and the backticked names of the row.
+fn code_map_rows() -> Vec<(Vec<String>, BTreeSet<String>)> {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    let start = text
+        .find("\n## Code map\n")
+        .expect("ARCHITECTURE.md: ## Code map");
+    let section = &text[start + 1..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |at| at + 3)];
+    section
+        .lines()
+        .filter_map(|line| {
+            let (first, rest) = line.strip_prefix("| ")?.split_once(" | ")?;
+            let paths: Vec<String> = spans(first)
+                .into_iter()
+                .filter(|s| s.starts_with("src/"))
+                .map(str::to_string)
+                .collect();
+            let names = spans(rest).into_iter().map(str::to_string).collect();
+            (!paths.is_empty()).then_some((paths, names))
+        })
+        .collect()
+}
+
+/// The `.rs` files below `dir`, recursively, as paths relative to the crate's root.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path.strip_prefix(root()).unwrap_or(&path).to_path_buf());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A module's name in a code-map row: its file's stem, or its folder's name for a
+/// `mod.rs`; `None` for the `mod.rs` of the row's own folder.
+fn module_name(file: &Path, folder: &Path) -> Option<String> {
+    let stem = file.file_stem()?.to_string_lossy().to_string();
+    if stem != "mod" {
+        return Some(stem);
+    }
+    let parent = file.parent()?;
+    if parent == folder {
+        return None;
+    }
+    Some(parent.file_name()?.to_string_lossy().to_string())
+}
+
+/// ARCHITECTURE.md's code map holds against `src/`, both ways. Every `.rs` file of `src/`
+/// is named by the row of the folder it lies in (the deepest `src/x/` a row's first cell
+/// names): by its stem, or its folder's name (`room/`) for a `mod.rs`, backticked; a
+/// file at `src/`'s top is a row's path itself. And every path of a first cell exists,
+/// and every module-like name a row backticks (`lowercase_words`, or `folder/`) is a
+/// file or folder below that row's folders: a renamed, moved or added file fails here.
+#[test]
+fn the_code_map_names_every_source_file_and_only_files_that_exist() {
+    let root = root();
+    let rows = code_map_rows();
+    assert!(rows.len() > 5, "no code-map rows read from ARCHITECTURE.md");
+    let mut wrong = Vec::new();
+    for (paths, names) in &rows {
+        for path in paths {
+            if !root.join(path).exists() {
+                wrong.push(format!("the code map names {path}, which does not exist"));
+            }
+        }
+        let folders: Vec<&String> = paths.iter().filter(|p| p.ends_with('/')).collect();
+        let below: BTreeSet<String> = folders
+            .iter()
+            .flat_map(|folder| rust_files(&root.join(folder.as_str())))
+            .flat_map(|file| {
+                let mut names = vec![file.file_stem().map(|s| s.to_string_lossy().to_string())];
+                names.extend(
+                    file.ancestors()
+                        .map(|a| Some(a.file_name()?.to_string_lossy().to_string())),
+                );
+                names.into_iter().flatten()
+            })
+            .collect();
+        for name in names {
+            let module = name.trim_end_matches('/');
+            let module_like = !module.is_empty()
+                && module
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if module_like && !folders.is_empty() && !below.contains(module) {
+                wrong.push(format!(
+                    "the row of {paths:?} names `{name}`, no file or folder below it"
+                ));
+            }
+        }
+    }
+    for file in rust_files(&root.join("src")) {
+        let Some(row) = rows
+            .iter()
+            .flat_map(|(paths, names)| paths.iter().map(move |p| (p, names)))
+            .filter(|(p, _)| p.ends_with('/') && file.starts_with(p.as_str()))
+            .max_by_key(|(p, _)| p.len())
+        else {
+            let named = rows
+                .iter()
+                .any(|(paths, _)| paths.iter().any(|p| Path::new(p) == file));
+            if !named {
+                wrong.push(format!("{} has no row of its own", file.display()));
+            }
+            continue;
+        };
+        let (folder, names) = row;
+        let Some(module) = module_name(&file, Path::new(folder.trim_end_matches('/'))) else {
+            continue;
+        };
+        if !names.contains(&module) && !names.contains(&format!("{module}/")) {
+            wrong.push(format!(
+                "{} is not named by the row of {folder}",
+                file.display()
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's code map and src/ differ: {wrong:#?}"
+    );
+}
+
+/// deploy/README.md's table holds every setting the configuration reads: each field of
+/// `Settings` as `SECKILL_<FIELD>`, each of `LimiterSettings` as
+/// `SECKILL_LIMITER__<FIELD>`. The policies (`limiter.policies`) are a table of tables,
+/// documented in prose there and in docs/limiter.md, not a variable.
+#[test]
+fn deploy_readme_names_every_setting() {
+    let root = root();
+    let deploy = read(&root.join("deploy/README.md"));
+    let documented = setting_names(&deploy);
+    let settings = struct_fields(&read(&root.join("src/configuration/mod.rs")), "Settings");
+    let limiter = struct_fields(
+        &read(&root.join("src/limiter/policy.rs")),
+        "LimiterSettings",
+    );
+    assert!(settings.contains("port") && limiter.contains("timeout_ms"));
+    let names = settings
+        .iter()
+        .filter(|field| *field != "limiter")
+        .map(|field| format!("SECKILL_{}", field.to_ascii_uppercase()))
+        .chain(
+            limiter
+                .iter()
+                .filter(|field| *field != "policies")
+                .map(|field| format!("SECKILL_LIMITER__{}", field.to_ascii_uppercase())),
+        );
+    let missing: Vec<String> = names.filter(|name| !documented.contains(name)).collect();
+    assert!(
+        missing.is_empty(),
+        "settings deploy/README.md does not name: {missing:?}"
     );
 }

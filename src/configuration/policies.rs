@@ -5,7 +5,8 @@
 //! The limiter engine enforces whatever policies it is given and knows none of these;
 //! [`LimiterSettings`] holds the engine's tunables and defaults to no policy. The app's
 //! settings start from [`limiter_settings`], and a settings file's `[limiter.policies]`
-//! table replaces [`defaults`] whole (see [`Settings::load`]).
+//! table replaces [`defaults`] whole (see [`Settings::load`]); a policy the app uses
+//! that the table leaves out is still seeded with its default ([`seeds`]).
 
 use std::collections::BTreeMap;
 
@@ -24,7 +25,7 @@ pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
 /// policy out: 10 refused tokens lock an address out for 5 minutes.
 pub const ADMIN_AUTH_FAILURES: u64 = 10;
 pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
-/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail-open, far
+/// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail mode `local`, far
 /// above what the shop page asks (after a purchase, when a payment deadline passes, on
 /// a refresh; it polls the items, not the orders), so reads can never crowd out the
 /// sale's work in Postgres.

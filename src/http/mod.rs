@@ -1,5 +1,5 @@
 //! The HTTP layer: everything that knows about actix lives here (plus `main.rs` and
-//! `startup.rs`, which build the server).
+//! `src/startup/`, which build the server).
 //!
 //! Handlers in [`routes`] parse input into domain types with the extractors of this
 //! module ([`json::JsonBody`], [`auth::Shopper`], [`client_ip`]), call the domain, and

@@ -104,7 +104,7 @@ pub enum KeySource {
     Literal(String),
     /// The authenticated user id.
     User,
-    /// The client IP (see `http::client_ip` for whom we believe).
+    /// The client IP (see `http::forwarded` for whom we believe).
     Ip,
     /// The client IP's network: its /24, or an IPv6 client's /48 (`ClientIp::network`),
     /// for a limit on everyone in it.

@@ -186,7 +186,7 @@ impl Purchases {
         pass: Option<u64>,
     ) -> Result<Purchase, PurchaseFailure> {
         // The item is what a `per_item` policy counts under: its limiter keys then
-        // share the slot of the item's own keys (see `redis::keys`).
+        // share the slot of the item's own keys (see `limiter::keys`).
         let caller = Caller {
             partition: limiter_partition(item.id),
             ..caller.clone()

@@ -109,7 +109,7 @@ impl SoldOut {
     /// cluster's nodes, tried in turn. On a cluster a classic `PUBLISH` reaches the
     /// subscribers of every node (the cluster bus forwards it), so one node is enough,
     /// and when it dies the next one takes over; what was published in between is
-    /// caught by the periodic check (`Sale::refresh_sold_out`).
+    /// caught by the periodic check (`Items::refresh_sold_out`).
     pub async fn listen(self: Arc<Self>, urls: Vec<secrecy::SecretString>) {
         let channel = channel(self.redis.prefix());
         let apply = |item, news| self.hear(item, news);
