@@ -16,8 +16,8 @@
 # cluster 7001-7006 and the Sentinel set 6391-6395 by default) and keep their data under
 # .local/ (git-ignored), so they never touch a system-wide server. Every `*-up` is
 # harmless when run twice. Progress goes to stderr, the `export …` lines to stdout, so
-# callers can `eval "$(scripts/services.sh up)"`. Exit status 1 on any error, with its
-# cause on stderr.
+# callers can `eval "$(scripts/services.sh up)"`. A failure exits non-zero (1 from the
+# script's own checks) with its cause on stderr.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
