@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Shell helpers shared by the scripts that install tools, start Redis, Postgres or the app,
-# or make databases: scripts/services.sh, e2e.sh, check-deploy.sh, bench.sh,
-# bench-limiter-script.sh, soak.sh, memory-*.sh and loadtest/jmeter/run.sh. One copy of each, so a fix to how
-# we start, wait for or stop something reaches every script.
+# or make databases: scripts/services.sh and its parts in scripts/services/, e2e.sh,
+# check-deploy.sh, bench.sh, bench-limiter-script.sh, soak.sh, memory-*.sh and
+# loadtest/jmeter/run.sh. One copy of each, so a fix to how we start, wait for or stop
+# something reaches every script.
 # Source it after defining `log` (progress to stderr) and `die` (log and exit).
 
 # The checkout this file belongs to (target/, migrations/ are found from it).
@@ -82,10 +83,46 @@ free_port() {
 # else on a fixed port would answer our readiness polls, so starters refuse it.
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# stop_processes PID...: stops several processes we started together: SIGTERM to all of
+# them first, then waits for each (stop_process). One at a time, a Redis master would wait
+# for its replica while the others keep running, and a replica or a sentinel could start
+# a failover from a master already stopped.
+stop_processes() {
+  local pid
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do stop_process "$pid"; done
+}
+
 # --- Redis ---------------------------------------------------------------------------------
+
+# need_redis: installs redis-server and redis-cli (Debian's packages) when missing.
+need_redis() {
+  command -v redis-server >/dev/null || apt_install redis-server
+  command -v redis-cli >/dev/null || apt_install redis-tools
+}
 
 # redis_answers PORT: whether the Redis on 127.0.0.1:PORT answers PONG (not LOADING).
 redis_answers() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+# redis_field TEXT FIELD: FIELD's value in TEXT, the "field:value" lines of an INFO or a
+# CLUSTER INFO reply (carriage returns removed); nothing when the field is absent.
+redis_field() { sed -n "s/^$2://p" <<<"$1"; }
+
+# redis_info PORT [SECTION...]: `INFO SECTION` of the Redis on PORT without carriage
+# returns, nothing when it does not answer.
+redis_info() { local port=$1; shift; redis-cli -p "$port" info "$@" 2>/dev/null | tr -d '\r' || true; }
+
+# redis_pidfile_pid PIDFILE PORT: the pid in PIDFILE when that process is still a
+# redis-server or redis-sentinel listening on PORT (a pidfile outlives its process, and
+# its pid may be reused), on stdout; returns 1 otherwise. Stopping by pidfile this way
+# never stops a server another checkout started on the same port.
+redis_pidfile_pid() {
+  local pidfile=$1 port=$2 pid
+  [ -f "$pidfile" ] || return 1
+  pid=$(cat "$pidfile")
+  [[ $pid =~ ^[0-9]+$ ]] && ps -o args= -p "$pid" 2>/dev/null | grep -Eq "^redis-(server|sentinel) .*:$port\b" || return 1
+  echo "$pid"
+}
 
 # start_redis_server PORT DIR [ARG...]: a redis-server of the caller's own on
 # 127.0.0.1:PORT (no snapshots; data and log in DIR; more settings in ARG...), in the

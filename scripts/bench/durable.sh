@@ -15,7 +15,7 @@ start_durable_pg() {
   [ -n "$bin" ] || die "no Postgres server binaries (scripts/services.sh installs them)"
   ensure_port_free "$DURABLE_PG_PORT"
   dir="$PWD/$OUT/pg-durable"
-  # The data folder must be reachable by the Postgres user (as services.sh's pg_dir).
+  # The data folder must be reachable by the Postgres user (as pg_dir in scripts/services/single.sh).
   if [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$PWD/$OUT"; then
     dir="/var/tmp/seckill-bench-$(echo "$PWD" | md5sum | cut -c1-12)/pg-durable"
   fi
