@@ -196,7 +196,7 @@ pub struct Settings {
     pub queue_poll_tickets: usize,
     /// How long a reservation may stay pending before the reconciler settles it from
     /// Postgres. Must exceed the longest an order transaction can live (see
-    /// [`Settings::check_timeouts`]), or live purchases would be undone.
+    /// [`safety::timeouts`]), or live purchases would be undone.
     pub reservation_deadline_ms: u64,
     /// After each reservation, wait up to this long for a Redis replica to acknowledge
     /// it (`WAIT 1 <ms>`); 0 (the default) does not wait. See `deploy/README.md`.
