@@ -774,3 +774,36 @@ fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
     }
     state.components
 }
+
+/// The reader of `import_cycles` on a small crate: a `mod.rs` re-exporting its children
+/// is no cycle, nor a `super::` inside an inline test module (it stays in its file), nor
+/// a path in a comment; a child importing from the `mod.rs` that uses it is one.
+#[test]
+fn import_cycles_sees_through_reexports_and_inline_modules() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("import-cycles");
+    let _ = std::fs::remove_dir_all(&root);
+    let write = |file: &str, text: &str| {
+        let path = root.join(file);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("a folder");
+        std::fs::write(path, text).expect("a written file");
+    };
+    write("lib.rs", "pub mod a;\npub mod b;\n");
+    write(
+        "a/mod.rs",
+        "mod inner;\npub use inner::Inner;\npub struct Face;\nfn f() { inner::g(); }\n",
+    );
+    write(
+        "a/inner.rs",
+        "pub struct Inner;\npub fn g() {}\n// super::Face\nmod tests {\n    use super::Inner;\n}\n",
+    );
+    write("b.rs", "use crate::a::Inner;\nuse crate::a::Face;\n");
+    assert_eq!(import_cycles(&root), Vec::<Vec<String>>::new());
+    write(
+        "a/inner.rs",
+        "use super::Face;\npub struct Inner;\npub fn g() {}\n",
+    );
+    assert_eq!(
+        import_cycles(&root),
+        vec![vec!["a/inner.rs".to_string(), "a/mod.rs".to_string()]]
+    );
+}
