@@ -13,10 +13,11 @@
 //! - this file: [`Settings`], their defaults and loading;
 //! - [`policies`]: the app's rate-limit policies (names and defaults), which the limiter
 //!   engine knows nothing of;
-//! - [`safety`]: settings refused at start-up (production safety, timeouts).
+//! - [`safety`]: settings refused at start-up (production safety, timeouts); it reads
+//!   [`Settings`], so `startup` calls it rather than a method of `Settings`.
 
 pub mod policies;
-mod safety;
+pub mod safety;
 #[cfg(test)]
 mod tests;
 
@@ -195,7 +196,7 @@ pub struct Settings {
     pub queue_poll_tickets: usize,
     /// How long a reservation may stay pending before the reconciler settles it from
     /// Postgres. Must exceed the longest an order transaction can live (see
-    /// [`Settings::check_timeouts`]), or live purchases would be undone.
+    /// [`safety::timeouts`]), or live purchases would be undone.
     pub reservation_deadline_ms: u64,
     /// After each reservation, wait up to this long for a Redis replica to acknowledge
     /// it (`WAIT 1 <ms>`); 0 (the default) does not wait. See `deploy/README.md`.
@@ -425,31 +426,19 @@ impl Settings {
         Duration::from_millis(self.readiness_timeout_ms)
     }
 
-    /// Refuses settings that are fine on a laptop and dangerous in production (see
-    /// [`safety`]); the error names the setting and says why.
-    pub fn check_production_safety(&self) -> Result<(), UnsafeSetting> {
-        safety::production(self)
-    }
-
-    /// Refuses timeouts under which the reconciler could undo a live purchase (see
-    /// [`safety`]).
-    pub fn check_timeouts(&self) -> anyhow::Result<()> {
-        safety::timeouts(self)
-    }
-
     /// Refuses a configured policy that its callers cannot support: a `per_item` scope
     /// every check of its policy would answer with a 500, a shaper composed with a
     /// reservation, a rule keyed on what its callers do not carry (see
     /// [`policies::check_scope`]).
     pub fn check_policy_scopes(&self) -> Result<(), policies::NotAllowed> {
-        policies::check_scopes(self)
+        policies::check_scopes(&self.limiter.policies)
     }
 
     /// The policies the rules table is seeded with (see [`policies::seeds`]).
     pub fn seed_policies(
         &self,
     ) -> std::collections::BTreeMap<String, crate::limiter::policy::PolicyConfig> {
-        policies::seeds(self)
+        policies::seeds(&self.limiter.policies)
     }
 
     pub fn admin_endpoints_open(&self) -> bool {

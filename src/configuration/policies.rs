@@ -5,12 +5,11 @@
 //! The limiter engine enforces whatever policies it is given and knows none of these;
 //! [`LimiterSettings`] holds the engine's tunables and defaults to no policy. The app's
 //! settings start from [`limiter_settings`], and a settings file's `[limiter.policies]`
-//! table replaces [`defaults`] whole (see [`Settings::load`]); a policy the app uses
+//! table replaces [`defaults`] whole (see [`super::Settings::load`]); a policy the app uses
 //! that the table leaves out is still seeded with its default ([`seeds`]).
 
 use std::collections::BTreeMap;
 
-use super::Settings;
 use crate::limiter::policy::{
     Algorithm, FailMode, KeySource, LimiterSettings, PolicyConfig, RuleConfig, Scope,
 };
@@ -260,26 +259,22 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
 
 /// Refuses, at start-up, a configured policy its callers cannot support (see
 /// [`check_scope`] and [`check_key`]).
-pub(super) fn check_scopes(settings: &Settings) -> Result<(), NotAllowed> {
-    settings
-        .limiter
-        .policies
-        .iter()
-        .try_for_each(|(name, policy)| {
-            check_scope(name, policy.scope, policy.algorithm)?;
-            policy
-                .rules
-                .iter()
-                .try_for_each(|rule| check_key(name, &rule.key))
-        })
+pub(super) fn check_scopes(configured: &BTreeMap<String, PolicyConfig>) -> Result<(), NotAllowed> {
+    configured.iter().try_for_each(|(name, policy)| {
+        check_scope(name, policy.scope, policy.algorithm)?;
+        policy
+            .rules
+            .iter()
+            .try_for_each(|rule| check_key(name, &rule.key))
+    })
 }
 
 /// The policies the rules table is seeded with: the configured ones, plus the
 /// default of each policy the app's own routes use that the configuration leaves
 /// out. A settings file's `[limiter.policies]` replaces the defaults whole, and a
 /// route whose policy is missing could only answer 500.
-pub(super) fn seeds(settings: &Settings) -> BTreeMap<String, PolicyConfig> {
-    let mut seeds = settings.limiter.policies.clone();
+pub(super) fn seeds(configured: &BTreeMap<String, PolicyConfig>) -> BTreeMap<String, PolicyConfig> {
+    let mut seeds = configured.clone();
     for (name, default) in defaults() {
         seeds.entry(name).or_insert(default);
     }
@@ -292,23 +287,19 @@ mod tests {
 
     #[test]
     fn only_the_sale_may_be_per_item() {
-        let mut settings = Settings::default();
-        assert_eq!(settings.check_policy_scopes(), Ok(()));
-        let policies = &mut settings.limiter.policies;
+        let mut policies = defaults();
+        assert_eq!(check_scopes(&policies), Ok(()));
         policies.get_mut(SECKILL_POLICY).expect("seckill").scope = Scope::PerItem;
-        assert_eq!(settings.check_policy_scopes(), Ok(()));
+        assert_eq!(check_scopes(&policies), Ok(()));
         for name in [
             LIMITED_POLICY,
             ADMIN_AUTH_POLICY,
             ORDERS_READ_POLICY,
             QUEUE_JOIN_POLICY,
         ] {
-            let mut settings = Settings::default();
-            settings.limiter.policies.get_mut(name).expect(name).scope = Scope::PerItem;
-            assert_eq!(
-                settings.check_policy_scopes(),
-                Err(NotAllowed::Scope(name.into()))
-            );
+            let mut policies = defaults();
+            policies.get_mut(name).expect(name).scope = Scope::PerItem;
+            assert_eq!(check_scopes(&policies), Err(NotAllowed::Scope(name.into())));
         }
     }
 

@@ -22,7 +22,7 @@ impl UnsafeSetting {
 
 /// Refuses settings that are fine on a laptop and dangerous in production. The error
 /// names the setting and says why.
-pub(super) fn production(settings: &Settings) -> Result<(), UnsafeSetting> {
+pub fn production(settings: &Settings) -> Result<(), UnsafeSetting> {
     if settings.environment != Environment::Production {
         return Ok(());
     }
@@ -100,7 +100,7 @@ pub(super) fn production(settings: &Settings) -> Result<(), UnsafeSetting> {
 /// (`statement_timeout`, which also bounds the COMMIT) and one idle gap
 /// (`idle_in_transaction_session_timeout`) before Postgres ends it. The reservation
 /// deadline must be later.
-pub(super) fn timeouts(settings: &Settings) -> anyhow::Result<()> {
+pub fn timeouts(settings: &Settings) -> anyhow::Result<()> {
     let longest_order = 2 * settings.order_commit_timeout_ms
         + settings.database_statement_timeout_ms
         + settings.database_idle_in_transaction_timeout_ms

@@ -50,9 +50,8 @@ fn production_refuses_a_short_admin_secret_and_names_the_setting() {
             admin_token: SecretString::from(weak),
             ..production()
         };
-        let refusal = settings
-            .check_production_safety()
-            .expect_err("a secret under 32 characters is refused");
+        let refusal =
+            safety::production(&settings).expect_err("a secret under 32 characters is refused");
         assert_eq!(refusal.setting, "SECKILL_ADMIN_TOKEN", "{weak}");
     }
     let strong = Settings {
@@ -61,17 +60,17 @@ fn production_refuses_a_short_admin_secret_and_names_the_setting() {
         ),
         ..production()
     };
-    assert_eq!(strong.check_production_safety(), Ok(()));
+    assert_eq!(safety::production(&strong), Ok(()));
 }
 
 #[test]
 fn the_reservation_deadline_must_outlast_every_order_transaction() {
-    assert!(Settings::default().check_timeouts().is_ok());
+    assert!(safety::timeouts(&Settings::default()).is_ok());
     let tight = Settings {
         reservation_deadline_ms: 20_500,
         ..Settings::default()
     };
-    let refusal = tight.check_timeouts().unwrap_err().to_string();
+    let refusal = safety::timeouts(&tight).unwrap_err().to_string();
     assert!(
         refusal.contains("reservation_deadline_ms (20500)"),
         "{refusal}"
@@ -80,13 +79,13 @@ fn the_reservation_deadline_must_outlast_every_order_transaction() {
         reservation_deadline_ms: 20_501,
         ..Settings::default()
     };
-    assert!(just_above.check_timeouts().is_ok());
+    assert!(safety::timeouts(&just_above).is_ok());
 }
 
 #[test]
 fn production_refuses_each_unsafe_setting_and_names_it() {
-    assert_eq!(production().check_production_safety(), Ok(()));
-    let refused = |s: Settings| s.check_production_safety().unwrap_err().setting;
+    assert_eq!(safety::production(&production()), Ok(()));
+    let refused = |s: Settings| safety::production(&s).unwrap_err().setting;
     assert_eq!(
         refused(Settings {
             dev_login: Some(true),
@@ -145,11 +144,10 @@ fn production_refuses_each_unsafe_setting_and_names_it() {
     );
     // The same settings are fine on a laptop.
     assert_eq!(
-        Settings {
+        safety::production(&Settings {
             dev_login: Some(true),
             ..Settings::default()
-        }
-        .check_production_safety(),
+        }),
         Ok(())
     );
 }

@@ -14,7 +14,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use super::rate_limit::RateLimitHeaders;
+use super::rate_limit_headers::RateLimitHeaders;
 use crate::identity::SignInError;
 use crate::limiter::{Refusal, Rejection};
 use crate::sale::records::ChangeRefused;

@@ -19,6 +19,7 @@ pub mod json;
 pub mod openapi;
 pub mod query_params;
 pub mod rate_limit;
+pub mod rate_limit_headers;
 pub mod request_metrics;
 pub mod request_span;
 pub mod routes;

@@ -1,4 +1,5 @@
-//! The limiter at the HTTP edge: the [`RateLimit`] guard and the response headers.
+//! The limiter at the HTTP edge: the [`RateLimit`] guard (its response headers are
+//! [`RateLimitHeaders`], in `rate_limit_headers`).
 //!
 //! The guard is the counterpart of a repeatable `@RateLimit` annotation: wrap a resource
 //! and every request to it is decided by one policy before the handler runs:
@@ -19,16 +20,16 @@ use std::rc::Rc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest};
 use futures_util::future::LocalBoxFuture;
 
 use super::api_error::ApiError;
 use super::auth::bearer_token;
 use super::forwarded::{client_id, client_ip};
+use super::rate_limit_headers::RateLimitHeaders;
 use crate::domain::{ClientId, ClientIp, UserId};
 use crate::identity::TokenKeys;
-use crate::limiter::{Admission, Algorithm, Caller, Limiter, Policy, Refusal};
+use crate::limiter::{Admission, Algorithm, Caller, Limiter};
 
 /// Builds a [`Caller`] for `Limiter::check` from the request and what the handler knows.
 pub fn caller_from_request<'a>(
@@ -48,79 +49,6 @@ pub fn caller_from_request<'a>(
         route,
         // A route's guard knows no item: only `global` policies guard routes.
         partition: None,
-    }
-}
-
-fn insert(headers: &mut HeaderMap, name: &'static str, value: HeaderValue) {
-    headers.insert(HeaderName::from_static(name), value);
-}
-
-/// The policy's `RateLimit-Policy`, built once per policy (see `Policy::quota_header`).
-fn quota_header(policy: &Policy, algorithm: Algorithm) -> Option<HeaderValue> {
-    HeaderValue::from_str(policy.quota_header(algorithm)).ok()
-}
-
-/// The rate-limit headers of a limiter's answer (`RateLimit`, `RateLimit-Policy`,
-/// `X-RateLimit-*`, for a shaped admission `RateLimit-Delay-Ms`, and for a refusal
-/// `Retry-After`, `Retry-After-Ms`).
-pub trait RateLimitHeaders {
-    fn write_headers(&self, headers: &mut HeaderMap);
-}
-
-impl RateLimitHeaders for Admission {
-    /// Informational headers for a pass: the tightest rule's remaining count.
-    fn write_headers(&self, headers: &mut HeaderMap) {
-        insert(
-            headers,
-            "x-ratelimit-policy",
-            HeaderValue::from_static(self.algorithm.as_str()),
-        );
-        let Some(quota) = self.quota_left else {
-            return; // failed open: nothing is known about the quota
-        };
-        if let Some(value) = quota_header(&self.policy, self.algorithm) {
-            insert(headers, "ratelimit-policy", value);
-        }
-        insert(headers, "x-ratelimit-remaining", quota.remaining.into());
-        let rule = &self.policy.rules[quota.rule];
-        if let Ok(value) =
-            HeaderValue::from_str(&format!("\"{}\";r={}", rule.name, quota.remaining))
-        {
-            insert(headers, "ratelimit", value);
-        }
-        if self.delayed_ms > 0 {
-            // The leaky bucket held the answer for its departure slot.
-            insert(headers, "ratelimit-delay-ms", self.delayed_ms.into());
-        }
-    }
-}
-
-impl RateLimitHeaders for Refusal {
-    fn write_headers(&self, headers: &mut HeaderMap) {
-        let longest = self.retry_after_ms();
-        insert(headers, "retry-after", longest.div_ceil(1000).into());
-        insert(headers, "retry-after-ms", longest.into());
-        insert(
-            headers,
-            "x-ratelimit-policy",
-            HeaderValue::from_static(self.algorithm.as_str()),
-        );
-        insert(
-            headers,
-            "x-ratelimit-remaining",
-            HeaderValue::from_static("0"),
-        );
-        if let Some(value) = quota_header(&self.policy, self.algorithm) {
-            insert(headers, "ratelimit-policy", value);
-        }
-        let ratelimit = format!(
-            "\"{}\";r=0;t={}",
-            self.dimension(),
-            self.own_wait_ms.div_ceil(1000)
-        );
-        if let Ok(value) = HeaderValue::from_str(&ratelimit) {
-            insert(headers, "ratelimit", value);
-        }
     }
 }
 

@@ -25,7 +25,7 @@ pub type Outcome = Result<Order, CommitError>;
 pub struct Job {
     order: NewOrder,
     /// Past this, the order is not started any more: its purchase has budgeted
-    /// `order_commit_timeout` for the wait in the queue (see `Settings::check_timeouts`).
+    /// `order_commit_timeout` for the wait in the queue (see `configuration::safety::timeouts`).
     start_by: Instant,
     reply: oneshot::Sender<Outcome>,
 }

@@ -16,6 +16,7 @@ use actix_web::dev::{Server, ServerHandle};
 use anyhow::Context;
 use futures_util::future::BoxFuture;
 
+use crate::configuration::safety;
 use crate::configuration::Settings;
 pub use services::redis_options;
 use services::Services;
@@ -37,8 +38,8 @@ impl Application {
     /// Checks the settings, connects to the stores, applies migrations, loads the rules
     /// and the items, and binds the listener.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        settings.check_production_safety()?;
-        settings.check_timeouts()?;
+        safety::production(&settings)?;
+        safety::timeouts(&settings)?;
         settings.check_policy_scopes()?;
         let (services, commit_queue) = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services, commit_queue);

@@ -16,6 +16,7 @@
 //! `stock:<item id>`, the item's live stock as sampled that second, set (several
 //! instances setting it in the same second write the same or a fresher value).
 
+mod bucket_fields;
 pub mod series;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use crate::tally::Counted;
 use crate::vocabulary::{Decision, Outcome};
+use bucket_fields::{FAIL_OPEN, LOCAL, NEAR, ORDERS, OUTCOME, PASS, REJECT, SHADOW, STOCK};
 use series::Series;
 
 /// How long a bucket is kept: the longest window the dashboard may ask for.
@@ -36,17 +38,6 @@ pub const MAX_WINDOW_SECS: u64 = 3_600;
 
 /// The longest window of [`LiveStats::series`]: the dashboard's charts, read every second.
 pub const MAX_SERIES_SECS: u64 = 300;
-
-/// The bucket fields (the format stored in Redis, shared by every instance's version).
-const PASS: &str = "pass:";
-pub(super) const REJECT: &str = "reject:";
-pub(super) const LOCAL: &str = "local:";
-pub(super) const SHADOW: &str = "shadow:";
-const NEAR: &str = "near:";
-pub(super) const ORDERS: &str = "orders";
-pub(super) const OUTCOME: &str = "outcome:";
-const FAIL_OPEN: &str = "fail_open";
-pub(super) const STOCK: &str = "stock:";
 
 /// What happened over a window, summed over every instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{LOCAL, ORDERS, OUTCOME, REJECT, SHADOW, STOCK};
+use super::bucket_fields::{LOCAL, ORDERS, OUTCOME, REJECT, SHADOW, STOCK};
 use crate::vocabulary::Outcome;
 
 /// Where a purchase outcome goes in the chart: its own line, the errors (the service's

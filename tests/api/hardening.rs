@@ -18,7 +18,7 @@ async fn purchase_with_key(app: &TestApp, token: &str, item: i64, key: &str) -> 
 }
 
 /// A quick reconciler: deadlines and periods short enough for a test to watch (the
-/// deadline just above what `Settings::check_timeouts` asks for).
+/// deadline just above what `configuration::safety::timeouts` asks for).
 fn fast_reconciler(s: &mut seckill::configuration::Settings) {
     s.order_commit_timeout_ms = 300;
     s.database_statement_timeout_ms = 500;

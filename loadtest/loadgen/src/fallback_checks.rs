@@ -10,7 +10,7 @@
 //! | across an outage after which Redis may have lost entries | not judged |
 //!
 //! Which row a group of admissions falls in comes from the script's marks (`outages`),
-//! with [`MARK_SLACK`] either way, always towards the looser row: a group is "in
+//! with `outages::MARK_SLACK` either way, always towards the looser row: a group is "in
 //! process only" when its first send and last answer lie inside Redis's downtime,
 //! "across" when they touch an outage's span, "not judged" when they touch one of
 //! lost data. As in `limit_checks`, only certain breaches fail: a group is counted when
@@ -22,13 +22,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::limit_checks::clock_slack;
-use crate::outages::Outage;
+use crate::outages::{class, Class, Outage};
 use crate::report::Check;
 use crate::side::{Policy, Rule, SidePlan, SideRecord};
-
-/// How far the script's marks (its wall clock) may be from our monotonic offsets: the
-/// two clocks are read apart, and NTP may slew one.
-const MARK_SLACK: Duration = Duration::from_millis(100);
 
 /// How a rule counts, for its bound in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,43 +70,6 @@ impl RuleBound {
             Counting::Log => t,
             Counting::Bucket => t + t * span.as_secs_f64() / self.window.as_secs_f64(),
         }
-    }
-}
-
-/// Where a group of admissions lies against the outages: which bound applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Class {
-    InRedis,
-    InProcess,
-    Across,
-    Unjudged,
-}
-
-impl Class {
-    fn describe(self) -> &'static str {
-        match self {
-            Self::InRedis => "in Redis only",
-            Self::InProcess => "in process only",
-            Self::Across => "across an outage",
-            Self::Unjudged => "across a Redis that lost data (not judged)",
-        }
-    }
-}
-
-/// The class of the admissions whose decisions lie in `from..=to`.
-pub(crate) fn class(from: Duration, to: Duration, outages: &[Outage]) -> Class {
-    let touches = |o: &Outage| from <= o.to + MARK_SLACK && to + MARK_SLACK >= o.from;
-    if outages.iter().any(|o| !o.kept && touches(o)) {
-        Class::Unjudged
-    } else if outages
-        .iter()
-        .any(|o| from >= o.down + MARK_SLACK && to + MARK_SLACK <= o.up)
-    {
-        Class::InProcess
-    } else if outages.iter().any(touches) {
-        Class::Across
-    } else {
-        Class::InRedis
     }
 }
 

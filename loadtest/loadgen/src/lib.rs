@@ -45,7 +45,6 @@ mod stores;
 pub mod trace;
 
 pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
-pub use phases::Phase;
-pub use report::{Answers, Check, Latency, Report, Span};
+pub use report::{Answers, Check, Latency, Phase, Report, Span};
 pub use run::{run, run_with};
 pub use samples::Sample;

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use crate::client::ip_of;
 use crate::config::{Limit, Limits};
-use crate::fallback_checks::{class, Class};
 use crate::ledger::Record;
-use crate::outages::Outage;
+use crate::outages::{class, Class, Outage};
 use crate::report::Check;
 
 /// How much shorter than the window a span must be for its admissions to be certainly

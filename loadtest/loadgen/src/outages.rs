@@ -66,6 +66,47 @@ pub(crate) fn read(path: &Path, start: SystemTime) -> anyhow::Result<Vec<Outage>
     Ok(outages)
 }
 
+/// How far the script's marks (its wall clock) may be from our monotonic offsets: the
+/// two clocks are read apart, and NTP may slew one.
+pub(crate) const MARK_SLACK: Duration = Duration::from_millis(100);
+
+/// Where a group of admissions lies against the outages: which bound applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Class {
+    InRedis,
+    InProcess,
+    Across,
+    Unjudged,
+}
+
+impl Class {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::InRedis => "in Redis only",
+            Self::InProcess => "in process only",
+            Self::Across => "across an outage",
+            Self::Unjudged => "across a Redis that lost data (not judged)",
+        }
+    }
+}
+
+/// The class of the admissions whose decisions lie in `from..=to`.
+pub(crate) fn class(from: Duration, to: Duration, outages: &[Outage]) -> Class {
+    let touches = |o: &Outage| from <= o.to + MARK_SLACK && to + MARK_SLACK >= o.from;
+    if outages.iter().any(|o| !o.kept && touches(o)) {
+        Class::Unjudged
+    } else if outages
+        .iter()
+        .any(|o| from >= o.down + MARK_SLACK && to + MARK_SLACK <= o.up)
+    {
+        Class::InProcess
+    } else if outages.iter().any(touches) {
+        Class::Across
+    } else {
+        Class::InRedis
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::UNIX_EPOCH;

@@ -8,28 +8,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
-use serde::Serialize;
-
 use crate::ledger::Record;
-use crate::report::{answers, by_cause, latency, Answers, Latency};
+use crate::report::{answers, by_cause, latency, Phase};
 use crate::side::{side_answers, SideRecord};
-
-#[derive(Debug, Serialize)]
-pub struct Phase {
-    pub name: String,
-    /// Seconds since the measured phase began.
-    pub from_s: f64,
-    pub to_s: f64,
-    pub requests: u64,
-    pub latency: Latency,
-    pub by_status: BTreeMap<String, u64>,
-    pub by_cause: BTreeMap<String, u64>,
-    /// The purchases by answer, each with its latency (`Report::answers`).
-    pub answers: BTreeMap<String, Answers>,
-    /// The side load's answers by route (`Report::side`).
-    pub side: BTreeMap<String, BTreeMap<String, Answers>>,
-}
+use anyhow::Context;
 
 /// A window as offsets from the start of the run.
 struct Window {

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::ledger::Record;
-use crate::phases::Phase;
 use crate::samples::Sample;
 
 #[derive(Debug, Serialize)]
@@ -291,4 +290,22 @@ pub(crate) fn by_cause<'a>(records: impl Iterator<Item = &'a Record>) -> BTreeMa
         *causes.entry(cause).or_default() += 1;
     }
     causes
+}
+
+/// The figures of one named window of the run (a fault, its recovery): see `phases`,
+/// which cuts the ledger along the windows.
+#[derive(Debug, Serialize)]
+pub struct Phase {
+    pub name: String,
+    /// Seconds since the measured phase began.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub requests: u64,
+    pub latency: Latency,
+    pub by_status: BTreeMap<String, u64>,
+    pub by_cause: BTreeMap<String, u64>,
+    /// The purchases by answer, each with its latency (`Report::answers`).
+    pub answers: BTreeMap<String, Answers>,
+    /// The side load's answers by route (`Report::side`).
+    pub side: BTreeMap<String, BTreeMap<String, Answers>>,
 }

@@ -12,7 +12,7 @@ use crate::configuration::policies::ORDERS_READ_POLICY;
 use crate::http::auth::Shopper;
 use crate::http::forwarded::client_ip;
 use crate::http::idempotency::Idempotent;
-use crate::http::rate_limit::RateLimitHeaders;
+use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::ApiError;
 use crate::limiter::{Caller, Limiter};
 use crate::sale::records::Order;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::configuration::policies::QUEUE_JOIN_POLICY;
 use crate::http::auth::Shopper;
 use crate::http::forwarded::client_ip;
-use crate::http::rate_limit::RateLimitHeaders;
+use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::limiter::{Caller, Limiter};

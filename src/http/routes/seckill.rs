@@ -10,7 +10,7 @@ use crate::domain::UserId;
 use crate::http::auth::Shopper;
 use crate::http::forwarded::client_ip;
 use crate::http::idempotency::{Attempt, Idempotent, Recover, Reply};
-use crate::http::rate_limit::RateLimitHeaders;
+use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::limiter::Caller;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use actix_web::http::header::HeaderMap;
-use seckill::http::rate_limit::RateLimitHeaders;
+use seckill::http::rate_limit_headers::RateLimitHeaders;
 use seckill::limiter::policy::KeySource;
 use seckill::limiter::{Algorithm, Clock, FailMode, Limiter, ManualClock};
 
