@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use redis::Script;
 
-use super::room_view::{Counters, Round, Step, ViewUpdate};
+use super::room_view::{Counters, Round, ViewUpdate};
+use super::step::Step;
 use crate::domain::UserId;
 use crate::metrics::RedisPurpose;
 use crate::sale::item::ItemId;
