@@ -376,6 +376,21 @@ async fn one_tickets_polls_get_their_burst_then_429_until_it_refills(db: PgPool)
 mod topology {
     use super::*;
 
+    /// The app's own Redis wrapper over `settings`, for the tests that call the scripts
+    /// through it.
+    async fn stock_redis(
+        settings: &seckill::configuration::Settings,
+    ) -> seckill::sale::stock::StockRedis {
+        let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
+        let store = seckill::store::RedisStore::connect(
+            &seckill::startup::redis_options(settings),
+            metrics,
+        )
+        .await
+        .unwrap();
+        seckill::sale::stock::StockRedis::new(store)
+    }
+
     #[sqlx::test]
     async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
         // A refusal for want of a pass comes from the reservation script, after the
@@ -677,6 +692,85 @@ mod topology {
     /// The room's gate over two instances (issue 33): the reservation script decides with
     /// the room flag in Redis, so an operator's change on one instance holds on the other
     /// from its 200 on, whatever that instance's copy of the settings says.
+    /// `lua/room_join.lua` and `lua/room_seal.lua` take the room's order as its word:
+    /// `fifo` places a joiner after the start at its own index, `random` leaves it to the
+    /// next round; any other word is an error reply with nothing written.
+    #[tokio::test]
+    async fn the_room_scripts_take_the_order_as_its_word_and_refuse_any_other() {
+        use seckill::domain::UserId;
+        use seckill::sale::item::ItemId;
+        use seckill::sale::room::room_redis::RoomMoment;
+        use seckill::sale::room::room_view::Round;
+        use seckill::sale::room::RoomRedis;
+        use seckill::vocabulary::RoomOrder;
+
+        let settings = seckill_test_support::redis_test_settings();
+        let rooms = RoomRedis::new(stock_redis(&settings).await);
+        let now = Utc::now().timestamp_millis();
+        let moment = |order, now_ms| RoomMoment {
+            now_ms,
+            sale_starts_ms: now - 1_000,
+            order,
+            expire_at_ms: now + 600_000,
+        };
+        let user = UserId::try_from(1).unwrap();
+        let mut seen = Vec::new();
+        for (item, order) in [(1, RoomOrder::Fifo), (2, RoomOrder::Random)] {
+            let item = ItemId::try_from(item).unwrap();
+            let joined = rooms.join(item, user, &moment(order, now)).await.unwrap();
+            let sealed = rooms
+                .seal(item, &moment(order, now + 1_000), 7, 1_000)
+                .await
+                .unwrap();
+            seen.push((joined.index, joined.placed, sealed));
+        }
+        let round = Round {
+            first: 0,
+            size: 1,
+            seed: 7,
+        };
+        assert_eq!(seen, [(0, true, None), (0, false, Some((1, round)))]);
+
+        let mut conn = seckill_test_support::redis_connection(&settings).await;
+        let keys = seckill_test_support::item_keys(&settings.redis_key_prefix, 3).room_wide();
+        let join_script = redis::Script::new(include_str!("../../lua/room_join.lua"));
+        let seal_script = redis::Script::new(include_str!("../../lua/room_seal.lua"));
+        for word in ["lifo", "1", ""] {
+            let mut join = join_script.prepare_invoke();
+            let mut seal = seal_script.prepare_invoke();
+            for key in &keys {
+                join.key(key);
+                seal.key(key);
+            }
+            join.arg(1)
+                .arg(now)
+                .arg(now - 1_000)
+                .arg(word)
+                .arg(now + 600_000);
+            seal.arg(now)
+                .arg(now - 1_000)
+                .arg(7)
+                .arg(word)
+                .arg(now + 600_000)
+                .arg(1_000);
+            for (script, call) in [("join", join), ("seal", seal)] {
+                let refused = call.invoke_async::<redis::Value>(&mut conn).await;
+                let error = refused.expect_err(&format!("{script} refuses {word:?}"));
+                let said = error.to_string();
+                assert!(
+                    said.contains("unknown room order") && said.contains(word),
+                    "{script}: {said}"
+                );
+            }
+        }
+        let written: i64 = redis::cmd("EXISTS")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(written, 0);
+    }
+
     mod gate {
         use super::*;
 
@@ -804,19 +898,12 @@ mod topology {
             use seckill::sale::records::ItemLedger;
             use seckill::sale::stock::{
                 KeyLifetime, Rebuilds, Reservation, ReservationOptions, Reservations, RoomGate,
-                RoomGates, StockRedis,
+                RoomGates,
             };
 
             let settings = seckill_test_support::redis_test_settings();
-            let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
-            let store = seckill::store::RedisStore::connect(
-                &seckill::startup::redis_options(&settings),
-                metrics,
-            )
-            .await
-            .unwrap();
             let minute = Duration::from_secs(60);
-            let redis = StockRedis::new(store);
+            let redis = stock_redis(&settings).await;
             let lifetime = KeyLifetime::new(minute);
             let reservations = Reservations::new(
                 redis.clone(),

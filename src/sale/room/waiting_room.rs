@@ -17,7 +17,7 @@ use crate::sale::item::{Item, ItemId};
 use crate::sale::parts::SaleParts;
 use crate::sale::stock::{RoomGate, RoomGates};
 use crate::sale::SaleError;
-use crate::vocabulary::{Outcome, PassOutcome, QueueState, RoomOrder};
+use crate::vocabulary::{Outcome, PassOutcome, QueueState};
 
 /// What a purchase's `Queue-Pass` header offered ([`WaitingRoom::check_pass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,12 +119,12 @@ impl WaitingRoom {
             .join(
                 item_id,
                 user,
-                &RoomMoment {
-                    now_ms: now.timestamp_millis(),
-                    sale_starts_ms: item.starts_at.timestamp_millis(),
-                    fifo: room.order == RoomOrder::Fifo,
-                    expire_at_ms: self.parts.lifetime.expire_at_ms(&item),
-                },
+                &RoomMoment::of(
+                    &item,
+                    room.order,
+                    self.parts.lifetime,
+                    now.timestamp_millis(),
+                ),
             )
             .await
             .map_err(RoomError::Unavailable)?;
