@@ -371,6 +371,71 @@ async fn one_tickets_polls_get_their_burst_then_429_until_it_refills(db: PgPool)
     assert_eq!(other.status(), 200);
 }
 
+/// A stored order this build does not know (written here behind the app's back, as a
+/// newer build or a hand edit would) is not read as `fifo`: the shoppers' side keeps the
+/// settings it had, the operator's read and an edit that does not name the order answer
+/// 503, and an edit that names it replaces the row.
+#[sqlx::test]
+async fn an_unknown_stored_order_is_an_error_and_the_room_keeps_its_settings(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(10).await;
+    open_room(
+        &app,
+        item,
+        json!({ "order": "random", "admitPerSecond": 7 }),
+    )
+    .await;
+    sqlx::query("ALTER TABLE waiting_rooms DROP CONSTRAINT waiting_rooms_order_kind_check")
+        .execute(&db)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE waiting_rooms SET order_kind = 'lifo', version = version + 1 WHERE item_id = $1",
+    )
+    .bind(item)
+    .execute(&db)
+    .await
+    .unwrap();
+    // Another item's creation is announced on the change channel: every reload wakes.
+    app.open_item(1).await;
+    let path = format!("/admin/api/items/{item}/waiting-room");
+    let refused = eventually(
+        "the reload meets the unknown order",
+        Duration::from_secs(5),
+        || async {
+            let response = app.admin_get(&path).await;
+            (response.status() == 503).then_some(response)
+        },
+    )
+    .await
+    .0;
+    assert_eq!(body(refused).await["code"], "QUEUE_UNAVAILABLE");
+    // The room is still on with its settings: a shopper joins.
+    joined(&app, 5, item).await;
+    let unnamed = app.set_room(item, json!({ "admitPerSecond": 3 })).await;
+    assert_eq!(unnamed.status(), 503);
+    let named = app.set_room(item, json!({ "order": "fifo" })).await;
+    assert_eq!(named.status(), 200);
+    let stored = body(named).await;
+    assert_eq!(
+        (
+            stored["order"].as_str(),
+            stored["admitPerSecond"].as_i64(),
+            stored["enabled"].as_bool(),
+            stored["version"].as_i64()
+        ),
+        (Some("fifo"), Some(7), Some(true), Some(3))
+    );
+    let word: String =
+        sqlx::query_scalar("SELECT order_kind FROM waiting_rooms WHERE item_id = $1")
+            .bind(item)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(word, "fifo");
+    assert_eq!(app.get_room(item).await["order"], "fifo");
+}
+
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
 /// (docs/testing.md, "The cluster pass").
 mod topology {
