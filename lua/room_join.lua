@@ -6,15 +6,21 @@
 -- ARGV[2]     now, ms
 -- ARGV[3]     sale start, ms: the first join at or after it closes the pre-queue
 --             (its size, `pre`, is the joiners before this one)
--- ARGV[4]     '1' when the room admits in the order of joining
+-- ARGV[4]     the room's order (`RoomOrder`): 'fifo' (in the order of joining) or
+--             'random'
 -- ARGV[5]     when the room's keys expire, ms
 --
 -- Returns {index, new (1/0), placed (1 when the index is its own place already: a
--- fifo joiner after the pre-queue, placed)}.
+-- fifo joiner after the pre-queue, placed)}; an error reply `ERR unknown room order
+-- <word>`, with nothing written, when ARGV[4] is neither word.
 
 local room = KEYS[1]
 local now = tonumber(ARGV[2])
-local fifo = ARGV[4] == '1'
+local order = ARGV[4]
+if order ~= 'fifo' and order ~= 'random' then
+  return redis.error_reply('ERR unknown room order ' .. tostring(order))
+end
+local fifo = order == 'fifo'
 local known = redis.call('HGET', KEYS[2], ARGV[1])
 if known then
   redis.call('ZADD', KEYS[5], now, known)

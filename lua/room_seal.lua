@@ -7,12 +7,18 @@
 -- ARGV[1]     now, ms
 -- ARGV[2]     sale start, ms
 -- ARGV[3]     this round's seed (a non-zero u64, decimal)
--- ARGV[4]     '1' for fifo order
+-- ARGV[4]     the room's order (`RoomOrder`): 'fifo' or 'random'
 -- ARGV[5]     when the room's keys expire, ms
 -- ARGV[6]     the random order's round length, ms
 --
--- Returns {round (-1: none recorded), first index, size}.
+-- Returns {round (-1: none recorded), first index, size}; an error reply
+-- `ERR unknown room order <word>`, with nothing written, when ARGV[4] is neither word.
 
+local order = ARGV[4]
+if order ~= 'fifo' and order ~= 'random' then
+  return redis.error_reply('ERR unknown room order ' .. tostring(order))
+end
+local fifo = order == 'fifo'
 local room = KEYS[1]
 local now = tonumber(ARGV[1])
 if now < tonumber(ARGV[2]) then return {-1, 0, 0} end
@@ -23,7 +29,7 @@ end
 if redis.call('HGET', room, 'sealed0') ~= '1' then
   local pre = tonumber(redis.call('HGET', room, 'pre') or joined)
   local mapped = pre
-  if ARGV[4] == '1' then mapped = joined end
+  if fifo then mapped = joined end
   redis.call('HSET', room, 'pre', pre, 'sealed0', 1, 'mapped', mapped, 'sealed_at', now)
   redis.call('RPUSH', KEYS[3], '0:' .. pre .. ':' .. ARGV[3])
   stamp()
@@ -31,7 +37,7 @@ if redis.call('HGET', room, 'sealed0') ~= '1' then
 end
 local mapped = tonumber(redis.call('HGET', room, 'mapped') or 0)
 if joined <= mapped then return {-1, mapped, 0} end
-if ARGV[4] == '1' then
+if fifo then
   redis.call('HSET', room, 'mapped', joined)
   return {-1, mapped, joined - mapped}
 end

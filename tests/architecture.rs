@@ -285,11 +285,6 @@ fn long_files_are_reported_not_refused() {
     }
 }
 
-/// Import cycles that another branch of issue 34 ends: `Step` moves from
-/// `sale/room/estimate.rs` to `sale/room/step.rs` there. Remove this entry when
-/// `step.rs` lands; the list is meant to be empty.
-const CYCLES_ENDING_ELSEWHERE: &[&[&str]] = &[&["sale/room/estimate.rs", "sale/room/room_view.rs"]];
-
 /// The crates whose files must not import each other in a circle, by their `src/`
 /// folder under this manifest's: the server's library, and loadgen's (another crate
 /// of the workspace, read as text too, so this one test holds both).
@@ -301,12 +296,7 @@ fn no_two_files_import_each_other_even_through_others() {
     let mut found = Vec::new();
     for root in CYCLE_FREE_CRATES {
         for cycle in import_cycles(&manifest.join(root)) {
-            let known = CYCLES_ENDING_ELSEWHERE.iter().any(|known| {
-                *root == "src" && known.iter().copied().eq(cycle.iter().map(String::as_str))
-            });
-            if !known {
-                found.push(format!("{root}: {}", cycle.join(" ⇄ ")));
-            }
+            found.push(format!("{root}: {}", cycle.join(" ⇄ ")));
         }
     }
     assert!(

@@ -371,10 +371,90 @@ async fn one_tickets_polls_get_their_burst_then_429_until_it_refills(db: PgPool)
     assert_eq!(other.status(), 200);
 }
 
+/// A stored order this build does not know (written here behind the app's back, as a
+/// newer build or a hand edit would) is not read as `fifo`: the shoppers' side keeps the
+/// settings it had, the operator's read and an edit that does not name the order answer
+/// 503, and an edit that names it replaces the row.
+#[sqlx::test]
+async fn an_unknown_stored_order_is_an_error_and_the_room_keeps_its_settings(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(10).await;
+    open_room(
+        &app,
+        item,
+        json!({ "order": "random", "admitPerSecond": 7 }),
+    )
+    .await;
+    sqlx::query("ALTER TABLE waiting_rooms DROP CONSTRAINT waiting_rooms_order_kind_check")
+        .execute(&db)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE waiting_rooms SET order_kind = 'lifo', version = version + 1 WHERE item_id = $1",
+    )
+    .bind(item)
+    .execute(&db)
+    .await
+    .unwrap();
+    // Another item's creation is announced on the change channel: every reload wakes.
+    app.open_item(1).await;
+    let path = format!("/admin/api/items/{item}/waiting-room");
+    let refused = eventually(
+        "the reload meets the unknown order",
+        Duration::from_secs(5),
+        || async {
+            let response = app.admin_get(&path).await;
+            (response.status() == 503).then_some(response)
+        },
+    )
+    .await
+    .0;
+    assert_eq!(body(refused).await["code"], "QUEUE_UNAVAILABLE");
+    // The room is still on with its settings: a shopper joins.
+    joined(&app, 5, item).await;
+    let unnamed = app.set_room(item, json!({ "admitPerSecond": 3 })).await;
+    assert_eq!(unnamed.status(), 503);
+    let named = app.set_room(item, json!({ "order": "fifo" })).await;
+    assert_eq!(named.status(), 200);
+    let stored = body(named).await;
+    assert_eq!(
+        (
+            stored["order"].as_str(),
+            stored["admitPerSecond"].as_i64(),
+            stored["enabled"].as_bool(),
+            stored["version"].as_i64()
+        ),
+        (Some("fifo"), Some(7), Some(true), Some(3))
+    );
+    let word: String =
+        sqlx::query_scalar("SELECT order_kind FROM waiting_rooms WHERE item_id = $1")
+            .bind(item)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(word, "fifo");
+    assert_eq!(app.get_room(item).await["order"], "fifo");
+}
+
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
 /// (docs/testing.md, "The cluster pass").
 mod topology {
     use super::*;
+
+    /// The app's own Redis wrapper over `settings`, for the tests that call the scripts
+    /// through it.
+    async fn stock_redis(
+        settings: &seckill::configuration::Settings,
+    ) -> seckill::sale::stock::StockRedis {
+        let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
+        let store = seckill::store::RedisStore::connect(
+            &seckill::startup::redis_options(settings),
+            metrics,
+        )
+        .await
+        .unwrap();
+        seckill::sale::stock::StockRedis::new(store)
+    }
 
     #[sqlx::test]
     async fn a_pass_buys_once_for_its_holder_only(db: PgPool) {
@@ -677,6 +757,85 @@ mod topology {
     /// The room's gate over two instances (issue 33): the reservation script decides with
     /// the room flag in Redis, so an operator's change on one instance holds on the other
     /// from its 200 on, whatever that instance's copy of the settings says.
+    /// `lua/room_join.lua` and `lua/room_seal.lua` take the room's order as its word:
+    /// `fifo` places a joiner after the start at its own index, `random` leaves it to the
+    /// next round; any other word is an error reply with nothing written.
+    #[tokio::test]
+    async fn the_room_scripts_take_the_order_as_its_word_and_refuse_any_other() {
+        use seckill::domain::UserId;
+        use seckill::sale::item::ItemId;
+        use seckill::sale::room::room_redis::RoomMoment;
+        use seckill::sale::room::room_view::Round;
+        use seckill::sale::room::RoomRedis;
+        use seckill::vocabulary::RoomOrder;
+
+        let settings = seckill_test_support::redis_test_settings();
+        let rooms = RoomRedis::new(stock_redis(&settings).await);
+        let now = Utc::now().timestamp_millis();
+        let moment = |order, now_ms| RoomMoment {
+            now_ms,
+            sale_starts_ms: now - 1_000,
+            order,
+            expire_at_ms: now + 600_000,
+        };
+        let user = UserId::try_from(1).unwrap();
+        let mut seen = Vec::new();
+        for (item, order) in [(1, RoomOrder::Fifo), (2, RoomOrder::Random)] {
+            let item = ItemId::try_from(item).unwrap();
+            let joined = rooms.join(item, user, &moment(order, now)).await.unwrap();
+            let sealed = rooms
+                .seal(item, &moment(order, now + 1_000), 7, 1_000)
+                .await
+                .unwrap();
+            seen.push((joined.index, joined.placed, sealed));
+        }
+        let round = Round {
+            first: 0,
+            size: 1,
+            seed: 7,
+        };
+        assert_eq!(seen, [(0, true, None), (0, false, Some((1, round)))]);
+
+        let mut conn = seckill_test_support::redis_connection(&settings).await;
+        let keys = seckill_test_support::item_keys(&settings.redis_key_prefix, 3).room_wide();
+        let join_script = redis::Script::new(include_str!("../../lua/room_join.lua"));
+        let seal_script = redis::Script::new(include_str!("../../lua/room_seal.lua"));
+        for word in ["lifo", "1", ""] {
+            let mut join = join_script.prepare_invoke();
+            let mut seal = seal_script.prepare_invoke();
+            for key in &keys {
+                join.key(key);
+                seal.key(key);
+            }
+            join.arg(1)
+                .arg(now)
+                .arg(now - 1_000)
+                .arg(word)
+                .arg(now + 600_000);
+            seal.arg(now)
+                .arg(now - 1_000)
+                .arg(7)
+                .arg(word)
+                .arg(now + 600_000)
+                .arg(1_000);
+            for (script, call) in [("join", join), ("seal", seal)] {
+                let refused = call.invoke_async::<redis::Value>(&mut conn).await;
+                let error = refused.expect_err(&format!("{script} refuses {word:?}"));
+                let said = error.to_string();
+                assert!(
+                    said.contains("unknown room order") && said.contains(word),
+                    "{script}: {said}"
+                );
+            }
+        }
+        let written: i64 = redis::cmd("EXISTS")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(written, 0);
+    }
+
     mod gate {
         use super::*;
 
@@ -804,19 +963,12 @@ mod topology {
             use seckill::sale::records::ItemLedger;
             use seckill::sale::stock::{
                 KeyLifetime, Rebuilds, Reservation, ReservationOptions, Reservations, RoomGate,
-                RoomGates, StockRedis,
+                RoomGates,
             };
 
             let settings = seckill_test_support::redis_test_settings();
-            let metrics = std::sync::Arc::new(seckill::metrics::Metrics::new().unwrap());
-            let store = seckill::store::RedisStore::connect(
-                &seckill::startup::redis_options(&settings),
-                metrics,
-            )
-            .await
-            .unwrap();
             let minute = Duration::from_secs(60);
-            let redis = StockRedis::new(store);
+            let redis = stock_redis(&settings).await;
             let lifetime = KeyLifetime::new(minute);
             let reservations = Reservations::new(
                 redis.clone(),

@@ -11,7 +11,7 @@
 //! nothing over the whole window (sold out, or every pass alive) gives no estimate: a
 //! number would be invented.
 
-use super::room_view::Step;
+use super::step::Step;
 
 /// Seconds of history the estimate looks at.
 pub const WINDOW_SECS: i64 = 30;

@@ -91,15 +91,9 @@ impl Inlet {
 
     async fn advance(&self, item: &Item, room: &RoomConfig, step: u64) -> anyhow::Result<()> {
         let now_ms = Utc::now().timestamp_millis();
-        let expire_at = self.parts.lifetime.expire_at_ms(item);
-        let fifo = room.order == crate::vocabulary::RoomOrder::Fifo;
+        let moment = RoomMoment::of(item, room.order, self.parts.lifetime, now_ms);
+        let expire_at = moment.expire_at_ms;
         let seed = fresh_seed();
-        let moment = RoomMoment {
-            now_ms,
-            sale_starts_ms: item.starts_at.timestamp_millis(),
-            fifo,
-            expire_at_ms: expire_at,
-        };
         let sealed = self
             .redis
             .seal(item.id, &moment, seed, ROUND.as_millis() as u64)

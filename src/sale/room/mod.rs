@@ -15,7 +15,8 @@
 //!
 //! The files, one job each: [`room_config`] (the settings and their bounds), [`rooms`]
 //! (their store and cache), [`room_redis`] (the scripts and reads), [`room_view`] (an
-//! instance's copy), [`shuffle`] (the draw), [`estimate`] (the wait), [`standing`]
+//! instance's copy), [`shuffle`] (the draw), [`estimate`] (the wait), [`step`] (an inlet step
+//! as recorded, which those two read), [`standing`]
 //! (a poll's answer), [`lobby`] (the copies and the liveness batch), [`inlet`] (the
 //! loop), [`room_error`] (the refusals), [`waiting_room`] (what HTTP calls),
 //! [`poll_budget`] (each ticket's polls, limited in process).
@@ -31,6 +32,7 @@ pub mod room_view;
 pub mod rooms;
 pub mod shuffle;
 pub mod standing;
+pub mod step;
 pub mod waiting_room;
 
 pub use inlet::Inlet;

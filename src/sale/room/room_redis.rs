@@ -7,11 +7,13 @@ use std::collections::HashMap;
 
 use redis::Script;
 
-use super::room_view::{Counters, Round, Step, ViewUpdate};
+use super::room_view::{Counters, Round, ViewUpdate};
+use super::step::Step;
 use crate::domain::UserId;
 use crate::metrics::RedisPurpose;
-use crate::sale::item::ItemId;
-use crate::sale::stock::StockRedis;
+use crate::sale::item::{Item, ItemId};
+use crate::sale::stock::{KeyLifetime, StockRedis};
+use crate::vocabulary::RoomOrder;
 
 /// What a join answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +30,23 @@ pub struct Joined {
 pub struct RoomMoment {
     pub now_ms: i64,
     pub sale_starts_ms: i64,
-    /// The room admits in the order of joining.
-    pub fifo: bool,
+    /// Goes down to the scripts as its word (`RoomOrder::label`); they refuse a word they
+    /// do not know, so a new order cannot quietly run as another.
+    pub order: RoomOrder,
     /// When the room's keys expire (`KeyLifetime`).
     pub expire_at_ms: i64,
+}
+
+impl RoomMoment {
+    /// `item`'s room, in `order`, at `now_ms`: the one way the join and the inlet build it.
+    pub fn of(item: &Item, order: RoomOrder, lifetime: KeyLifetime, now_ms: i64) -> Self {
+        Self {
+            now_ms,
+            sale_starts_ms: item.starts_at.timestamp_millis(),
+            order,
+            expire_at_ms: lifetime.expire_at_ms(item),
+        }
+    }
 }
 
 /// The arguments of one inlet step (`lua/room_admit.lua`).
@@ -94,7 +109,7 @@ impl RoomRedis {
         call.arg(user.get())
             .arg(at.now_ms)
             .arg(at.sale_starts_ms)
-            .arg(if at.fifo { "1" } else { "0" })
+            .arg(at.order.label())
             .arg(at.expire_at_ms);
         let (index, new, placed): (u64, i64, i64) = self
             .redis
@@ -122,7 +137,7 @@ impl RoomRedis {
         call.arg(at.now_ms)
             .arg(at.sale_starts_ms)
             .arg(seed.to_string())
-            .arg(if at.fifo { "1" } else { "0" })
+            .arg(at.order.label())
             .arg(at.expire_at_ms)
             .arg(round_ms);
         let (round, first, size): (i64, u64, u64) = self

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::estimate::AdmissionRate;
 use super::shuffle::Shuffle;
+use super::step::Step;
 
 /// A sealed round of the draw: the joiners `first .. first + size` placed on the same
 /// numbers by the shuffle of `seed`.
@@ -36,45 +37,6 @@ impl Round {
 
     fn shuffle(&self) -> Shuffle {
         Shuffle::new(self.size, self.seed)
-    }
-}
-
-/// One inlet step: the places `from .. to` were reached at `at_ms`, all admitted but
-/// `skipped` (abandoned).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    pub from: u64,
-    pub to: u64,
-    pub at_ms: i64,
-    pub skipped: Vec<u64>,
-}
-
-impl Step {
-    /// `"<from>:<to>:<at ms>:<skipped, comma-separated>"`, as `lua/room_admit.lua`
-    /// records it.
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut parts = text.splitn(4, ':');
-        let from = parts.next()?.parse().ok()?;
-        let to = parts.next()?.parse().ok()?;
-        let at_ms = parts.next()?.parse().ok()?;
-        let skipped = match parts.next()? {
-            "" => Vec::new(),
-            list => list
-                .split(',')
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?,
-        };
-        Some(Self {
-            from,
-            to,
-            at_ms,
-            skipped,
-        })
-    }
-
-    pub fn admitted(&self) -> u64 {
-        (self.to - self.from).saturating_sub(self.skipped.len() as u64)
     }
 }
 
@@ -307,11 +269,6 @@ mod tests {
         assert!(view.was_skipped(1));
         assert_eq!(view.admitted_at_ms(5), Some(200));
         assert_eq!(view.admitted_at_ms(6), None);
-        assert_eq!(Step::parse("3:6:200:"), Some(step(3, 6, 200, vec![])));
-        assert_eq!(
-            Step::parse("0:3:100:1,2"),
-            Some(step(0, 3, 100, vec![1, 2]))
-        );
         assert_eq!(
             Round::parse("0:10:18446744073709551615"),
             Some(Round {

@@ -7,6 +7,12 @@
 //!
 //! Reloads can overlap and finish out of order; a room's `version` only grows, so the
 //! cache keeps, room by room, the newest version it has seen.
+//!
+//! A stored order this build does not know (written by a newer build, or by hand) is
+//! not read as another: the room keeps the settings this instance had (the default,
+//! off, if it had none), every reload logs the item and the word at `error`, and the
+//! operator's read of the room answers 503 `QUEUE_UNAVAILABLE` until a change stores a
+//! known word ([`Rooms::unreadable`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +27,23 @@ use crate::vocabulary::RoomOrder;
 
 pub struct Rooms {
     pool: PgPool,
-    cache: ArcSwap<HashMap<ItemId, Arc<RoomConfig>>>,
+    cache: ArcSwap<Cache>,
+}
+
+#[derive(Default, Clone)]
+struct Cache {
+    rooms: HashMap<ItemId, Arc<RoomConfig>>,
+    /// Rows whose order this build cannot read, by item: their version and word.
+    unreadable: HashMap<ItemId, (i64, String)>,
+}
+
+/// A stored room whose `order_kind` is no `RoomOrder` word.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("item {item}'s waiting room is stored with an unknown order {word:?} (version {version})")]
+pub struct UnreadableRoom {
+    pub item: i64,
+    pub version: i64,
+    pub word: String,
 }
 
 struct Row {
@@ -37,19 +59,23 @@ struct Row {
 }
 
 impl Row {
-    fn config(&self) -> RoomConfig {
+    fn config(&self) -> Result<RoomConfig, UnreadableRoom> {
         let secs = |s: i32| std::time::Duration::from_secs(s.max(0) as u64);
-        RoomConfig {
+        let order: RoomOrder = self.order_kind.parse().map_err(|_| UnreadableRoom {
+            item: self.item_id,
+            version: self.version,
+            word: self.order_kind.clone(),
+        })?;
+        Ok(RoomConfig {
             enabled: self.enabled,
-            // The table's CHECK allows only the two words.
-            order: self.order_kind.parse().unwrap_or(RoomOrder::Fifo),
+            order,
             prequeue_starts_at: self.prequeue_starts_at,
             admit_per_second: self.admit_per_second.max(1) as u32,
             max_active: self.max_active.max(1) as u32,
             pass_ttl: secs(self.pass_ttl_secs),
             abandon_after: secs(self.abandon_after_secs),
             version: self.version,
-        }
+        })
     }
 }
 
@@ -63,20 +89,40 @@ impl Rooms {
 
     /// The item's room as this instance knows it; the default (off) when it has none.
     pub fn get(&self, item: ItemId) -> Arc<RoomConfig> {
-        self.cache.load().get(&item).cloned().unwrap_or_default()
+        self.cache
+            .load()
+            .rooms
+            .get(&item)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The item's stored room when this build cannot read it (its order unknown), newer
+    /// than the settings [`Self::get`] answers.
+    pub fn unreadable(&self, item: ItemId) -> Option<UnreadableRoom> {
+        let cache = self.cache.load();
+        let (version, word) = cache.unreadable.get(&item)?;
+        Some(UnreadableRoom {
+            item: item.get(),
+            version: *version,
+            word: word.clone(),
+        })
     }
 
     /// The rooms that are on.
     pub fn enabled(&self) -> Vec<(ItemId, Arc<RoomConfig>)> {
         self.cache
             .load()
+            .rooms
             .iter()
             .filter(|(_, room)| room.enabled)
             .map(|(item, room)| (*item, Arc::clone(room)))
             .collect()
     }
 
-    /// Reads every room from Postgres.
+    /// Reads every room from Postgres. A row it cannot read is logged and marked
+    /// (module doc); the others are read all the same, and the reload succeeds, so the
+    /// refresh that calls it goes on to its other work.
     pub async fn reload(&self) -> anyhow::Result<()> {
         let rows = sqlx::query_as!(
             Row,
@@ -85,7 +131,16 @@ impl Rooms {
         )
         .fetch_all(&self.pool)
         .await?;
-        self.install(rows.iter().map(|row| (row.item_id, row.config())));
+        let (read, unreadable): (Vec<_>, Vec<_>) = rows
+            .iter()
+            .map(|row| row.config().map(|room| (row.item_id, room)))
+            .partition(Result::is_ok);
+        let unreadable: Vec<UnreadableRoom> =
+            unreadable.into_iter().filter_map(Result::err).collect();
+        for room in &unreadable {
+            tracing::error!(item.id = room.item, version = room.version, order = %room.word, "a waiting room's stored order is unknown: the room keeps its previous settings");
+        }
+        self.install(read.into_iter().filter_map(Result::ok), unreadable);
         Ok(())
     }
 
@@ -122,25 +177,58 @@ impl Rooms {
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        let saved = row.config();
-        self.install([(row.item_id, saved.clone())]);
+        // The word written is this build's own, so the row reads back.
+        let saved = row.config()?;
+        self.install([(row.item_id, saved.clone())], Vec::new());
         Ok(Some(saved))
     }
 
-    /// Puts rooms in the cache, each only over an older version of itself.
-    fn install(&self, rooms: impl IntoIterator<Item = (i64, RoomConfig)>) {
+    /// Puts rooms in the cache, each only over an older version of itself, and marks the
+    /// unreadable ones newer than (or as new as) what the cache holds. A readable room
+    /// clears a mark of its version or older: a row fixed by hand keeps its version.
+    fn install(
+        &self,
+        rooms: impl IntoIterator<Item = (i64, RoomConfig)>,
+        unreadable: Vec<UnreadableRoom>,
+    ) {
         let fresh: Vec<(ItemId, RoomConfig)> = rooms
             .into_iter()
             .filter_map(|(id, room)| Some((ItemId::try_from(id).ok()?, room)))
             .collect();
+        let broken: Vec<(ItemId, UnreadableRoom)> = unreadable
+            .into_iter()
+            .filter_map(|room| Some((ItemId::try_from(room.item).ok()?, room)))
+            .collect();
         self.cache.rcu(|cache| {
-            let mut next = HashMap::clone(cache);
+            let mut next = Cache::clone(cache);
             for (item, room) in &fresh {
                 if next
+                    .rooms
                     .get(item)
                     .is_none_or(|known| known.version < room.version)
                 {
-                    next.insert(*item, Arc::new(room.clone()));
+                    next.rooms.insert(*item, Arc::new(room.clone()));
+                }
+                if next
+                    .unreadable
+                    .get(item)
+                    .is_some_and(|(version, _)| *version <= room.version)
+                {
+                    next.unreadable.remove(item);
+                }
+            }
+            for (item, room) in &broken {
+                let newest = next
+                    .rooms
+                    .get(item)
+                    .is_none_or(|known| known.version <= room.version)
+                    && next
+                        .unreadable
+                        .get(item)
+                        .is_none_or(|(version, _)| *version <= room.version);
+                if newest {
+                    next.unreadable
+                        .insert(*item, (room.version, room.word.clone()));
                 }
             }
             next

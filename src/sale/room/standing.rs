@@ -121,7 +121,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::sale::room::room_view::{Counters, Round, Step};
+    use crate::sale::room::room_view::{Counters, Round};
+    use crate::sale::room::step::Step;
 
     const START: i64 = 1_000_000;
     const END: i64 = 2_000_000;

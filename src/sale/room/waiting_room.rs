@@ -17,7 +17,7 @@ use crate::sale::item::{Item, ItemId};
 use crate::sale::parts::SaleParts;
 use crate::sale::stock::{RoomGate, RoomGates};
 use crate::sale::SaleError;
-use crate::vocabulary::{Outcome, PassOutcome, QueueState, RoomOrder};
+use crate::vocabulary::{Outcome, PassOutcome, QueueState};
 
 /// What a purchase's `Queue-Pass` header offered ([`WaitingRoom::check_pass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,12 +119,12 @@ impl WaitingRoom {
             .join(
                 item_id,
                 user,
-                &RoomMoment {
-                    now_ms: now.timestamp_millis(),
-                    sale_starts_ms: item.starts_at.timestamp_millis(),
-                    fifo: room.order == RoomOrder::Fifo,
-                    expire_at_ms: self.parts.lifetime.expire_at_ms(&item),
-                },
+                &RoomMoment::of(
+                    &item,
+                    room.order,
+                    self.parts.lifetime,
+                    now.timestamp_millis(),
+                ),
             )
             .await
             .map_err(RoomError::Unavailable)?;
@@ -266,9 +266,14 @@ impl WaitingRoom {
         }
     }
 
-    /// The room's settings (the defaults, off, when it was never set).
+    /// The room's settings (the defaults, off, when it was never set). A stored row this
+    /// build cannot read is an error here, for the operator, while the shoppers' side
+    /// goes on with the settings it had (`rooms`).
     pub fn settings(&self, item: ItemId) -> Result<Arc<RoomConfig>, RoomError> {
         self.item(item)?;
+        if let Some(unreadable) = self.rooms.unreadable(item) {
+            return Err(RoomError::Unavailable(unreadable.into()));
+        }
         Ok(self.rooms.get(item))
     }
 
@@ -280,7 +285,18 @@ impl WaitingRoom {
     ) -> Result<Arc<RoomConfig>, RoomError> {
         let item = self.item(item_id)?;
         for _ in 0..3 {
-            let current = self.rooms.get(item_id);
+            let mut current = self.rooms.get(item_id);
+            if let Some(unreadable) = self.rooms.unreadable(item_id) {
+                if edit.order.is_none() {
+                    return Err(RoomError::Unavailable(unreadable.into()));
+                }
+                // An edit that names the order replaces the unreadable row (over its
+                // version); its other settings start from the ones this instance had.
+                current = Arc::new(RoomConfig {
+                    version: unreadable.version,
+                    ..RoomConfig::clone(&current)
+                });
+            }
             let next = current.edited(edit, item.starts_at)?;
             match self
                 .rooms
