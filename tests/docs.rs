@@ -509,3 +509,114 @@ fn deploy_readme_names_every_setting() {
         "settings deploy/README.md does not name: {missing:?}"
     );
 }
+
+/// The keys of one `export const NAME = Object.freeze({ … })` of a page script: the
+/// spellings it lists at the object's first level.
+fn frozen_object_keys(script: &str, name: &str) -> BTreeSet<String> {
+    let start = script
+        .find(&format!("export const {name} = Object.freeze({{"))
+        .unwrap_or_else(|| panic!("{name} in the script"));
+    let rest = &script[start..];
+    let body = &rest[..rest.find("\n});").unwrap_or(rest.len())];
+    body.lines()
+        .filter_map(|line| line.strip_prefix("  "))
+        .filter(|line| !line.starts_with(' '))
+        .filter_map(|line| line.split_once(':').map(|(key, _)| key.trim().to_string()))
+        .filter(|key| key.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .collect()
+}
+
+/// The serde spelling of a fieldless value, or of the one field of a newtype variant.
+fn spelling<T: serde::Serialize>(value: T) -> String {
+    match serde_json::to_value(value).expect("serialises") {
+        serde_json::Value::String(word) => word,
+        serde_json::Value::Object(map) => map.keys().next().cloned().unwrap_or_default(),
+        other => panic!("not a word: {other}"),
+    }
+}
+
+/// The policy editor (`static/admin/policy.js`) spells the limiter's words and bounds
+/// for its selects and checks: every algorithm, fail mode, scope and key source it
+/// lists is the server's and every one of the server's is listed (both ways), and its
+/// rule cap, longest delay and rule-name pattern are the server's.
+#[test]
+fn the_policy_editor_spells_the_limiters_words_both_ways() {
+    use seckill::limiter::policy::{FailMode, KeySource, MAX_DELAY_MS, MAX_RULES};
+    use seckill::limiter::{Algorithm, Scope};
+    let root = root();
+    let script = read(&root.join("static/admin/policy.js"));
+    // Each list is written as a match, so a new variant does not compile until it is
+    // named here (and so checked against the page).
+    let fail_mode = |mode: FailMode| match mode {
+        FailMode::Open | FailMode::Closed | FailMode::Local => spelling(mode),
+    };
+    let scope = |scope: Scope| match scope {
+        Scope::Global | Scope::PerItem => spelling(scope),
+    };
+    let key_source = |source: KeySource| match source {
+        KeySource::User
+        | KeySource::Ip
+        | KeySource::Network
+        | KeySource::ClientId
+        | KeySource::Route
+        | KeySource::Literal(_) => spelling(source),
+    };
+    let server: [(&str, BTreeSet<String>); 4] = [
+        (
+            "ALGORITHMS",
+            Algorithm::ALL
+                .iter()
+                .map(|a| a.as_str().to_string())
+                .collect(),
+        ),
+        (
+            "FAIL_MODES",
+            [FailMode::Open, FailMode::Closed, FailMode::Local]
+                .into_iter()
+                .map(fail_mode)
+                .collect(),
+        ),
+        (
+            "SCOPES",
+            [Scope::Global, Scope::PerItem]
+                .into_iter()
+                .map(scope)
+                .collect(),
+        ),
+        (
+            "KEY_SOURCES",
+            [
+                KeySource::User,
+                KeySource::Ip,
+                KeySource::Network,
+                KeySource::ClientId,
+                KeySource::Route,
+                KeySource::Literal("x".into()),
+            ]
+            .into_iter()
+            .map(key_source)
+            .collect(),
+        ),
+    ];
+    for (name, words) in server {
+        assert_eq!(frozen_object_keys(&script, name), words, "{name}");
+    }
+    assert!(script.contains(&format!("export const MAX_RULES = {MAX_RULES};")));
+    let delay = MAX_DELAY_MS.to_string();
+    let delay = format!(
+        "{}_{}",
+        &delay[..delay.len() - 3],
+        &delay[delay.len() - 3..]
+    );
+    assert!(script.contains(&format!("export const MAX_DELAY_MS = {delay};")));
+    let edit = read(&root.join("src/rules/edit.rs"));
+    let pattern = edit
+        .split("#[schema(pattern = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("RuleEdit.name's pattern in src/rules/edit.rs");
+    assert!(
+        script.contains(&format!("export const RULE_NAME = /{pattern}/;")),
+        "RULE_NAME is not {pattern}"
+    );
+}

@@ -224,8 +224,9 @@ impl Default for LimiterSettings {
     }
 }
 
-/// Most rules one policy may have: each is a key in one script call.
-const MAX_RULES: usize = 8;
+/// Most rules one policy may have: each is a key in one script call (the dashboard's
+/// `MAX_RULES` too, held to this by `tests/docs.rs`).
+pub const MAX_RULES: usize = 8;
 
 /// A checked rule: names are key-safe, every limit is positive.
 #[derive(Debug, Clone, PartialEq, Eq)]

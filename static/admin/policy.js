@@ -1,6 +1,7 @@
 // A rate-limit policy as the dashboard reads it: the server's words for its algorithm,
 // fail mode, scope and key sources with their labels, and the bounds of its rules,
-// spelled once for the editor and the audit list.
+// spelled once for the editor and the audit list. tests/docs.rs holds every list here to the
+// server's words both ways, and the bounds to the server's constants.
 
 /** The limiter's algorithms: spelling → label, and what it does (shown beside its select). */
 export const ALGORITHMS = Object.freeze({
