@@ -158,18 +158,7 @@ async fn an_ended_then_archived_item_leaves_the_shop_and_its_orders_stay(db: PgP
         1,
         "its orders stay"
     );
-    let audit = body(
-        app.admin_get(&format!("/admin/api/items/{item}/audit"))
-            .await,
-    )
-    .await;
-    let actions: Vec<&str> = audit["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
-    assert_eq!(actions, ["archive", "end", "create"]);
+    assert_eq!(app.audit_actions(item).await, ["archive", "end", "create"]);
 }
 
 #[sqlx::test]

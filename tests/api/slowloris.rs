@@ -22,6 +22,22 @@ async fn connect_from(source: &str, app: &TestApp) -> std::io::Result<TcpStream>
 
 /// Trickles a request head that never ends, a byte every `every`, until the server
 /// closes the connection (answers `Some(time it stayed open)`) or `give_up` passes.
+/// `GET /health/live` on a connection of its own from `source`: the whole answer,
+/// which must come within `within`.
+async fn live_from(source: &str, app: &TestApp, within: Duration) -> String {
+    let mut stream = connect_from(source, app).await.expect("connects");
+    stream
+        .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("sends");
+    let mut answer = String::new();
+    tokio::time::timeout(within, stream.read_to_string(&mut answer))
+        .await
+        .expect("another address is answered in time")
+        .expect("reads");
+    answer
+}
+
 async fn trickle(mut stream: TcpStream, every: Duration, give_up: Duration) -> Option<Duration> {
     let opened = Instant::now();
     let head =
@@ -80,16 +96,7 @@ async fn one_address_holds_only_its_share_and_everyone_else_is_served(db: PgPool
         assert_eq!(purchase.status(), 200, "a purchase through the proxy");
         let mut answers = Vec::new();
         while Instant::now() < attack_until {
-            let mut other = connect_from("127.0.0.3", &app).await.expect("connects");
-            other
-                .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-                .await
-                .unwrap();
-            let mut answer = String::new();
-            tokio::time::timeout(Duration::from_secs(2), other.read_to_string(&mut answer))
-                .await
-                .expect("another address is answered in time")
-                .unwrap();
+            let answer = live_from("127.0.0.3", &app, Duration::from_secs(2)).await;
             answers.push(answer.starts_with("HTTP/1.1 200"));
             let probe = app
                 .client
@@ -231,16 +238,7 @@ async fn idle_connections_from_many_addresses_give_way_oldest_first_to_a_newcome
         .await;
     }
     // Someone else, from another address, is served (all 8 places were held before).
-    let mut other = connect_from("127.0.0.3", &app).await.expect("connects");
-    other
-        .write_all(b"GET /health/live HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(10), other.read_to_string(&mut answer))
-        .await
-        .expect("another address is answered")
-        .unwrap();
+    let answer = live_from("127.0.0.3", &app, Duration::from_secs(10)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Exactly the seven oldest were closed (six for the idle newcomers, one for it).
     assert_eq!(cuts(&app, "head_budget").await, 7.0);

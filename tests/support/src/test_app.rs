@@ -275,6 +275,21 @@ impl TestApp {
         self.admin_send(Method::GET, path, None).await
     }
 
+    /// The actions of an item's audit, newest first (`create`, `edit`, `end`, …).
+    pub async fn audit_actions(&self, item: i64) -> Vec<String> {
+        let audit = json(
+            self.admin_get(&format!("/admin/api/items/{item}/audit"))
+                .await,
+        )
+        .await;
+        audit["entries"]
+            .as_array()
+            .unwrap_or_else(|| panic!("an audit: {audit}"))
+            .iter()
+            .map(|e| e["action"].as_str().expect("an action").to_string())
+            .collect()
+    }
+
     /// `method path` with the admin token and a JSON body, if any.
     pub async fn admin_send(&self, method: Method, path: &str, body: Option<Value>) -> Response {
         let mut request = self
