@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub use loadtest_core::stores::Stores;
+
 /// One limit the checker expects the service to enforce.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
@@ -54,15 +56,6 @@ pub enum ItemChoice {
     },
 }
 
-/// Where to look after the run: Postgres and Redis of the instances under test.
-#[derive(Debug, Clone)]
-pub struct Stores {
-    pub database_url: String,
-    /// One server's URL, or a cluster's node URLs separated by commas.
-    pub redis_url: String,
-    pub redis_prefix: String,
-}
-
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Base URLs, e.g. `http://127.0.0.1:8080`; requests go round-robin.
@@ -99,7 +92,7 @@ pub struct Options {
     /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
     pub purchase_path: Option<String>,
     /// Open model only: at most this many requests in flight. A send that falls due
-    /// while the cap is reached is dropped and counted (`Report::dropped`), so an
+    /// while the cap is reached is dropped and counted (`RunReport::dropped`), so an
     /// overloaded server sees bounded concurrency instead of a pile of new connections.
     pub max_in_flight: Option<usize>,
     /// Client addresses are `first_ip .. first_ip + ips` (as indices, see `ip_of`), so

@@ -10,11 +10,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::client::ip_of;
+use loadtest_core::client::ip_of;
+use loadtest_core::ledger::Record;
+use loadtest_core::report::Check;
+
 use crate::config::{Limit, Limits};
-use crate::ledger::Record;
 use crate::outages::{class, Class, Outage};
-use crate::report::Check;
 
 /// How much shorter than the window a span must be for its admissions to be certainly
 /// inside one window: 1 ms because the limiter's clock (Redis `TIME`) is truncated to
@@ -130,8 +131,9 @@ pub(crate) fn limit_checks(records: &[Record], limits: &Limits, outages: &[Outag
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Failure;
-    use crate::report::{by_cause, summarize};
+    use crate::report::summarize;
+    use loadtest_core::client::Failure;
+    use loadtest_core::report::by_cause;
 
     fn admitted(user: i64, sent_ms: u64, received_ms: u64) -> Record {
         Record {

@@ -8,23 +8,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+use loadtest_core::client;
+use loadtest_core::ledger::Record;
+use loadtest_core::report::Check;
+use loadtest_core::setup::{create_item, login, wait_until_listed};
+use loadtest_core::stores::{self, order_count, store_checks};
 
 use crate::config::{Config, ItemChoice, Options};
 use crate::fallback_checks::fallback_checks;
-use crate::ledger::Record;
 use crate::limit_checks::limit_checks;
-use crate::report::{summarize, Check, Report};
+use crate::report::{summarize, RunReport};
 use crate::request::Shared;
-use crate::setup::{create_item, tokens, wait_until_listed};
 use crate::side::side_answers;
-use crate::stores::{order_count, store_checks};
-use crate::{client, outages, phases, progress, samples, schedule, side, stores};
+use crate::{outages, phases, progress, samples, schedule, side};
 
-pub async fn run(config: Config) -> anyhow::Result<Report> {
+pub async fn run(config: Config) -> anyhow::Result<RunReport> {
     run_with(config, Options::default()).await
 }
 
-pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report> {
+pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!config.targets.is_empty(), "at least one target");
     anyhow::ensure!(
         config.users > 0 && config.ips > 0,
@@ -54,7 +56,8 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         };
         let session_target = options.session_target.as_deref();
         let session_target = session_target.unwrap_or(&config.targets[0]);
-        let tokens = tokens(&client, &config, session_target.trim_end_matches('/')).await?;
+        let users = (0..config.users).map(|i| config.first_user + i64::from(i));
+        let tokens = login(&client, session_target.trim_end_matches('/'), users).await?;
         (item_ids, tokens, orders_before)
     };
     let item_id = item_ids[0];
@@ -181,7 +184,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         }
         report
             .checks
-            .extend(store_checks(stores, item_id, before, &report, &records).await?);
+            .extend(store_checks(stores, item_id, before, &records).await?);
     }
     Ok(report)
 }

@@ -18,10 +18,11 @@ use anyhow::Context;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use crate::client::{ip_of, Failure};
+use loadtest_core::client::{ip_of, Failure};
+use loadtest_core::ledger::Record;
+use loadtest_core::report::{answers, Answers};
+
 use crate::config::SideLoad;
-use crate::ledger::Record;
-use crate::report::{answers, Answers};
 
 /// The routes of the side load, by the policy that limits each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,7 +146,7 @@ pub(crate) async fn prepare(
         }
     }
     let readers = (0..side.orders_read_users).map(|k| first_reader + i64::from(k));
-    let tokens = crate::setup::login(client, target, readers.clone()).await?;
+    let tokens = loadtest_core::setup::login(client, target, readers.clone()).await?;
     let algorithm = policies[1].algorithm.clone();
     for (k, user) in readers.enumerate() {
         let token = tokens.get(&user).context("a reader's token")?.clone();
