@@ -12,28 +12,29 @@ pub struct Limit {
     pub window: Duration,
 }
 
-#[derive(Debug, Clone)]
+/// The limits a run holds the purchases to, by dimension: what the caller gives of
+/// each (a test planting a breach, a bench run raising them out of the way), the rest
+/// read from the `seckill` policy the service runs (see `limits`). The default gives
+/// nothing: every limit is the service's own, so loadgen never copies the defaults.
+#[derive(Debug, Clone, Default)]
 pub struct Limits {
-    pub user: Limit,
-    pub ip: Limit,
-    pub api: Limit,
+    pub user: LimitParts,
+    pub ip: LimitParts,
+    pub api: LimitParts,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+/// A limit's parts as given; each one not given is read from the policy's rule.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimitParts {
+    pub count: Option<u64>,
+    pub window: Option<Duration>,
+}
+
+impl From<Limit> for LimitParts {
+    fn from(limit: Limit) -> Self {
         Self {
-            user: Limit {
-                count: 3,
-                window: Duration::from_secs(60),
-            },
-            ip: Limit {
-                count: 5,
-                window: Duration::from_secs(60),
-            },
-            api: Limit {
-                count: 1000,
-                window: Duration::from_secs(1),
-            },
+            count: Some(limit.count),
+            window: Some(limit.window),
         }
     }
 }
@@ -52,7 +53,6 @@ pub enum ItemChoice {
     /// Create a fresh item with this stock through the admin API.
     Create {
         stock: i64,
-        admin_token: String,
     },
 }
 
@@ -71,6 +71,9 @@ pub struct Config {
     pub duration: Duration,
     pub max_requests: Option<u64>,
     pub limits: Limits,
+    /// For the admin API: the item's creation, the policies' reads (the limits not
+    /// given, the side load's rules).
+    pub admin_token: String,
     pub stores: Option<Stores>,
     pub progress: bool,
     /// Instead of purchases, GET this path (a baseline: the constant route, the bare
@@ -138,6 +141,4 @@ pub struct SideLoad {
     /// the load: a window algorithm's keys then meet a fault in different phases of
     /// their windows (a full log is refused from the denial cache, in process or not).
     pub stagger: Duration,
-    /// To read the policies' rules (`GET /admin/api/policies/{name}`).
-    pub admin_token: String,
 }

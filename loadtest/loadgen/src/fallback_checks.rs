@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use crate::limit_checks::clock_slack;
 use crate::outages::{class, Class, Outage};
-use crate::side::{Policy, Rule, SidePlan, SideRecord};
+use crate::policies::{Policy, Rule};
+use crate::side::{SidePlan, SideRecord};
 use loadtest_core::report::Check;
 
 /// How a rule counts, for its bound in Redis.

@@ -4,7 +4,9 @@
 //! `loadtest_core`'s, shared with the other load tools (`loadtest/README.md`).
 //!
 //! Map of the crate, in the order a run uses it:
-//! - `config`: what a run is asked to do ([`Config`], [`Options`], the [`Limits`]).
+//! - `config`: what a run is asked to do ([`Config`], [`Options`], the [`Limits`] given).
+//! - `policies`: the policies the service runs, read through its admin API; `limits`:
+//!   the limits the checks hold the purchases to, those not given read from there.
 //! - `request`: one request, sent and written to the ledger.
 //! - `schedule`: the load, in the open model (a rate) or the closed one (a concurrency).
 //! - `side`: beside the purchases, a few keys of the policies that limit in process
@@ -20,8 +22,10 @@
 mod config;
 mod fallback_checks;
 mod limit_checks;
+mod limits;
 mod outages;
 mod phases;
+mod policies;
 mod progress;
 mod report;
 mod request;
@@ -30,7 +34,7 @@ mod samples;
 mod schedule;
 mod side;
 
-pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
+pub use config::{Config, ItemChoice, Limit, LimitParts, Limits, Load, Options, SideLoad, Stores};
 pub use loadtest_core::report::{Answers, Check, Latency, Span};
 pub use report::{Phase, RunReport};
 pub use run::{run, run_with};
