@@ -20,18 +20,24 @@ ENV SQLX_OFFLINE=true \
 #    seckill's sources are built, the others stay stubs.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
+COPY loadtest/core/Cargo.toml loadtest/core/Cargo.toml
 COPY loadtest/loadgen/Cargo.toml loadtest/loadgen/Cargo.toml
+COPY loadtest/queue-bench/Cargo.toml loadtest/queue-bench/Cargo.toml
+COPY loadtest/slowloris/Cargo.toml loadtest/slowloris/Cargo.toml
+COPY loadtest/trace/Cargo.toml loadtest/trace/Cargo.toml
 COPY loadtest/ceiling/Cargo.toml loadtest/ceiling/Cargo.toml
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
-RUN mkdir -p src loadtest/loadgen/src loadtest/ceiling/src tests/support/src \
+RUN mkdir -p src tests/support/src \
+ && for tool in loadgen queue-bench slowloris trace ceiling; do \
+      mkdir -p loadtest/$tool/src && echo 'fn main() {}' > loadtest/$tool/src/main.rs; \
+    done \
+ && mkdir -p loadtest/core/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
- && echo 'fn main() {}' > loadtest/loadgen/src/main.rs \
- && touch loadtest/loadgen/src/lib.rs \
- && echo 'fn main() {}' > loadtest/ceiling/src/main.rs \
- && touch tests/support/src/lib.rs \
+ && touch src/lib.rs loadtest/core/src/lib.rs loadtest/loadgen/src/lib.rs \
+    loadtest/queue-bench/src/lib.rs loadtest/slowloris/src/lib.rs loadtest/trace/src/lib.rs \
+    tests/support/src/lib.rs \
  && cargo build --release --locked --bin seckill \
- && rm -rf src loadtest/loadgen/src
+ && rm -rf src loadtest/core/src loadtest/loadgen/src
 
 # The commit `seckill_build_info` names: `docker build --build-arg SECKILL_COMMIT=$(git
 # rev-parse --short HEAD)`.
@@ -43,10 +49,12 @@ COPY .sqlx .sqlx
 COPY migrations migrations
 COPY lua lua
 COPY src src
+COPY loadtest/core/src loadtest/core/src
 COPY loadtest/loadgen/src loadtest/loadgen/src
 # COPY keeps the files' own modification times, which may be older than the stub
 # build above; touch them so cargo rebuilds our crates instead of keeping the stubs.
-RUN touch src/main.rs src/lib.rs loadtest/loadgen/src/main.rs loadtest/loadgen/src/lib.rs \
+RUN touch src/main.rs src/lib.rs loadtest/core/src/lib.rs loadtest/loadgen/src/main.rs \
+    loadtest/loadgen/src/lib.rs \
  && cargo build --release --locked --bin seckill \
  && cp target/release/seckill /usr/local/bin/seckill
 

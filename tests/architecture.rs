@@ -8,9 +8,9 @@
 //!    its `impl` across files to make them shorter);
 //! 4. one module name per concept across the tree (the route files, named after their
 //!    URL area, aside), and no module named after a crate it would shadow;
-//! 5. no import cycle between files, in this crate or in loadgen's: no file depends,
-//!    directly or through others, on a file that depends on it (a `mod.rs` and its
-//!    children included).
+//! 5. no import cycle between files, in this crate or in the load tools' (their shared
+//!    core and each tool's crate): no file depends, directly or through others, on a
+//!    file that depends on it (a `mod.rs` and its children included).
 //!
 //! "One job per file" cannot be checked on the text; a file's size is only reported (a
 //! warning in the test's output, never a failure): a long file is a reason to look for
@@ -286,9 +286,17 @@ fn long_files_are_reported_not_refused() {
 }
 
 /// The crates whose files must not import each other in a circle, by their `src/`
-/// folder under this manifest's: the server's library, and loadgen's (another crate
-/// of the workspace, read as text too, so this one test holds both).
-const CYCLE_FREE_CRATES: &[&str] = &["src", "loadtest/loadgen/src"];
+/// folder under this manifest's: the server's library, and the load tools' (other
+/// crates of the workspace, read as text too, so this one test holds them all; a tool
+/// crate without its folder here fails `every_load_tool_crate_is_checked_for_cycles`).
+const CYCLE_FREE_CRATES: &[&str] = &[
+    "src",
+    "loadtest/core/src",
+    "loadtest/loadgen/src",
+    "loadtest/queue-bench/src",
+    "loadtest/slowloris/src",
+    "loadtest/trace/src",
+];
 
 #[test]
 fn no_two_files_import_each_other_even_through_others() {
@@ -304,6 +312,44 @@ fn no_two_files_import_each_other_even_through_others() {
         "files that import each other, directly or through others (move what both \
          need to a file of its own, below both): {found:#?}"
     );
+}
+
+/// Every load tool's crate of the workspace (a member under `loadtest/` of more than one
+/// file: one file cannot import itself) is in `CYCLE_FREE_CRATES`, so a tool split off
+/// later is checked too.
+#[test]
+fn every_load_tool_crate_is_checked_for_cycles() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unchecked: Vec<String> = load_tool_crates(
+        &std::fs::read_to_string(manifest.join("Cargo.toml")).expect("the root manifest"),
+    )
+    .into_iter()
+    .map(|member| format!("{member}/src"))
+    .filter(|src| {
+        let mut files = Vec::new();
+        rust_files(&manifest.join(src), &mut files);
+        files.len() > 1 && !CYCLE_FREE_CRATES.contains(&src.as_str())
+    })
+    .collect();
+    assert!(
+        unchecked.is_empty(),
+        "load tool crates missing from CYCLE_FREE_CRATES: {unchecked:?}"
+    );
+}
+
+/// The workspace members under `loadtest/`, from the root manifest's `members` list.
+fn load_tool_crates(manifest: &str) -> Vec<String> {
+    let members = manifest
+        .split_once("members = [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map_or("", |(list, _)| list);
+    members
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|member| member.starts_with("loadtest/"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The import cycles between the library files under `root` (a crate's `src/`): each

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/bench.sh, scenario 15: the limiting algorithms on one trace. The `trace` binary
-# (loadtest/loadgen/src/bin/trace.rs) generates a trace from TRACE_SEED, replays it
+# (loadtest/trace/src/main.rs) generates a trace from TRACE_SEED, replays it
 # through each algorithm's script in the private Redis (REDIS_URL) on the trace's own
 # clock and holds every decision against the sliding-window log's; then memory per key
 # and Redis CPU per call. Its Markdown goes between the markers of docs/limiting.md
@@ -18,7 +18,7 @@ scenario_limiting() {
   # BENCH_BUILD=0 skips the workspace build; this binary alone is cheap to build.
   if [ ! -x "$trace" ]; then
     log "limiting: building the trace binary"
-    cargo build --release --locked -p loadgen --bin trace >&2
+    cargo build --release --locked -p trace >&2
   fi
   log "limiting: one trace through every algorithm, seed $TRACE_SEED (a few minutes)"
   "$trace" --redis-url "$REDIS_URL" --seed "$TRACE_SEED" --markdown "$OUT/limiting.md" >/dev/null \

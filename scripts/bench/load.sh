@@ -81,8 +81,8 @@ bought_item() {
   # shellcheck disable=SC2153 # USERS: the driver's knob
   item=$(create_item $((USERS + 1)))
   # shellcheck disable=SC2046
-  "$LOADGEN" $(targets "$count") --quiet --no-store-checks --item "$item" --users "$USERS" --ips "$USERS" \
-    --requests "$USERS" --concurrency "$CONCURRENCY" --duration 120 "${NO_LIMITS[@]}" >/dev/null 2>&1 || true
+  "$LOADGEN" $(targets "$count") --quiet --no-store-checks --admin-token "$ADMIN" --item "$item" \
+    --users "$USERS" --ips "$USERS" --requests "$USERS" --concurrency "$CONCURRENCY" --duration 120 "${NO_LIMITS[@]}" >/dev/null 2>&1 || true
   echo "$item"
 }
 
@@ -94,8 +94,8 @@ bought_item_real_limits() {
   local users=$1 name=$2 item bought
   item=$(create_item $((users + 1)))
   # shellcheck disable=SC2046
-  "$LOADGEN" $(targets 1) --quiet --no-store-checks --item "$item" --users "$users" --ips "$users" \
-    --requests "$users" --rate 900 --duration 300 --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
+  "$LOADGEN" $(targets 1) --quiet --no-store-checks --admin-token "$ADMIN" --item "$item" \
+    --users "$users" --ips "$users" --requests "$users" --rate 900 --duration 300 --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
   bought=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_status"].get("200", 0))' \
     "$OUT/$name.json" 2>/dev/null || echo 0)
   [ "$bought" -eq "$users" ] || log "warning: only $bought of $users users bought item $item beforehand"

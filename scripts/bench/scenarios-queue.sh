@@ -2,7 +2,7 @@
 # scripts/bench.sh, scenario 14: the waiting room (issue 24; method and figures in
 # docs/waiting-room.md, "Numbers (make bench)"). Each scenario runs at fresh instances
 # (the app's default limits) and is driven by target/release/queue
-# (loadtest/loadgen/src/queue/), which creates its item and room and writes its figures
+# (loadtest/queue-bench/src/), which creates its item and room and writes its figures
 # and checks to $OUT/NAME.json:
 #   queue_fairness         QUEUE_HUMANS humans and QUEUE_OPERATORS bot operators holding
 #                          QUEUE_PER_OPERATOR accounts each (20 000, 10 % bots), 500

@@ -18,7 +18,7 @@ check_dockerfile_context() {
   done < <(awk '/^COPY / && !/--from=/ { for (i = 2; i < NF; i++) print $i }' Dockerfile)
   [ ${#missing[@]} -eq 0 ] || { echo "COPY sources missing: ${missing[*]}"; return 1; }
   [ ${#ignored[@]} -eq 0 ] || { echo "COPY sources excluded by .dockerignore: ${ignored[*]}"; return 1; }
-  for src in Cargo.toml Cargo.lock .sqlx migrations lua src loadtest/loadgen/Cargo.toml loadtest/loadgen/src; do
+  for src in Cargo.toml Cargo.lock .sqlx migrations lua src loadtest/core/Cargo.toml loadtest/core/src loadtest/loadgen/Cargo.toml loadtest/loadgen/src; do
     grep -qE "^COPY ([^ ]+ )*$src( |$)" Dockerfile || { echo "Dockerfile does not copy $src"; return 1; }
   done
   # Files the app reads at run time (the web pages) must reach the runtime image.

@@ -1,9 +1,10 @@
 //! The load generator's checks can fail: against an app whose user limit was raised it
-//! names the broken rule; against the real configuration every check passes.
+//! names the broken rule when told the limit it expects; against the real configuration
+//! every check passes; and the limits it is not told are the ones the app runs.
 
 use std::time::Duration;
 
-use loadgen::{Config, ItemChoice, Limits, Load, Stores};
+use loadgen::{Config, ItemChoice, Limit, Limits, Load, Stores};
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 
@@ -12,10 +13,7 @@ use seckill_test_support::{spawn_app_with, TestApp, ADMIN_TOKEN};
 fn config(app: &TestApp) -> Config {
     Config {
         targets: vec![app.address.clone()],
-        item: ItemChoice::Create {
-            stock: 100,
-            admin_token: ADMIN_TOKEN.into(),
-        },
+        item: ItemChoice::Create { stock: 100 },
         users: 30,
         first_user: 1,
         ips: 30,
@@ -23,7 +21,9 @@ fn config(app: &TestApp) -> Config {
         duration: Duration::from_secs(30),
         // Four attempts per user: one more than the user limit.
         max_requests: Some(120),
+        // Nothing given: every limit is read from the app's `seckill` policy.
         limits: Limits::default(),
+        admin_token: ADMIN_TOKEN.into(),
         stores: Some(Stores {
             database_url: app.settings.database_url.expose_secret().to_string(),
             redis_url: match app.settings.redis_cluster_nodes.expose_secret() {
@@ -58,9 +58,36 @@ async fn a_raised_user_limit_is_caught_and_named(db: PgPool) {
         s.limiter.policies.get_mut("seckill").unwrap().rules[1].threshold = 10;
     })
     .await;
-    let report = loadgen::run(config(&app)).await.expect("the run completes");
+    // Told the limit it expects, loadgen holds the app to it.
+    let mut told = config(&app);
+    told.limits.user = Limit {
+        count: 3,
+        window: Duration::from_secs(60),
+    }
+    .into();
+    let report = loadgen::run(told).await.expect("the run completes");
     assert!(!report.passed());
     assert_eq!(report.failed_checks(), vec!["user limit"]);
+    // Told nothing, it holds the app to the limit the app runs: 10 per minute (other
+    // users and addresses, the same item).
+    let mut second = config(&app);
+    second.item = ItemChoice::Existing(report.item_id);
+    second.first_user = 31;
+    let options = loadgen::Options {
+        first_ip: 30,
+        ..Default::default()
+    };
+    let report = loadgen::run_with(second, options)
+        .await
+        .expect("the run completes");
+    assert!(report.passed(), "failed: {:?}", report.failed_checks());
+    let user = report.checks.iter().find(|c| c.name == "user limit");
+    assert_eq!(
+        user.map(|c| c.detail.as_str()),
+        Some(
+            "no key admitted more than 10 per 60s, even counting the 0 lost answers as admissions"
+        )
+    );
 }
 
 #[sqlx::test]

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub use loadtest_core::stores::Stores;
+
 /// One limit the checker expects the service to enforce.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
@@ -10,28 +12,29 @@ pub struct Limit {
     pub window: Duration,
 }
 
-#[derive(Debug, Clone)]
+/// The limits a run holds the purchases to, by dimension: what the caller gives of
+/// each (a test planting a breach, a bench run raising them out of the way), the rest
+/// read from the `seckill` policy the service runs (see `limits`). The default gives
+/// nothing: every limit is the service's own, so loadgen never copies the defaults.
+#[derive(Debug, Clone, Default)]
 pub struct Limits {
-    pub user: Limit,
-    pub ip: Limit,
-    pub api: Limit,
+    pub user: LimitParts,
+    pub ip: LimitParts,
+    pub api: LimitParts,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+/// A limit's parts as given; each one not given is read from the policy's rule.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LimitParts {
+    pub count: Option<u64>,
+    pub window: Option<Duration>,
+}
+
+impl From<Limit> for LimitParts {
+    fn from(limit: Limit) -> Self {
         Self {
-            user: Limit {
-                count: 3,
-                window: Duration::from_secs(60),
-            },
-            ip: Limit {
-                count: 5,
-                window: Duration::from_secs(60),
-            },
-            api: Limit {
-                count: 1000,
-                window: Duration::from_secs(1),
-            },
+            count: Some(limit.count),
+            window: Some(limit.window),
         }
     }
 }
@@ -50,17 +53,7 @@ pub enum ItemChoice {
     /// Create a fresh item with this stock through the admin API.
     Create {
         stock: i64,
-        admin_token: String,
     },
-}
-
-/// Where to look after the run: Postgres and Redis of the instances under test.
-#[derive(Debug, Clone)]
-pub struct Stores {
-    pub database_url: String,
-    /// One server's URL, or a cluster's node URLs separated by commas.
-    pub redis_url: String,
-    pub redis_prefix: String,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +71,9 @@ pub struct Config {
     pub duration: Duration,
     pub max_requests: Option<u64>,
     pub limits: Limits,
+    /// For the admin API: the item's creation, the policies' reads (the limits not
+    /// given, the side load's rules).
+    pub admin_token: String,
     pub stores: Option<Stores>,
     pub progress: bool,
     /// Instead of purchases, GET this path (a baseline: the constant route, the bare
@@ -99,7 +95,7 @@ pub struct Options {
     /// POST purchases to this path instead of `/seckill` (the ceiling's `/constant`).
     pub purchase_path: Option<String>,
     /// Open model only: at most this many requests in flight. A send that falls due
-    /// while the cap is reached is dropped and counted (`Report::dropped`), so an
+    /// while the cap is reached is dropped and counted (`RunReport::dropped`), so an
     /// overloaded server sees bounded concurrency instead of a pile of new connections.
     pub max_in_flight: Option<usize>,
     /// Client addresses are `first_ip .. first_ip + ips` (as indices, see `ip_of`), so
@@ -145,6 +141,4 @@ pub struct SideLoad {
     /// the load: a window algorithm's keys then meet a fault in different phases of
     /// their windows (a full log is refused from the denial cache, in process or not).
     pub stagger: Duration,
-    /// To read the policies' rules (`GET /admin/api/policies/{name}`).
-    pub admin_token: String,
 }

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use crate::limit_checks::clock_slack;
 use crate::outages::{class, Class, Outage};
-use crate::report::Check;
-use crate::side::{Policy, Rule, SidePlan, SideRecord};
+use crate::policies::{Policy, Rule};
+use crate::side::{SidePlan, SideRecord};
+use loadtest_core::report::Check;
 
 /// How a rule counts, for its bound in Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +161,7 @@ fn key_of(rule: &Rule, plan: &SidePlan, r: &SideRecord) -> Option<String> {
     let value = match rule.key.as_str() {
         Some("client_id") => stream.key.clone(),
         Some("user") => format!("user {}", r.record.user),
-        Some("ip") => format!("ip {}", crate::client::ip_of(r.record.ip)),
+        Some("ip") => format!("ip {}", loadtest_core::client::ip_of(r.record.ip)),
         Some("route") => "the route".to_string(),
         Some(_) => return None,
         None => format!("literal {}", rule.key),
@@ -309,9 +310,9 @@ fn rule_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Failure;
-    use crate::ledger::Record;
     use crate::side::{Route, Stream};
+    use loadtest_core::client::Failure;
+    use loadtest_core::ledger::Record;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
     const MS: fn(u64) -> Duration = Duration::from_millis;

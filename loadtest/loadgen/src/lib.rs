@@ -1,50 +1,41 @@
 //! loadgen: drives `POST /seckill` at one or more seckill instances and then proves,
-//! from its own ledger and from the stores, that the limits and the stock held.
+//! from its own ledger and from the stores, that the limits and the stock held. The
+//! client, the ledger, the report's pieces, the setup and the store checks are
+//! `loadtest_core`'s, shared with the other load tools (`loadtest/README.md`).
 //!
 //! Map of the crate, in the order a run uses it:
-//! - `config`: what a run is asked to do ([`Config`], [`Options`], the [`Limits`]).
-//! - `setup`: before the load: the item created and listed everywhere, the tokens.
-//! - `client`: the HTTP client, the address a client is sent as, why no answer came.
+//! - `config`: what a run is asked to do ([`Config`], [`Options`], the [`Limits`] given).
+//! - `policies`: the policies the service runs, read through its admin API; `limits`:
+//!   the limits the checks hold the purchases to, those not given read from there.
 //! - `request`: one request, sent and written to the ledger.
 //! - `schedule`: the load, in the open model (a rate) or the closed one (a concurrency).
 //! - `side`: beside the purchases, a few keys of the policies that limit in process
 //!   while Redis is away; `samples`: the targets' metrics over the run.
 //! - `progress`: the line on stderr while the load runs.
-//! - `ledger`: what happened to each request.
-//! - `report`: the figures of the ledger ([`Report`]); `phases` cuts them along named
+//! - `report`: the figures of the ledger ([`RunReport`]); `phases` cuts them along named
 //!   windows.
 //! - `limit_checks`: the limits, proven from the ledger alone; `fallback_checks`: the
 //!   side load's, around the Redis outages a fault injector wrote down (`outages`).
-//! - `stores`: the stock and the orders, proven against Postgres and Redis.
-//! - `run`: [`run`] and [`run_with`], all of the above in order.
-//! - [`slowloris`]: a tool of its own (`src/bin/slowloris.rs`) that borrows `setup`,
-//!   `client` and `report`.
-//! - [`queue`]: the waiting room's bench (`src/bin/queue.rs`), which borrows `setup`,
-//!   `client`, `ledger`, `report` and `stores`.
-//! - [`trace`]: the limiting algorithms on one trace (`src/bin/trace.rs`), straight
-//!   against Redis; borrows only the queue's dice.
+//! - `run`: [`run`] and [`run_with`], all of the above in order, with the store checks
+//!   of `loadtest_core::stores`.
 
-mod client;
 mod config;
 mod fallback_checks;
-mod ledger;
 mod limit_checks;
+mod limits;
 mod outages;
 mod phases;
+mod policies;
 mod progress;
-pub mod queue;
 mod report;
 mod request;
 mod run;
 mod samples;
 mod schedule;
-mod setup;
 mod side;
-pub mod slowloris;
-mod stores;
-pub mod trace;
 
-pub use config::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
-pub use report::{Answers, Check, Latency, Phase, Report, Span};
+pub use config::{Config, ItemChoice, Limit, LimitParts, Limits, Load, Options, SideLoad, Stores};
+pub use loadtest_core::report::{Answers, Check, Latency, Span};
+pub use report::{Phase, RunReport};
 pub use run::{run, run_with};
 pub use samples::Sample;

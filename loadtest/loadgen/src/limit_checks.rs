@@ -10,11 +10,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::client::ip_of;
-use crate::config::{Limit, Limits};
-use crate::ledger::Record;
+use loadtest_core::client::ip_of;
+use loadtest_core::ledger::Record;
+use loadtest_core::report::Check;
+
+use crate::config::Limit;
+use crate::limits::{Expectations, Expected};
 use crate::outages::{class, Class, Outage};
-use crate::report::Check;
 
 /// How much shorter than the window a span must be for its admissions to be certainly
 /// inside one window: 1 ms because the limiter's clock (Redis `TIME`) is truncated to
@@ -87,13 +89,28 @@ fn certain_breach<K: std::hash::Hash + Eq + std::fmt::Display>(
 /// load keeps at its limit (the soak's addresses) every lost answer makes one, so
 /// failing on them would fail every run with a killed instance while proving nothing;
 /// how many there were is in the detail, for the reader to weigh. Requests that were
-/// never sent (no connection) count for nothing.
-pub(crate) fn limit_checks(records: &[Record], limits: &Limits, outages: &[Outage]) -> Vec<Check> {
+/// never sent (no connection) count for nothing. A dimension without a limit to hold it
+/// to (see `limits`) passes, and its detail says why it was not judged.
+pub(crate) fn limit_checks(
+    records: &[Record],
+    limits: &Expectations,
+    outages: &[Outage],
+) -> Vec<Check> {
     let unknown = records
         .iter()
         .filter(|r| r.status == 0 && r.possibly_admitted())
         .count();
-    let check = |name: &str, limit: Limit, key: &dyn Fn(&Record) -> String| {
+    let check = |name: &str, expected: &Expected, key: &dyn Fn(&Record) -> String| {
+        let limit = match expected {
+            Expected::Limit(limit) => *limit,
+            Expected::Unjudged(why) => {
+                return Check {
+                    name: name.to_string(),
+                    passed: true,
+                    detail: why.clone(),
+                }
+            }
+        };
         let certain = certain_breach(records, outages, limit, key, |r| r.admitted);
         let possible = match certain {
             Some(_) => None,
@@ -121,17 +138,31 @@ pub(crate) fn limit_checks(records: &[Record], limits: &Limits, outages: &[Outag
         }
     };
     vec![
-        check("user limit", limits.user, &|r| format!("user {}", r.user)),
-        check("ip limit", limits.ip, &|r| format!("ip {}", ip_of(r.ip))),
-        check("api limit", limits.api, &|_| "all purchases".to_string()),
+        check("user limit", &limits.user, &|r| format!("user {}", r.user)),
+        check("ip limit", &limits.ip, &|r| format!("ip {}", ip_of(r.ip))),
+        check("api limit", &limits.api, &|_| "all purchases".to_string()),
     ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Failure;
-    use crate::report::{by_cause, summarize};
+    use crate::report::summarize;
+    use loadtest_core::client::Failure;
+    use loadtest_core::report::by_cause;
+
+    /// Three per minute on every dimension.
+    fn three_per_minute() -> Expectations {
+        let limit = Expected::Limit(Limit {
+            count: 3,
+            window: Duration::from_secs(60),
+        });
+        Expectations {
+            user: limit.clone(),
+            ip: limit.clone(),
+            api: limit,
+        }
+    }
 
     fn admitted(user: i64, sent_ms: u64, received_ms: u64) -> Record {
         Record {
@@ -200,7 +231,7 @@ mod tests {
 
     #[test]
     fn admissions_across_a_redis_that_lost_data_are_not_judged() {
-        let limits = Limits::default();
+        let limits = three_per_minute();
         // Redis SIGKILLed at 10 s, back at 12 s: user 1's three admissions before it
         // were lost, and it admitted three more after.
         let lost = Outage {
@@ -232,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_lost_answer_may_be_an_admission_and_a_refused_connection_is_not() {
-        let limits = Limits::default();
+        let limits = three_per_minute();
         let user_check = |records: &[Record]| {
             limit_checks(records, &limits, &[])
                 .into_iter()

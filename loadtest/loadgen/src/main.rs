@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use loadgen::{Config, ItemChoice, Limit, Limits, Load, Options, SideLoad, Stores};
+use loadgen::{Config, ItemChoice, LimitParts, Limits, Load, Options, SideLoad, Stores};
 
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -49,19 +49,21 @@ struct Args {
     /// Stop after this many requests.
     #[arg(long)]
     requests: Option<u64>,
-    /// The limits the checker expects: count per window (seconds).
-    #[arg(long, default_value_t = 3)]
-    user_limit: u64,
-    #[arg(long, default_value_t = 60.0)]
-    user_window: f64,
-    #[arg(long, default_value_t = 5)]
-    ip_limit: u64,
-    #[arg(long, default_value_t = 60.0)]
-    ip_window: f64,
-    #[arg(long, default_value_t = 1000)]
-    api_limit: u64,
-    #[arg(long, default_value_t = 1.0)]
-    api_window: f64,
+    /// The limits the checker expects: count per window (seconds). Each one not given
+    /// is the `seckill` policy's own, read from the admin API of --session-target, else
+    /// of the first target.
+    #[arg(long)]
+    user_limit: Option<u64>,
+    #[arg(long)]
+    user_window: Option<f64>,
+    #[arg(long)]
+    ip_limit: Option<u64>,
+    #[arg(long)]
+    ip_window: Option<f64>,
+    #[arg(long)]
+    api_limit: Option<u64>,
+    #[arg(long)]
+    api_window: Option<f64>,
     /// Check Postgres and Redis after the run (needs all three).
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
@@ -141,10 +143,10 @@ fn algorithm_count(value: &str) -> Result<(String, u32), String> {
     Ok((algorithm.to_string(), count))
 }
 
-fn limit(count: u64, seconds: f64) -> Limit {
-    Limit {
+fn limit(count: Option<u64>, seconds: Option<f64>) -> LimitParts {
+    LimitParts {
         count,
-        window: Duration::from_secs_f64(seconds),
+        window: seconds.map(Duration::from_secs_f64),
     }
 }
 
@@ -167,10 +169,7 @@ async fn main() {
             .collect(),
         item: match args.item {
             Some(id) => ItemChoice::Existing(id),
-            None => ItemChoice::Create {
-                stock: args.stock,
-                admin_token: args.admin_token.clone(),
-            },
+            None => ItemChoice::Create { stock: args.stock },
         },
         users: args.users,
         first_user: args.first_user,
@@ -186,6 +185,7 @@ async fn main() {
             ip: limit(args.ip_limit, args.ip_window),
             api: limit(args.api_limit, args.api_window),
         },
+        admin_token: args.admin_token.clone(),
         stores,
         progress: !args.quiet,
         probe: args.probe.clone(),
@@ -204,7 +204,6 @@ async fn main() {
             orders_read_users: args.orders_read_users,
             rate: args.side_rate,
             stagger: Duration::from_secs_f64(args.side_stagger),
-            admin_token: args.admin_token.clone(),
         }),
         outages_file: args.redis_outages.clone(),
         sample_metrics: args.sample_metrics.clone(),

@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::ledger::Record;
-use crate::report::{answers, by_cause, latency, Phase};
-use crate::side::{side_answers, SideRecord};
 use anyhow::Context;
+use loadtest_core::ledger::Record;
+use loadtest_core::report::{answers, by_cause, latency};
+
+use crate::report::Phase;
+use crate::side::{side_answers, SideRecord};
 
 /// A window as offsets from the start of the run.
 struct Window {

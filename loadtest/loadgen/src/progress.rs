@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::ledger::Record;
+use loadtest_core::ledger::Record;
 
 /// Prints the line every second from one second after `start` until aborted.
 pub(crate) fn spawn(

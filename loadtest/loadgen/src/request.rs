@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::client::{ip_of, Failure};
+use loadtest_core::client::{ip_of, Failure};
+use loadtest_core::ledger::Record;
+
 use crate::config::Config;
-use crate::ledger::Record;
 
 /// What every request of a run shares: the client, the run's settings, the tokens and
 /// the ledger the answers go to.

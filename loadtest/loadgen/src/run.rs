@@ -8,23 +8,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+use loadtest_core::client;
+use loadtest_core::ledger::Record;
+use loadtest_core::report::Check;
+use loadtest_core::setup::{create_item, login, wait_until_listed};
+use loadtest_core::stores::{self, order_count, store_checks};
 
 use crate::config::{Config, ItemChoice, Options};
 use crate::fallback_checks::fallback_checks;
-use crate::ledger::Record;
 use crate::limit_checks::limit_checks;
-use crate::report::{summarize, Check, Report};
+use crate::limits::{self, PURCHASE_POLICY};
+use crate::policies::Policy;
+use crate::report::{summarize, RunReport};
 use crate::request::Shared;
-use crate::setup::{create_item, tokens, wait_until_listed};
 use crate::side::side_answers;
-use crate::stores::{order_count, store_checks};
-use crate::{client, outages, phases, progress, samples, schedule, side, stores};
+use crate::{outages, phases, progress, samples, schedule, side};
 
-pub async fn run(config: Config) -> anyhow::Result<Report> {
+pub async fn run(config: Config) -> anyhow::Result<RunReport> {
     run_with(config, Options::default()).await
 }
 
-pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report> {
+pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunReport> {
     anyhow::ensure!(!config.targets.is_empty(), "at least one target");
     anyhow::ensure!(
         config.users > 0 && config.ips > 0,
@@ -36,10 +40,11 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
     } else {
         let item_ids = match &config.item {
             ItemChoice::Existing(id) => vec![*id],
-            ItemChoice::Create { stock, admin_token } => {
+            ItemChoice::Create { stock } => {
                 let mut ids = Vec::new();
                 for _ in 0..options.sales.max(1) {
-                    ids.push(create_item(&client, &config.targets[0], *stock, admin_token).await?);
+                    let target = &config.targets[0];
+                    ids.push(create_item(&client, target, *stock, &config.admin_token).await?);
                 }
                 ids
             }
@@ -52,10 +57,18 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
             Some(stores) => Some(order_count(stores, item_id).await?),
             None => None,
         };
-        let session_target = options.session_target.as_deref();
-        let session_target = session_target.unwrap_or(&config.targets[0]);
-        let tokens = tokens(&client, &config, session_target.trim_end_matches('/')).await?;
+        let users = (0..config.users).map(|i| config.first_user + i64::from(i));
+        let tokens = login(&client, &session_target(&config, &options), users).await?;
         (item_ids, tokens, orders_before)
+    };
+    // The limits not given are the ones the service runs; the ceiling server has no
+    // admin API, so they are read where the tokens come from.
+    let limits = if config.probe.is_none() && limits::to_read(&config.limits) {
+        let target = session_target(&config, &options);
+        let policy = Policy::read(&client, &target, &config.admin_token, PURCHASE_POLICY).await?;
+        limits::expectations(&config.limits, Some(&policy))
+    } else {
+        limits::expectations(&config.limits, None)
     };
     let item_id = item_ids[0];
     let side_plan = match &options.side {
@@ -64,6 +77,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
                 &client,
                 &config.targets[0],
                 load,
+                &config.admin_token,
                 config.first_user + i64::from(config.users),
                 options.first_ip.wrapping_add(config.ips),
             )
@@ -161,7 +175,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
     };
     report
         .checks
-        .extend(limit_checks(&records, &config.limits, &outages));
+        .extend(limit_checks(&records, &limits, &outages));
     if let Some(plan) = &side_plan {
         let instances = config.targets.len() as u64;
         report
@@ -181,7 +195,14 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<Report
         }
         report
             .checks
-            .extend(store_checks(stores, item_id, before, &report, &records).await?);
+            .extend(store_checks(stores, item_id, before, &records).await?);
     }
     Ok(report)
+}
+
+/// The instance the setup talks to: `Options::session_target`, else the first target.
+fn session_target(config: &Config, options: &Options) -> String {
+    let target = options.session_target.as_deref();
+    let target = target.unwrap_or(&config.targets[0]);
+    target.trim_end_matches('/').to_string()
 }

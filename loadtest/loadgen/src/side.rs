@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use crate::client::{ip_of, Failure};
+use loadtest_core::client::{ip_of, Failure};
+use loadtest_core::ledger::Record;
+use loadtest_core::report::{answers, Answers};
+
 use crate::config::SideLoad;
-use crate::ledger::Record;
-use crate::report::{answers, Answers};
+use crate::policies::Policy;
 
 /// The routes of the side load, by the policy that limits each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,29 +75,6 @@ impl SideRecord {
     }
 }
 
-/// A policy as `GET /admin/api/policies/{name}` answers it (the fields the checks use).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Policy {
-    pub(crate) name: String,
-    pub(crate) algorithm: String,
-    pub(crate) fail_mode: String,
-    pub(crate) enabled: bool,
-    pub(crate) rules: Vec<Rule>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Rule {
-    pub(crate) name: String,
-    /// `"user"`, `"ip"`, `"client_id"`, `"route"` or `{"literal": …}`.
-    pub(crate) key: serde_json::Value,
-    pub(crate) window_ms: u64,
-    pub(crate) threshold: u64,
-    #[serde(default)]
-    pub(crate) shadow: bool,
-}
-
 /// The side load of a run, ready to send: its keys, its address and the policies.
 #[derive(Debug)]
 pub(crate) struct SidePlan {
@@ -113,20 +91,14 @@ pub(crate) async fn prepare(
     client: &reqwest::Client,
     target: &str,
     side: &SideLoad,
+    admin_token: &str,
     first_reader: i64,
     ip: u32,
 ) -> anyhow::Result<SidePlan> {
     anyhow::ensure!(side.rate > 0.0, "the side load's rate must be positive");
     let mut policies = Vec::new();
     for route in [Route::Limited, Route::OrdersRead] {
-        let response = client
-            .get(format!("{target}/admin/api/policies/{}", route.policy()))
-            .bearer_auth(&side.admin_token)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("reading policy {}", route.policy()))?;
-        policies.push(response.json::<Policy>().await?);
+        policies.push(Policy::read(client, target, admin_token, route.policy()).await?);
     }
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -145,7 +117,7 @@ pub(crate) async fn prepare(
         }
     }
     let readers = (0..side.orders_read_users).map(|k| first_reader + i64::from(k));
-    let tokens = crate::setup::login(client, target, readers.clone()).await?;
+    let tokens = loadtest_core::setup::login(client, target, readers.clone()).await?;
     let algorithm = policies[1].algorithm.clone();
     for (k, user) in readers.enumerate() {
         let token = tokens.get(&user).context("a reader's token")?.clone();

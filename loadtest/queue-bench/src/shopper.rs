@@ -1,0 +1,276 @@
+//! One shopper's requests: join the room, poll it, buy (with the pass, or without a room
+//! at all), each sent as the account (its bearer token, its own address), timed from the
+//! run's start, and written to what the run saw.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use loadtest_core::client::Failure;
+use loadtest_core::ledger::Record;
+
+use crate::crowd::Account;
+use crate::seen::{Bought, Joined, PassClaims, Polled, Seen, State};
+use crate::site::Site;
+
+/// What every shopper of one run shares.
+pub struct Run {
+    pub site: Site,
+    pub item: i64,
+    /// The instant every time of the run counts from.
+    pub start: Instant,
+    /// The same instant on the wall clock (Unix ms), to read passes' expiries by.
+    pub start_unix_ms: i64,
+    pub seen: Seen,
+}
+
+/// Where a join or a poll says the shopper stands (the app's `QueueBody`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Standing {
+    pub state: String,
+    pub position: Option<u64>,
+    pub ahead: Option<u64>,
+    pub refresh_interval_seconds: Option<u64>,
+    pub ticket: Option<String>,
+    pub pass: Option<String>,
+}
+
+/// An answer, or why none came.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub sent: Duration,
+    pub received: Duration,
+    /// 0 when no answer came (`failure` says why).
+    pub status: u16,
+    pub body: serde_json::Value,
+    pub failure: Option<Failure>,
+    /// The limiter admitted the request (see `ledger`).
+    pub admitted: bool,
+}
+
+impl Answer {
+    pub fn code(&self) -> Option<&str> {
+        self.body["code"].as_str()
+    }
+
+    /// A refusal's own wait (`retryAfterMs`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.body["retryAfterMs"]
+            .as_u64()
+            .map(Duration::from_millis)
+    }
+
+    pub fn standing(&self) -> Option<Standing> {
+        (self.status == 200)
+            .then(|| serde_json::from_value(self.body.clone()).ok())
+            .flatten()
+    }
+
+    /// No connection could be made: the instance is gone, try another.
+    pub fn unreachable(&self) -> bool {
+        self.failure == Some(Failure::Connect)
+    }
+}
+
+impl Run {
+    /// A run starting now; polls that say `waiting` are kept when `keep_waiting`.
+    pub fn new(site: Site, item: i64, keep_waiting: bool) -> Self {
+        Self {
+            site,
+            item,
+            start: Instant::now(),
+            start_unix_ms: chrono::Utc::now().timestamp_millis(),
+            seen: Seen::new(keep_waiting),
+        }
+    }
+
+    /// Unix ms of an offset from the run's start.
+    pub fn unix_ms(&self, offset: Duration) -> i64 {
+        self.start_unix_ms + offset.as_millis() as i64
+    }
+
+    fn client(&self, fresh: bool) -> &reqwest::Client {
+        if fresh {
+            &self.site.fresh
+        } else {
+            &self.site.client
+        }
+    }
+
+    fn url(&self, target: usize, path: &str) -> String {
+        format!("{}{path}", self.site.targets[target])
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, who: &Account) -> Answer {
+        let sent = self.start.elapsed();
+        let response = request
+            .bearer_auth(&who.token)
+            .header("X-Forwarded-For", &who.ip)
+            .send()
+            .await;
+        let mut answer = Answer {
+            sent,
+            received: sent,
+            status: 0,
+            body: serde_json::Value::Null,
+            failure: None,
+            admitted: false,
+        };
+        match response {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let admitted =
+                    status != 429 && response.headers().contains_key("x-ratelimit-remaining");
+                match response.bytes().await {
+                    Ok(body) => {
+                        answer.status = status;
+                        answer.admitted = admitted;
+                        answer.body = serde_json::from_slice(&body).unwrap_or_default();
+                    }
+                    Err(e) => answer.failure = Some(Failure::of(&e).or_lost()),
+                }
+            }
+            Err(e) => answer.failure = Some(Failure::of(&e)),
+        }
+        answer.received = self.start.elapsed();
+        answer
+    }
+
+    /// `POST /api/items/{item}/queue`.
+    pub async fn join(&self, who: &Account, target: usize, fresh: bool) -> Answer {
+        let path = format!("/api/items/{}/queue", self.item);
+        let request = self.client(fresh).post(self.url(target, &path));
+        let answer = self.send(request, who).await;
+        self.seen.joined(Joined {
+            sent: answer.sent,
+            received: answer.received,
+            status: answer.status,
+            position: answer.standing().and_then(|s| s.position),
+        });
+        answer
+    }
+
+    /// `GET /api/items/{item}/queue` with the ticket.
+    pub async fn poll(&self, who: &Account, target: usize, ticket: &str, fresh: bool) -> Answer {
+        let path = format!("/api/items/{}/queue", self.item);
+        let request = self
+            .client(fresh)
+            .get(self.url(target, &path))
+            .header("Queue-Ticket", ticket);
+        let answer = self.send(request, who).await;
+        let standing = answer.standing();
+        self.seen.polled(Polled {
+            user: who.user,
+            sent: answer.sent,
+            received: answer.received,
+            state: standing
+                .as_ref()
+                .map_or(State::Failed, |s| State::parse(&s.state)),
+            position: standing.as_ref().and_then(|s| s.position),
+            ahead: standing.as_ref().and_then(|s| s.ahead),
+            pass: standing
+                .as_ref()
+                .and_then(|s| s.pass.as_deref())
+                .and_then(pass_claims),
+        });
+        answer
+    }
+
+    /// `POST /seckill`, with the pass when there is one.
+    pub async fn buy(
+        &self,
+        who: &Account,
+        target: usize,
+        pass: Option<&str>,
+        fresh: bool,
+    ) -> Answer {
+        let mut request = self
+            .client(fresh)
+            .post(self.url(target, "/seckill"))
+            .json(&serde_json::json!({ "itemId": self.item }));
+        if let Some(pass) = pass {
+            request = request.header("Queue-Pass", pass);
+        }
+        let answer = self.send(request, who).await;
+        self.seen.bought(Bought {
+            target,
+            holder: who.holder,
+            record: Record {
+                target,
+                user: who.user,
+                ip: who.ip_index,
+                sent: answer.sent,
+                received: answer.received,
+                status: answer.status,
+                code: answer.code().map(str::to_string),
+                dimension: answer.body["dimension"].as_str().map(str::to_string),
+                admitted: answer.admitted,
+                failure: answer.failure,
+                order_id: answer.body["orderId"].as_str().map(str::to_string),
+            },
+        });
+        answer
+    }
+}
+
+/// The user and place a pass names: its payload's `sub` and `number`.
+pub fn pass_claims(pass: &str) -> Option<PassClaims> {
+    #[derive(Deserialize)]
+    struct Claims {
+        sub: String,
+        number: u64,
+        exp: i64,
+    }
+    let payload = base64url(pass.split('.').nth(1)?)?;
+    let claims: Claims = serde_json::from_slice(&payload).ok()?;
+    Some(PassClaims {
+        user: claims.sub.parse().ok()?,
+        place: claims.number,
+        expires_at: claims.exp,
+    })
+}
+
+/// Unpadded base64url, as JWTs carry their parts.
+fn base64url(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut bits, mut held) = (0u32, 0u32);
+    for c in text.bytes() {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        };
+        bits = (bits << 6) | u32::from(value);
+        held += 6;
+        if held >= 8 {
+            held -= 8;
+            out.push((bits >> held) as u8);
+            bits &= (1 << held) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_names_its_user_and_place() {
+        // {"typ":"seckill-queue-pass","sub":"42","number":7,"exp":1800000000}
+        let payload = "eyJ0eXAiOiJzZWNraWxsLXF1ZXVlLXBhc3MiLCJzdWIiOiI0MiIsIm51bWJlciI6NywiZXhwIjoxODAwMDAwMDAwfQ";
+        let pass = format!("e30.{payload}.sig");
+        let claims = PassClaims {
+            user: 42,
+            place: 7,
+            expires_at: 1_800_000_000,
+        };
+        assert_eq!(pass_claims(&pass), Some(claims));
+        assert_eq!(pass_claims("not a jwt"), None);
+        assert_eq!(base64url("aGk").as_deref(), Some(&b"hi"[..]));
+    }
+}
