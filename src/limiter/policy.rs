@@ -338,7 +338,6 @@ pub enum PolicyError {
         /// The name they share.
         rule: String,
     },
-    /// `field` in the API's spelling (`windowMs`, `threshold`, …).
     /// A limit is 0.
     #[error("rule {rule:?}: {field} must be a whole number, 1 or more")]
     NotPositive {
