@@ -63,6 +63,7 @@ pub struct Ticks {
 }
 
 impl Ticks {
+    /// Ticks every `period` (at least 1 ms); `task` names it in the logs.
     pub fn new(task: &'static str, period: Duration) -> Self {
         let mut interval = tokio::time::interval(period.max(Duration::from_millis(1)));
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -20,6 +20,10 @@
 //! - [`tally`]: what this instance counted, which the dashboard reads.
 //! - [`vocabulary`]: the words every layer shares (outcomes, decisions, order states).
 
+// Every public item says what it is for: denied rather than warned, so an undocumented
+// one fails every build and `cargo doc`, not only `make test`'s (docs/testing.md).
+#![deny(missing_docs)]
+
 pub mod background;
 pub mod configuration;
 pub mod domain;

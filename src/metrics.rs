@@ -1,6 +1,6 @@
 //! Prometheus metrics: one registry per process, built once at start-up and shared.
 //!
-//! Every family is one row of the table in [`families!`]: its field, its type (the kind
+//! Every family is one row of the table in `families!`: its field, its type (the kind
 //! of metric), name, help, labels, buckets, and the label values whose series exist at 0
 //! from the start (so a fresh instance already shows them). Label values are bounded:
 //! route patterns, methods and status classes, policy and rule names from
@@ -27,16 +27,23 @@ use crate::vocabulary::{
 /// Why a Redis call was made: the label of `seckill_redis_calls_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RedisPurpose {
+    /// The limiter's decisions.
     Limiter,
+    /// The stock reservation.
     Reservation,
+    /// The success pipeline after a purchase.
     Pipeline,
+    /// `Idempotency-Key` claims.
     Idempotency,
     /// The waiting room: joins, the inlet, the lobby's reads, liveness.
     Queue,
+    /// Everything else (the reconciler, the sweeper, admin work, …).
     Other,
 }
 
 impl RedisPurpose {
+    /// Every purpose, in the order of their discriminants (the counters are indexed by
+    /// them).
     pub const ALL: [RedisPurpose; 6] = [
         Self::Limiter,
         Self::Reservation,
@@ -46,6 +53,7 @@ impl RedisPurpose {
         Self::Other,
     ];
 
+    /// The `purpose` label's value.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Limiter => "limiter",
@@ -103,6 +111,7 @@ families! {
         "HTTP requests by route, method and status class",
         &["route", "method", "status"],
     );
+    /// HTTP request latency by route pattern and method, in seconds.
     http_duration: HistogramVec =
         family("http_request_duration_seconds", "HTTP request latency", &["route", "method"])
             .buckets(REQUEST_BUCKETS);
@@ -239,6 +248,8 @@ families! {
     /// They must agree; an alert fires when they do not for two minutes.
     consistency_postgres_orders: IntGaugeVec =
         family("consistency_postgres_orders", "Orders in Postgres per item on sale", &["item"]);
+    /// The Redis success counter per item on sale: held against the live orders in Postgres
+    /// by an alert.
     consistency_redis_success: IntGaugeVec = family(
         "consistency_redis_success",
         "Redis success counter per item on sale",
@@ -344,6 +355,7 @@ impl Deref for Metrics {
 }
 
 impl Metrics {
+    /// A registry with every family registered, prefixed `seckill_`.
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
         let families = Families::register(&registry)?;
@@ -371,10 +383,12 @@ impl Metrics {
         })
     }
 
+    /// Counts a Redis call made for `purpose`.
     pub fn redis_call(&self, purpose: RedisPurpose) {
         self.redis_call_counters[purpose as usize].inc();
     }
 
+    /// Counts a Redis call for `purpose` that failed or timed out.
     pub fn redis_error(&self, purpose: RedisPurpose) {
         self.redis_error_counters[purpose as usize].inc();
     }

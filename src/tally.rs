@@ -21,19 +21,40 @@ use crate::vocabulary::{Decision, Outcome};
 pub enum Counted {
     /// A refusal answered by the denial cache, without a Redis call (also counted as a
     /// [`Decision::Reject`]).
-    LocalRefusal { policy: String, rule: String },
+    LocalRefusal {
+        /// The policy refusing.
+        policy: String,
+        /// The rule that refused.
+        rule: String,
+    },
     /// A limiter rule's decision.
     Decision {
+        /// The policy deciding.
         policy: String,
+        /// The rule deciding.
         rule: String,
+        /// Admitted or refused.
         decision: Decision,
     },
     /// An admission that left a rule above 80 % of its quota used.
-    NearLimit { policy: String, rule: String },
+    NearLimit {
+        /// The policy.
+        policy: String,
+        /// The rule near its quota.
+        rule: String,
+    },
     /// A request a shadow rule would have refused.
-    ShadowRefusal { policy: String, rule: String },
+    ShadowRefusal {
+        /// The policy.
+        policy: String,
+        /// The shadow rule.
+        rule: String,
+    },
     /// A request let through because the limiter could not ask Redis.
-    FailOpen { policy: String },
+    FailOpen {
+        /// The policy whose fail mode let it through.
+        policy: String,
+    },
     /// A purchase that ended so.
     Purchase(Outcome),
 }
@@ -43,6 +64,7 @@ pub enum Counted {
 pub struct Cell(Arc<AtomicU64>);
 
 impl Cell {
+    /// Counts one event: a relaxed add, read by the flush once a second.
     pub fn add(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
@@ -57,10 +79,12 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// Counts `metric` and `cell` together, from now on.
     pub fn new(metric: prometheus::IntCounter, cell: Cell) -> Self {
         Self { metric, cell }
     }
 
+    /// Counts one event in both.
     pub fn inc(&self) {
         self.metric.inc();
         self.cell.add();

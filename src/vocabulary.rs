@@ -14,6 +14,7 @@ pub trait Word: Copy + 'static {
     /// Every word of the set, in a fixed order.
     const ALL: &'static [Self];
 
+    /// The word's one spelling.
     fn label(self) -> &'static str;
 
     /// Every spelling, in the order of [`Self::ALL`] (to seed metric series at 0).
@@ -67,18 +68,29 @@ words! {
     /// How a purchase ended: the label of `seckill_sale_outcomes_total`, and what the
     /// dashboard counts purchases by.
     Outcome {
+        /// An order was committed: the 200.
         Created => "created",
+        /// No unit left: 409 `SOLD_OUT`.
         SoldOut => "sold_out",
+        /// The user has a live order of the item: 409 `ALREADY_PURCHASED`.
         AlreadyPurchased => "already_purchased",
+        /// Before the sale's start: 409 `SALE_NOT_STARTED`.
         NotStarted => "not_started",
+        /// From the sale's end on: 409 `SALE_ENDED`.
         Ended => "ended",
+        /// An operator paused the sale: 409 `SALE_PAUSED`.
         Paused => "paused",
         /// The item's price changed after the purchase was admitted (the commit's check).
         PriceChanged => "price_changed",
+        /// No such item: 404 `ITEM_NOT_FOUND`.
         NotFound => "not_found",
+        /// The limiter refused: 429.
         RateLimited => "rate_limited",
+        /// The limiter could not ask Redis and failed closed: 503.
         LimiterUnavailable => "limiter_unavailable",
+        /// The order could not be placed: 503 `ORDER_FAILED`.
         OrderFailed => "order_failed",
+        /// The order's commit is still unanswered: 202 `ORDER_PENDING`, the reconciler decides.
         OrderPending => "order_pending",
         /// An `Idempotency-Key` retry answered without running the purchase again.
         IdempotentReplay => "idempotent_replay",
@@ -95,7 +107,9 @@ words! {
 words! {
     /// A limiter rule's decision: the `outcome` label of `seckill_limiter_decisions_total`.
     Decision {
+        /// Admitted by the rule.
         Pass => "pass",
+        /// Refused by the rule.
         Reject => "reject",
     }
 }
@@ -118,9 +132,13 @@ words! {
     /// Where an order is in its life: the spelling in Postgres, the API, the metrics and
     /// the pages.
     OrderState {
+        /// Placed, waiting for payment until its deadline.
         PendingPayment => "pending_payment",
+        /// Paid: the unit is sold for good.
         Paid => "paid",
+        /// Cancelled by its shopper; the unit goes back on sale.
         Cancelled => "cancelled",
+        /// Not paid by its deadline; the unit goes back on sale.
         Expired => "expired",
     }
 }
@@ -271,11 +289,17 @@ words! {
     /// An operator's change of an item: the `action` of its audit entry, in Postgres
     /// (`item_audit`, whose CHECK lists the same words) and in the admin API.
     ItemAction {
+        /// Created it.
         Create => "create",
+        /// Changed its name, price, end or stock.
         Edit => "edit",
+        /// Ended its sale now.
         End => "end",
+        /// Archived it: it takes no change from then on.
         Archive => "archive",
+        /// Paused its sale.
         Pause => "pause",
+        /// Resumed its sale.
         Resume => "resume",
     }
 }
@@ -284,7 +308,9 @@ words! {
     /// An admin token compared with the configured ones: the `outcome` label of
     /// `seckill_admin_token_comparisons_total`.
     TokenComparison {
+        /// A configured token, by its name.
         Accepted => "accepted",
+        /// No configured token.
         Refused => "refused",
     }
 }

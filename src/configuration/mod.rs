@@ -41,13 +41,18 @@ pub const LOCAL_QUEUE_SECRET: &str = "local-development-queue-secret-change-me-0
 /// The admin token `make run` uses locally. Refused in production.
 pub const LOCAL_ADMIN_TOKEN: &str = "dev-admin-token";
 
+/// Where the process runs: decides the log format's default, the development sign-in's, and
+/// whether the unsafe local defaults are refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
+    /// A laptop or a test: pretty logs, the development sign-in on, local secrets allowed.
     Local,
+    /// A deployment: JSON logs, and start-up refuses the unsafe local settings (`safety`).
     Production,
 }
 
+/// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -64,6 +69,7 @@ pub enum LogFormat {
 #[serde(default)]
 pub struct Settings {
     // Server: where and how the process serves.
+    /// `local` or `production` (see [`Environment`]).
     pub environment: Environment,
     /// Address to bind. Loopback by default: exposing the service is a deliberate act.
     pub host: String,
@@ -110,6 +116,8 @@ pub struct Settings {
     pub static_dir: String,
 
     // Redis.
+    /// The Redis server (or, under Sentinel, the master's credentials and database). A
+    /// secret: it may carry a password.
     pub redis_url: SecretString,
     /// A Redis Cluster to use instead of `redis_url`: its nodes' URLs, comma-separated
     /// (any subset that is up will do; the others are found). Empty: one server.
@@ -128,7 +136,9 @@ pub struct Settings {
     pub redis_timeout_ms: u64,
 
     // Postgres.
+    /// The Postgres database. A secret: it may carry a password.
     pub database_url: SecretString,
+    /// Most connections of the main pool (order commits have a pool of their own).
     pub database_max_connections: u32,
     /// Kept short on purpose: a request waiting for a connection longer than this
     /// fails cleanly instead of outliving the client's own timeout.
@@ -147,9 +157,11 @@ pub struct Settings {
     // Logging.
     /// `tracing` filter directive, e.g. `info` or `seckill=debug,info`.
     pub log_level: String,
+    /// `pretty` or `json`; `None`: by the environment.
     pub log_format: Option<LogFormat>,
 
     // Identity: shoppers' tokens and the admin token.
+    /// Signs and checks shoppers' tokens (HS256).
     pub jwt_secret: SecretString,
     /// The waiting room's key for its tickets and passes: never the shopper-token
     /// secret (production refuses the same value, the local default and a short one).
@@ -226,7 +238,9 @@ pub struct Settings {
     /// Postgres needs in flight (a busy sale: tens to a few hundred), so that normal
     /// load never meets it; the minimum is what a slow Postgres is still offered.
     pub shedding_initial_limit: u32,
+    /// The least the shedding limit may fall to.
     pub shedding_min_limit: u32,
+    /// The most it may grow to.
     pub shedding_max_limit: u32,
     /// How much of a slow window's verdict a decrease takes (Gradient2's smoothing).
     pub shedding_smoothing: f64,
@@ -396,6 +410,7 @@ impl Settings {
         Ok(settings)
     }
 
+    /// Whether `POST /api/session` hands out tokens (see `dev_login`).
     pub fn dev_login_enabled(&self) -> bool {
         self.dev_login
             .unwrap_or(self.environment == Environment::Local)
@@ -411,6 +426,7 @@ impl Settings {
         url_list(&self.redis_sentinels)
     }
 
+    /// The log format in force: the setting, or the environment's default.
     pub fn log_format(&self) -> LogFormat {
         self.log_format.unwrap_or(match self.environment {
             Environment::Local => LogFormat::Pretty,
@@ -418,10 +434,12 @@ impl Settings {
         })
     }
 
+    /// [`Self::database_acquire_timeout_ms`] as a `Duration`.
     pub fn database_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.database_acquire_timeout_ms)
     }
 
+    /// [`Self::readiness_timeout_ms`] as a `Duration`.
     pub fn readiness_timeout(&self) -> Duration {
         Duration::from_millis(self.readiness_timeout_ms)
     }
@@ -434,13 +452,14 @@ impl Settings {
         policies::check_scopes(&self.limiter.policies)
     }
 
-    /// The policies the rules table is seeded with (see [`policies::seeds`]).
+    /// The policies the rules table is seeded with (see `policies::seeds`).
     pub fn seed_policies(
         &self,
     ) -> std::collections::BTreeMap<String, crate::limiter::policy::PolicyConfig> {
         policies::seeds(&self.limiter.policies)
     }
 
+    /// Whether `/admin/api/…` is served: an admin token is set.
     pub fn admin_endpoints_open(&self) -> bool {
         !self.admin_token.expose_secret().is_empty()
     }

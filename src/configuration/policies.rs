@@ -6,7 +6,7 @@
 //! [`LimiterSettings`] holds the engine's tunables and defaults to no policy. The app's
 //! settings start from [`limiter_settings`], and a settings file's `[limiter.policies]`
 //! table replaces [`defaults`] whole (see [`super::Settings::load`]); a policy the app uses
-//! that the table leaves out is still seeded with its default ([`seeds`]).
+//! that the table leaves out is still seeded with its default (`seeds`).
 
 use std::collections::BTreeMap;
 
@@ -23,6 +23,7 @@ pub const ADMIN_AUTH_POLICY: &str = "admin_auth";
 /// The `admin_auth` defaults, also the lockout's when a deployment's settings leave the
 /// policy out: 10 refused tokens lock an address out for 5 minutes.
 pub const ADMIN_AUTH_FAILURES: u64 = 10;
+/// The window of the `admin_auth` failures, and the lockout's length, in milliseconds.
 pub const ADMIN_AUTH_WINDOW_MS: u64 = 300_000;
 /// The shopper's reads (`GET /api/orders/mine`): per user and per IP, fail mode `local`, far
 /// above what the shop page asks (after a purchase, when a payment deadline passes, on
@@ -59,8 +60,11 @@ pub enum NotAllowed {
     /// A rule keyed on something the policy's callers do not always carry.
     #[error("policy {policy:?} cannot key a rule on {key}: {why}")]
     Key {
+        /// The policy.
         policy: String,
+        /// The key source, as the settings spell it.
         key: &'static str,
+        /// Why the policy's callers cannot supply it.
         why: &'static str,
     },
     /// The admin sign-in's script reads one rule: its rules are edited, never added or
@@ -69,7 +73,7 @@ pub enum NotAllowed {
     FixedRules(String),
 }
 
-/// Refuses `scope` for `policy` unless its callers can key it (see [`PARTITIONED`]),
+/// Refuses `scope` for `policy` unless its callers can key it (see `PARTITIONED`),
 /// and the shaper where the scope composes the admission with a reservation.
 pub fn check_scope(policy: &str, scope: Scope, algorithm: Algorithm) -> Result<(), NotAllowed> {
     match scope {

@@ -10,7 +10,9 @@ use super::{Environment, Settings, LOCAL_ADMIN_TOKEN, LOCAL_JWT_SECRET, LOCAL_QU
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("unsafe setting for production: {setting} {reason}")]
 pub struct UnsafeSetting {
+    /// The setting's environment variable (`SECKILL_…`).
     pub setting: &'static str,
+    /// What is wrong with its value.
     pub reason: &'static str,
 }
 

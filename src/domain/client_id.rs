@@ -8,11 +8,13 @@ pub struct ClientId(String);
 
 pub const CLIENT_ID_MAX_LEN: usize = 64;
 
+/// A refused `X-Client-Id`: 400 `VALIDATION_FAILED`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("X-Client-Id must be 1 to 64 characters of A-Z a-z 0-9 . _ : -")]
 pub struct InvalidClientId;
 
 impl ClientId {
+    /// `raw` as a client id, if it is key-safe (1-64 characters of `A-Z a-z 0-9 . _ : -`).
     pub fn parse(raw: &str) -> Result<Self, InvalidClientId> {
         let valid = !raw.is_empty()
             && raw.len() <= CLIENT_ID_MAX_LEN
@@ -26,6 +28,7 @@ impl ClientId {
         }
     }
 
+    /// The id, as written into keys.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub struct ClientIp(IpAddr);
 
 impl ClientIp {
+    /// `ip` normalised for keying (see the type's docs).
     pub fn new(ip: IpAddr) -> Self {
         let ip = match ip {
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -23,6 +24,7 @@ impl ClientIp {
         Self(ip)
     }
 
+    /// The normalised address.
     pub fn addr(self) -> IpAddr {
         self.0
     }

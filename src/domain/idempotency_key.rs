@@ -5,11 +5,13 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(String);
 
+/// A refused `Idempotency-Key`: 400 `VALIDATION_FAILED`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("Idempotency-Key must be 1 to 64 characters of A-Z a-z 0-9 _ -")]
 pub struct InvalidIdempotencyKey;
 
 impl IdempotencyKey {
+    /// `raw` as a key, if it is 1-64 characters of `A-Z a-z 0-9 _ -`.
     pub fn parse(raw: &str) -> Result<Self, InvalidIdempotencyKey> {
         let valid = (1..=64).contains(&raw.len())
             && raw
@@ -22,6 +24,7 @@ impl IdempotencyKey {
         }
     }
 
+    /// The key, as written into Redis keys.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -9,11 +9,13 @@ use serde::Serialize;
 #[serde(transparent)]
 pub struct ItemId(i64);
 
+/// A number that cannot be an item's id.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("an item id is a positive integer")]
 pub struct InvalidItemId;
 
 impl ItemId {
+    /// The id as stored.
     pub fn get(self) -> i64 {
         self.0
     }

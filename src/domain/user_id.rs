@@ -13,6 +13,7 @@ pub struct UserId(i64);
 pub struct InvalidUserId;
 
 impl UserId {
+    /// The id as stored and as tokens carry it (`sub`).
     pub fn get(self) -> i64 {
         self.0
     }

@@ -71,21 +71,37 @@ pub const ERROR_CODES: &[&str] = &[
     "VERSION_CONFLICT",
 ];
 
+/// Every way a request can fail, as the client sees it: each variant answers one status
+/// with one stable `code`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The body is not JSON, or not of the expected shape; serde's words for where.
     #[error("request body is not valid JSON: {0}")]
     MalformedJson(String),
+    /// A field failed a check; the body names it.
     #[error("{message}")]
-    Validation { field: String, message: String },
+    Validation {
+        /// The field at fault, in the API's spelling.
+        field: String,
+        /// What is wrong with it, for the client.
+        message: String,
+    },
+    /// A body without `Content-Type: application/json`.
     #[error("expected Content-Type: application/json")]
     UnsupportedMediaType,
+    /// A body over the route's limit.
     #[error("request body is larger than {limit} bytes")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The body did not arrive within the body deadline (`body_timeout_ms`).
     #[error("the request body did not arrive in time")]
     RequestTimeout,
+    /// No route, item or page by that name.
     #[error("no such resource")]
     NotFound,
+    /// The route exists with another method.
     #[error("method not allowed on this resource")]
     MethodNotAllowed,
     /// A static page's `If-Match` / `If-Unmodified-Since` did not hold.
@@ -94,22 +110,32 @@ pub enum ApiError {
     /// A static page's `Range` lies outside it.
     #[error("the requested range is outside the page")]
     RangeNotSatisfiable,
+    /// No bearer token, or one that does not verify.
     #[error("missing or invalid credentials")]
     Unauthenticated,
     /// The limiter refused; the body names the dimension and carries its message.
     #[error("{}", .0.message())]
     RateLimited(Box<Refusal>),
+    /// The limiter could not ask Redis and the policy fails `closed`.
     #[error("the rate limiter is unavailable, please retry shortly")]
     LimiterUnavailable,
     /// Too many refused admin tokens from this address.
     #[error("too many failed sign-ins, try again later")]
-    SignInLocked { retry_after_ms: u64 },
+    SignInLocked {
+        /// When the lockout ends, in milliseconds (the `Retry-After` header).
+        retry_after_ms: u64,
+    },
     /// An edit made from another version of a policy than the stored one (`If-Match`
     /// or the body's `version`): someone else changed it since it was loaded.
     #[error("the policy was changed by someone else (it is now at version {current}): reload it and make the change again")]
-    VersionConflict { current: i64 },
+    VersionConflict {
+        /// The stored version, which the client reloads.
+        current: i64,
+    },
+    /// Another request with this key has not finished: retrying later replays its answer.
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInProgress,
+    /// The key is the user's, and was used for another item.
     #[error("this Idempotency-Key was used for another item")]
     IdempotencyMismatch,
     /// Too many purchases of this user with an `Idempotency-Key` are in flight at once.
@@ -124,6 +150,7 @@ pub enum ApiError {
     /// The sale refused a purchase: its code, status and message are the sale's.
     #[error(transparent)]
     Sale(#[from] SaleError),
+    /// No order with this id belongs to the caller.
     #[error("no such order")]
     OrderNotFound,
     /// Only a `pending_payment` order can be paid or cancelled; the body names its state.
@@ -133,7 +160,9 @@ pub enum ApiError {
     /// `routes::health`).
     #[error("not ready: {} unavailable", down.join(", "))]
     NotReady {
+        /// The dependencies this instance cannot serve without (`postgres`, `redis`).
         down: Vec<&'static str>,
+        /// The ones whose absence only degrades it.
         degraded: Vec<&'static str>,
     },
     /// Anything the client cannot fix. The cause is logged, never returned.
@@ -142,6 +171,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A 400 `VALIDATION_FAILED` for `field`.
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Validation {
             field: field.into(),

@@ -59,7 +59,9 @@ pub const PACE: Duration = Duration::from_secs(1);
 /// `head_timeout_ms`, `trusted_proxies`).
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
+    /// Most connections one address may hold open at once (`max_connections_per_address`).
     pub per_address: u32,
+    /// Longest a request head may take to arrive (`head_timeout_ms`).
     pub head_timeout: Duration,
     /// Addresses exempt from `per_address`: the trusted proxies.
     pub exempt: Vec<IpAddr>,
@@ -79,6 +81,7 @@ pub struct Slot {
 }
 
 impl AddressSlots {
+    /// The counts, empty, under `limits`; cuts are counted on `metrics`.
     pub fn new(limits: ConnectionLimits, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             limits,
@@ -87,6 +90,7 @@ impl AddressSlots {
         })
     }
 
+    /// The limits in force.
     pub fn limits(&self) -> &ConnectionLimits {
         &self.limits
     }
@@ -221,6 +225,8 @@ pub struct Guarded<T> {
 }
 
 impl<T> Guarded<T> {
+    /// `inner` under the head deadline, pacing and budget, holding `slot` (if its address
+    /// is counted).
     pub fn new(
         inner: T,
         slot: Option<Slot>,

@@ -18,6 +18,7 @@ use crate::domain::{ClientId, ClientIp};
 pub struct TrustedProxies(Vec<IpAddr>);
 
 impl TrustedProxies {
+    /// The proxies at `addrs` (IPv4-mapped IPv6 read as IPv4).
     pub fn new(addrs: Vec<IpAddr>) -> Self {
         Self(addrs.into_iter().map(canonical).collect())
     }
@@ -32,6 +33,7 @@ impl TrustedProxies {
         req.peer_addr().is_some_and(|peer| self.contains(peer.ip()))
     }
 
+    /// The client's address (see the module docs); `None` when the peer is unknown.
     pub fn client_ip(&self, req: &HttpRequest) -> Option<ClientIp> {
         let peer = req.peer_addr()?.ip();
         Some(ClientIp::new(self.resolve(peer, req.headers())))
@@ -70,6 +72,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The header a client names itself in, believed only from a trusted proxy.
 pub const CLIENT_ID_HEADER: &str = "x-client-id";
 
 /// The caller's IP, as far as we believe forwarded headers (see [`TrustedProxies`]).

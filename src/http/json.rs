@@ -30,6 +30,8 @@ impl Default for BodyTimeout {
     }
 }
 
+/// A JSON body as `T`, parsed and validated, with our error envelope on every failure (see
+/// the module docs).
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 

@@ -2,8 +2,8 @@
 //! `src/startup/`, which build the server).
 //!
 //! Handlers in [`routes`] parse input into domain types with the extractors of this
-//! module ([`json::JsonBody`], [`auth::Shopper`], [`client_ip`]), call the domain, and
-//! turn its answer into a response; [`error::ApiError`] is the one error type and its
+//! module ([`json::JsonBody`], [`auth::Shopper`], [`forwarded::client_ip`]), call the domain, and
+//! turn its answer into a response; [`api_error::ApiError`] is the one error type and its
 //! mapping to HTTP. [`idempotency`] answers a retried `Idempotency-Key` from the first
 //! attempt's answer; it keeps responses, which is why it is here and not in the sale.
 //! Nothing below this layer (sale, limiter, identity, admin, stores) imports actix.

@@ -3,7 +3,7 @@
 //! It is derived, not written: each handler carries a `#[utoipa::path]` with what is
 //! particular to it (its success, its own refusals), and the types it reads and writes
 //! derive their schemas, so a renamed field changes the document too. What every
-//! operation of a kind shares is added here by [`Shared`], from facts the document
+//! operation of a kind shares is added here by `Shared`, from facts the document
 //! already holds, so it is said once: a JSON body can be refused with 400/408/413/415, a
 //! path parameter can name nothing (404), an admin route signs its caller in (401, 429
 //! after too many failures), a limited route carries the rate-limit headers, and anything
@@ -80,6 +80,7 @@ const OPERATOR: &str = "admin_token";
         (name = "operations", description = "Health, metrics and this document"),
     )
 )]
+/// The OpenAPI document, derived from the handlers; served at `/api/openapi.json`.
 pub struct ApiDoc;
 
 /// The document this deployment serves: without the development login, its route is

@@ -15,6 +15,7 @@ use super::ApiError;
 pub struct QueryParams<T>(pub T);
 
 impl<T> QueryParams<T> {
+    /// The parsed query.
     pub fn into_inner(self) -> T {
         self.0
     }

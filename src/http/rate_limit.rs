@@ -60,6 +60,7 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
+    /// The guard of `policy`, whose name is a policy in the settings.
     pub fn policy(policy: &'static str) -> Self {
         Self {
             policy,
@@ -131,6 +132,7 @@ where
     }
 }
 
+/// The guard around one resource's service (see [`RateLimit`]).
 pub struct RateLimitMiddleware<S> {
     service: Rc<S>,
     guard: Rc<RateLimit>,

@@ -19,6 +19,7 @@ fn quota_header(policy: &Policy, algorithm: Algorithm) -> Option<HeaderValue> {
 /// `X-RateLimit-*`, for a shaped admission `RateLimit-Delay-Ms`, and for a refusal
 /// `Retry-After`, `Retry-After-Ms`).
 pub trait RateLimitHeaders {
+    /// Writes the headers into `headers`.
     fn write_headers(&self, headers: &mut HeaderMap);
 }
 

@@ -13,6 +13,7 @@ use actix_web::web;
 
 use crate::metrics::Metrics;
 
+/// Counts and times one request under its route pattern (see the module docs).
 pub async fn record(
     req: ServiceRequest,
     next: Next<impl MessageBody>,

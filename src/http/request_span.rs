@@ -21,6 +21,8 @@ use tracing_actix_web::{DefaultRootSpanBuilder, RequestId, RootSpanBuilder};
 
 use super::forwarded::TrustedProxies;
 
+/// The root span builder: a DEBUG span with the request id and our client address (see the
+/// module docs).
 pub struct RequestSpan;
 
 impl RootSpanBuilder for RequestSpan {

@@ -27,6 +27,8 @@ use crate::metrics::Metrics;
 use crate::vocabulary::LimiterMode;
 use crate::vocabulary::TokenComparison;
 
+/// The configured admin tokens, each with its name (the audit's `changed_by`); compared in
+/// constant time.
 pub struct AdminTokens(Vec<(String, SecretString)>);
 
 impl AdminTokens {
@@ -96,6 +98,8 @@ impl AdminGuard {
     /// that a crash costs nobody a lockout.
     pub const ATTEMPT_LEASE: Duration = Duration::from_secs(10);
 
+    /// The guard over `tokens`, its lockout limits read from `limiter`'s `admin_auth`
+    /// policy per request.
     pub fn new(
         tokens: AdminTokens,
         limiter: Arc<Limiter>,
@@ -247,6 +251,7 @@ impl AdminGuard {
 /// An authenticated operator.
 #[derive(Debug, Clone)]
 pub struct Admin {
+    /// The name of the token it signed in with: what the audit records.
     pub name: String,
 }
 
@@ -258,7 +263,10 @@ pub enum SignInError {
     Refused,
     /// Too many refused tokens from this address.
     #[error("too many failed sign-ins")]
-    Locked { retry_after_ms: u64 },
+    Locked {
+        /// When the lockout ends, in milliseconds.
+        retry_after_ms: u64,
+    },
     /// The lockout's store is down and its policy fails closed.
     #[error("the sign-in lockout is unavailable")]
     LockoutUnavailable,

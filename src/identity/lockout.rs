@@ -17,6 +17,7 @@ use crate::metrics::RedisPurpose;
 use crate::store::redis_store::RedisCallError;
 use crate::store::RedisStore;
 
+/// The admin sign-in's failure counts per address, in Redis (see the module docs).
 pub struct SignInLockout {
     redis: RedisStore,
     script: Script,
@@ -29,7 +30,9 @@ pub struct SignInLockout {
 /// How many refused tokens lock an address out, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockoutLimits {
+    /// Refused tokens that lock an address out.
     pub failures: u64,
+    /// The window they are counted over, and the lockout's length, in milliseconds.
     pub window_ms: u64,
 }
 
@@ -41,7 +44,10 @@ pub enum Reservation {
     Granted(Attempt),
     /// No place: the address is locked out, or the places left are all taken by
     /// attempts still being compared. Try again in `retry_after_ms`.
-    Refused { retry_after_ms: u64 },
+    Refused {
+        /// When a place may be free again, in milliseconds.
+        retry_after_ms: u64,
+    },
 }
 
 /// A reserved place in the count of an address.
@@ -55,11 +61,14 @@ pub struct Attempt {
 /// Failures recorded after a refused token, and the lockout it started, if any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failed {
+    /// Failures recorded for the address now.
     pub failures: u64,
+    /// The lockout this failure started, in milliseconds; `None` if none.
     pub locked_for_ms: Option<u64>,
 }
 
 impl SignInLockout {
+    /// A lockout in `redis`, on `clock`, whose unsettled places count for `lease`.
     pub fn new(redis: RedisStore, clock: Clock, lease: Duration) -> Self {
         Self {
             redis,

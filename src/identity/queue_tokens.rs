@@ -38,16 +38,22 @@ struct Claims {
 /// A verified ticket: who joined which item's queue, as its `index`-th joiner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
+    /// Who joined.
     pub user: UserId,
+    /// The item whose queue.
     pub item: i64,
+    /// Its join index: the poll computes the place from it.
     pub index: u64,
 }
 
 /// A verified pass: `place` of `item`'s queue was admitted for `user`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pass {
+    /// Who may buy with it.
     pub user: UserId,
+    /// The item it buys.
     pub item: i64,
+    /// The place admitted (marked used by the reservation, so a pass buys once).
     pub place: u64,
     /// The pass's `exp` (seconds since the epoch): valid through this second.
     pub expires_at: i64,
@@ -121,6 +127,7 @@ impl QueueTokens {
         self.sign(PASS, pass.user, pass.item, pass.place, pass.expires_at)
     }
 
+    /// The ticket in `token`, if it is one of ours, unexpired, and a ticket (not a pass).
     pub fn verify_ticket(&self, token: &str) -> Result<Ticket, QueueTokenError> {
         let claims = self.verify(token, TICKET, &self.ticket)?;
         Ok(Ticket {
@@ -130,6 +137,7 @@ impl QueueTokens {
         })
     }
 
+    /// The pass in `token`, if it is one of ours, unexpired, and a pass (not a ticket).
     pub fn verify_pass(&self, token: &str) -> Result<Pass, QueueTokenError> {
         let claims = self.verify(token, PASS, &self.pass)?;
         Ok(Pass {

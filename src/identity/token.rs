@@ -63,9 +63,12 @@ pub struct TokenKeys {
     rules: TokenRules,
 }
 
+/// A shopper's token as `POST /api/session` hands it out.
 #[derive(Debug)]
 pub struct IssuedToken {
+    /// The signed JWT.
     pub token: String,
+    /// When it stops being accepted.
     pub expires_at: DateTime<Utc>,
 }
 
@@ -98,6 +101,7 @@ impl TokenKeys {
         })
     }
 
+    /// A token for `user`, valid for the configured lifetime.
     pub fn issue(&self, user: UserId) -> anyhow::Result<IssuedToken> {
         let now = Utc::now();
         let expires_at =
@@ -114,6 +118,8 @@ impl TokenKeys {
         Ok(IssuedToken { token, expires_at })
     }
 
+    /// The user a token names, if it verifies (signature, algorithm, expiry, issuer and
+    /// audience).
     pub fn verify(&self, token: &str) -> Result<UserId, InvalidToken> {
         let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|_| InvalidToken)?

@@ -42,6 +42,7 @@ pub struct ScriptBackend {
 /// indexes 0-based, and how late in its millisecond the script's clock read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
+    /// What the script decided, and for which rule.
     pub decision: Decision,
     /// µs past the millisecond the Redis clock read (0 when the app passed the time):
     /// every wait ends this much sooner after the call than it reads.
@@ -56,8 +57,11 @@ pub enum Decision {
     /// count after this one; when that is 0, `next_slot_ms` is how long until `tightest`
     /// admits again (this request took its last slot), else 0.
     Admitted {
+        /// Index of the rule with the least left.
         tightest: usize,
+        /// What it has left after this request.
         remaining: i64,
+        /// When `remaining` is 0, ms until it admits again; else 0.
         next_slot_ms: i64,
         /// How long the answer waits for its departure slot (the shaper; 0 for the
         /// others).
@@ -72,8 +76,11 @@ pub enum Decision {
     /// own wait; `longest_retry_after_ms` is the longest wait among the refusing rules:
     /// only then would all of them admit.
     Refused {
+        /// Index of the first refusing rule.
         rule: usize,
+        /// Its own wait, in ms (≥ 1).
         retry_after_ms: i64,
+        /// The longest wait among the refusing rules, in ms.
         longest_retry_after_ms: i64,
     },
 }
@@ -111,6 +118,8 @@ pub struct FollowUp {
 }
 
 impl FollowUp {
+    /// Composes `source_code` (a script with its own `KEYS` and `ARGV`) with each
+    /// algorithm's script, once, at start-up.
     pub fn new(source_code: &str) -> Self {
         Self {
             scripts: Algorithm::ALL
@@ -194,8 +203,11 @@ impl ScriptBackend {
 
 /// A follow-up to run after an admission: its script, keys and arguments.
 pub struct Then<'a> {
+    /// The composed script for the caller's follow-up.
     pub script: &'a FollowUp,
+    /// The follow-up's own keys, which share the decision's slot.
     pub keys: Vec<String>,
+    /// The follow-up's own arguments.
     pub args: Vec<String>,
 }
 

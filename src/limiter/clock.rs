@@ -1,3 +1,6 @@
+//! The limiter's clock: Redis's `TIME` by default, this process's for Redis services that
+//! refuse `TIME` in scripts, or a manual one the tests move.
+
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -26,6 +29,7 @@ pub enum Clock {
 }
 
 impl Clock {
+    /// The clock a setting names: Redis's `TIME`, or this process's wall clock.
     pub fn from_source(source: ClockSource) -> Self {
         match source {
             ClockSource::Redis => Self::Redis,
@@ -72,18 +76,22 @@ impl Clock {
     }
 }
 
+/// A clock tests move by hand, shared by every clone.
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<AtomicI64>);
 
 impl ManualClock {
+    /// A clock at `ms` since the epoch.
     pub fn starting_at(ms: i64) -> Self {
         Self(Arc::new(AtomicI64::new(ms)))
     }
 
+    /// Now, in milliseconds since the epoch.
     pub fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
     }
 
+    /// Moves the clock forward by `ms` (backward if negative).
     pub fn advance_ms(&self, ms: i64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use foldhash::fast::RandomState;
 use tokio::sync::Notify;
 
+/// The fixed table of denials, one per slot; one per process, shared by every worker.
 pub struct DenialCache {
     slots: Box<[Mutex<Option<Denial>>]>,
     /// Seeded at random per process, so a client cannot aim its keys at one slot to
@@ -55,7 +56,10 @@ struct Denial {
 /// What the cache knows about a key.
 pub enum Seen {
     /// Redis refused it and cannot admit it for this long (µs).
-    Refused { wait_us: i64 },
+    Refused {
+        /// The wait left, in microseconds.
+        wait_us: i64,
+    },
     /// Its denial expired and a probe is asking Redis: wait on this, then look again.
     Probing(Arc<Notify>),
     /// Its denial expired and nobody is asking: [`DenialCache::claim`] it.
@@ -73,6 +77,7 @@ impl DenialCache {
         }
     }
 
+    /// Whether there are slots at all (0 turns the cache off).
     pub fn is_enabled(&self) -> bool {
         !self.slots.is_empty()
     }
@@ -168,6 +173,7 @@ pub struct Probe<'a> {
 }
 
 impl Probe<'_> {
+    /// The key being probed.
     pub fn key(&self) -> &str {
         self.key
     }

@@ -53,7 +53,10 @@ pub const FULL_WAIT_MS: u64 = 1_000;
 /// One rule as the fallback counts it: at most `share` per `window_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Share {
+    /// Requests this instance may admit per window: the rule's threshold over the instances
+    /// counted.
     pub share: u64,
+    /// The rule's window, in milliseconds.
     pub window_ms: u64,
 }
 
@@ -79,15 +82,21 @@ pub enum Verdict {
     /// (its index in the slice given): what it has left, and when it admits again if
     /// that is nothing.
     Admitted {
+        /// The tightest rule's index.
         rule: usize,
+        /// What it has left after this request.
         remaining: u64,
+        /// When `remaining` is 0, ms until it admits again; else 0.
         next_ms: u64,
     },
     /// Nothing recorded. `rule` is the first refusing one, `wait_ms` its wait;
     /// `longest_ms` the longest among the refusing rules (each ≥ 1).
     Refused {
+        /// The first refusing rule's index.
         rule: usize,
+        /// Its wait, in ms.
         wait_ms: u64,
+        /// The longest wait among the refusing rules, in ms.
         longest_ms: u64,
     },
 }

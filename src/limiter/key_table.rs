@@ -51,6 +51,7 @@ pub enum Eviction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
+/// At most `max` keys' state, evicting as the module docs describe.
 pub struct KeyTable<K, V> {
     entries: IndexMap<K, V, RandomState>,
     max: usize,
@@ -61,6 +62,7 @@ pub struct KeyTable<K, V> {
 }
 
 impl<K: Hash + Eq, V: Held> KeyTable<K, V> {
+    /// An empty table of at most `max` keys, evicting as `eviction` allows.
     pub fn new(max: usize, eviction: Eviction) -> Self {
         Self {
             entries: IndexMap::with_hasher(RandomState::default()),
@@ -71,22 +73,27 @@ impl<K: Hash + Eq, V: Held> KeyTable<K, V> {
         }
     }
 
+    /// The key's state, if the table holds it.
     pub fn get<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> Option<&V> {
         self.entries.get(key)
     }
 
+    /// The key's state, to update in place.
     pub fn get_mut<Q: ?Sized + Hash + Equivalent<K>>(&mut self, key: &Q) -> Option<&mut V> {
         self.entries.get_mut(key)
     }
 
+    /// Whether the table holds the key.
     pub fn contains<Q: ?Sized + Hash + Equivalent<K>>(&self, key: &Q) -> bool {
         self.entries.contains_key(key)
     }
 
+    /// Keys held, stale ones included until a sweep.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

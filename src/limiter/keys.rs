@@ -55,11 +55,13 @@ pub enum Scope {
 pub struct Partition(String);
 
 impl Partition {
+    /// `tag` as a partition, if it is key-safe (1-64 characters of `A-Z a-z 0-9 . _ : -`).
     pub fn new(tag: String) -> Option<Self> {
         let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-');
         ((1..=64).contains(&tag.len()) && tag.bytes().all(safe)).then_some(Self(tag))
     }
 
+    /// The tag, as written into keys.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -68,8 +70,12 @@ impl Partition {
 /// Who is asking, as far as the limiter cares.
 #[derive(Debug, Clone)]
 pub struct Caller<'a> {
+    /// The authenticated user, for `user` rules; `None` before sign-in.
     pub user: Option<UserId>,
+    /// The client address (see `http::forwarded` for whom we believe).
     pub ip: ClientIp,
+    /// `X-Client-Id`, where the route reads it; `client_id` rules fall back to `ip` without
+    /// it.
     pub client_id: Option<&'a ClientId>,
     /// The matched route pattern (ours, never the raw path).
     pub route: Cow<'a, str>,
@@ -78,6 +84,8 @@ pub struct Caller<'a> {
     pub partition: Option<Partition>,
 }
 
+/// The Redis key of `rule` for `caller`: under the policy's hash tag (or the partition's),
+/// with the algorithm in it so a change of algorithm starts fresh counts.
 pub fn redis_key(
     prefix: &str,
     policy: &Policy,

@@ -61,6 +61,8 @@ pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
 use crate::vocabulary::LimiterMode;
 
+/// The rate limiter: decides a request against a policy in one script call, and what
+/// Redis's absence means for it (its fail mode). One per process, shared by every worker.
 pub struct Limiter {
     redis: RedisStore,
     backend: ScriptBackend,
@@ -85,6 +87,7 @@ pub struct Limiter {
 }
 
 impl Limiter {
+    /// The limiter with `settings`' policies; refuses a policy that fails its checks.
     pub fn new(
         redis: RedisStore,
         settings: &LimiterSettings,
@@ -138,10 +141,12 @@ impl Limiter {
         )));
     }
 
+    /// The policy by that name in the rule set in force.
     pub fn policy(&self, name: &str) -> Option<Arc<Policy>> {
         self.installed.load().set.get(name).cloned()
     }
 
+    /// The names of the policies in force, in order.
     pub fn policy_names(&self) -> Vec<String> {
         self.installed
             .load()
@@ -151,6 +156,7 @@ impl Limiter {
             .collect()
     }
 
+    /// The algorithms' scripts, for callers that compose a follow-up with them.
     pub fn backend(&self) -> &ScriptBackend {
         &self.backend
     }

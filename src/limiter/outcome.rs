@@ -10,7 +10,10 @@ use super::{Algorithm, Policy};
 /// The request may proceed.
 #[derive(Debug, Clone)]
 pub struct Admission {
+    /// The policy it was decided under (the snapshot in force when it started).
     pub policy: Arc<Policy>,
+    /// The algorithm it counted with: the policy's, unless the caller forced one (the
+    /// benchmark).
     pub algorithm: Algorithm,
     /// The tightest rule and what it has left; `None` when admitted without asking
     /// Redis (fail-open, or the policy is disabled).
@@ -20,10 +23,13 @@ pub struct Admission {
     pub delayed_ms: u64,
 }
 
+/// How much the tightest rule has left after an admission: the `RateLimit` header's
+/// figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaLeft {
     /// Index into the policy's rules.
     pub rule: usize,
+    /// Requests the rule admits before refusing, counting this one as spent.
     pub remaining: i64,
     /// When `remaining` is 0: ms until `rule` admits again, else 0.
     pub next_slot_ms: i64,
@@ -32,7 +38,9 @@ pub struct QuotaLeft {
 /// The limiter refused: which rule, its message, how long to wait.
 #[derive(Debug, Clone)]
 pub struct Refusal {
+    /// The policy that refused (the snapshot in force when it started).
     pub policy: Arc<Policy>,
+    /// The algorithm it counted with.
     pub algorithm: Algorithm,
     /// Index into the policy's rules of the rule that answers for the refusal: the first
     /// refusing one.
@@ -46,8 +54,10 @@ pub struct Refusal {
     pub local: bool,
 }
 
+/// Why the limiter did not admit a request; each becomes one API error.
 #[derive(Debug, thiserror::Error)]
 pub enum Rejection {
+    /// A rule refused: which, its message and its waits.
     #[error("rate limited")]
     Refused(Box<Refusal>),
     /// Redis could not be asked and the policy fails closed.
@@ -56,15 +66,19 @@ pub enum Rejection {
     /// A rule keyed by user on a request without one.
     #[error("this limit needs an authenticated user")]
     NeedsUser,
+    /// A caller the limiter cannot key (a per-item policy without a partition): a bug of
+    /// ours, answered 500.
     #[error("limiter misconfigured: {0}")]
     Misconfigured(String),
 }
 
 impl Refusal {
+    /// The refusing rule's name: the `dimension` the client and the metrics see.
     pub fn dimension(&self) -> &str {
         &self.policy.rules[self.rule].name
     }
 
+    /// What the refused client reads (the rule's message).
     pub fn message(&self) -> &str {
         &self.policy.rules[self.rule].message
     }

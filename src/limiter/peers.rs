@@ -23,6 +23,7 @@ use crate::store::RedisStore;
 /// other instance's share.
 const BEATS_KEPT: u32 = 3;
 
+/// This instance's count of the instances sharing the limits, from its beats.
 pub struct Peers {
     /// This instance in the set.
     tag: String,
@@ -34,6 +35,8 @@ pub struct Peers {
 }
 
 impl Peers {
+    /// A count that starts at `floor`, this instance being `tag` in the set and showing its
+    /// count on `gauge`.
     pub fn new(tag: u64, floor: u64, gauge: prometheus::IntGauge) -> Self {
         gauge.set(floor.max(1) as i64);
         Self {

@@ -39,6 +39,8 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every algorithm, in the order of their discriminants (`quota_headers` is indexed by
+    /// them).
     pub const ALL: [Algorithm; 6] = [
         Algorithm::SlidingWindow,
         Algorithm::TokenBucket,
@@ -48,6 +50,7 @@ impl Algorithm {
         Algorithm::LeakyBucket,
     ];
 
+    /// The word settings, the API and the pages spell the algorithm with.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::SlidingWindow => "sliding_window",
@@ -119,14 +122,22 @@ pub enum KeySource {
 /// window ones: capacity = threshold, refilled by `threshold` tokens per window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleConfig {
+    /// The rule's name within its policy: part of its Redis keys and of `RateLimit-Policy`.
     pub name: String,
+    /// Where each request's key value comes from.
     pub key: KeySource,
+    /// The window's length, in milliseconds (window algorithms; the token bucket's default
+    /// refill period).
     pub window_ms: u64,
+    /// Requests admitted per window and key (the token bucket's default capacity).
     pub threshold: u64,
+    /// Token-bucket and GCRA burst size; the threshold when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<u64>,
+    /// Tokens added per `refill_ms`; the threshold when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refill_tokens: Option<u64>,
+    /// The refill period, in milliseconds; the window when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refill_ms: Option<u64>,
     /// The leaky bucket's longest wait for a departure slot; [`DEFAULT_MAX_DELAY_MS`]
@@ -136,6 +147,7 @@ pub struct RuleConfig {
     /// A shadow rule counts and reports what it would refuse, and never refuses.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
+    /// What a refused caller reads (1-200 printable characters).
     pub message: String,
 }
 
@@ -162,9 +174,13 @@ pub const DEFAULT_MAX_DELAY_MS: u64 = 1_000;
 /// The longest a shaped answer may be held: a held request keeps a connection open.
 pub const MAX_DELAY_MS: u64 = 60_000;
 
+/// A policy as written in settings or stored in Postgres, before [`Policy::parse`] checks
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyConfig {
+    /// How its rules count.
     pub algorithm: Algorithm,
+    /// What the limiter does when Redis cannot answer; `open` when absent.
     #[serde(default)]
     pub fail_mode: FailMode,
     /// A disabled policy admits everything without asking Redis (an operator's switch,
@@ -175,6 +191,7 @@ pub struct PolicyConfig {
     /// rows older than scopes, which all meant `global`.
     #[serde(default)]
     pub scope: Scope,
+    /// Its rules, in the order their keys are decided.
     pub rules: Vec<RuleConfig>,
 }
 
@@ -188,6 +205,7 @@ fn enabled_by_default() -> bool {
 pub struct LimiterSettings {
     /// Longest a request waits for a decision before the policy's fail mode applies.
     pub timeout_ms: u64,
+    /// Whose clock the scripts read: Redis's `TIME`, or this instance's.
     pub clock: ClockSource,
     /// Slots of the denial cache (see `limiter::denial`): refusals answered again
     /// without Redis until they expire. 0 turns it off. Memory is bounded by the slots
@@ -231,15 +249,26 @@ pub const MAX_RULES: usize = 8;
 /// A checked rule: names are key-safe, every limit is positive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
+    /// Key-safe name within its policy (see [`RuleConfig::name`]).
     pub name: String,
+    /// Where each request's key value comes from.
     pub key: KeySource,
+    /// Window length, in milliseconds.
     pub window_ms: u64,
+    /// Requests admitted per window and key.
     pub threshold: u64,
+    /// Token-bucket and GCRA burst size (defaulted to the threshold).
     pub capacity: u64,
+    /// Tokens added per `refill_ms` (defaulted to the threshold).
     pub refill_tokens: u64,
+    /// Refill period, in milliseconds (defaulted to the window).
     pub refill_ms: u64,
+    /// The leaky bucket's longest wait for a slot, in milliseconds, at most
+    /// [`MAX_DELAY_MS`].
     pub max_delay_ms: u64,
+    /// Counts and reports, never refuses (sorted after the enforced rules).
     pub shadow: bool,
+    /// What a refused caller reads.
     pub message: String,
 }
 
@@ -260,12 +289,18 @@ impl Rule {
     }
 }
 
+/// A checked policy: what [`Limiter`](super::Limiter) decides a request against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
+    /// Its name: the key of the settings' map, part of every Redis key it makes.
     pub name: String,
+    /// How its rules count.
     pub algorithm: Algorithm,
+    /// What a request meets when Redis cannot answer.
     pub fail_mode: FailMode,
+    /// `false` admits everything without asking Redis.
     pub enabled: bool,
+    /// Where its keys live: one shared set, or one per item (see `limiter::keys`).
     pub scope: Scope,
     /// The enforced rules, then the shadow ones (each group in the settings' order).
     pub rules: Vec<Rule>,
@@ -276,27 +311,54 @@ pub struct Policy {
     quota_headers: [String; Algorithm::ALL.len()],
 }
 
+/// Why a policy was refused: each names the policy or rule at fault, and the message is
+/// what an operator reads in the 400 or at start-up.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
+    /// The policy's name is not key-safe.
     #[error("policy name {0:?} must be 1-32 characters of a-z 0-9 _ -")]
     BadPolicyName(String),
+    /// Too few or too many rules (names the policy).
     #[error("policy {0:?} needs 1 to {MAX_RULES} rules, shadow rules included")]
     RuleCount(String),
+    /// Every rule is a shadow rule, so nothing would be limited (names the policy).
     #[error("policy {0:?} needs at least one rule that is not a shadow rule")]
     AllShadow(String),
+    /// `max_delay_ms` over [`MAX_DELAY_MS`] (names the rule).
     #[error("rule {0:?}: maxDelayMs must be 0 to {MAX_DELAY_MS}")]
     BadMaxDelay(String),
+    /// A rule's name is not key-safe.
     #[error("rule name {0:?} must be 1-32 characters of a-z 0-9 _ -")]
     BadRuleName(String),
+    /// Two rules share a name, and so a Redis key.
     #[error("policy {policy:?} has two rules named {rule:?}")]
-    DuplicateRule { policy: String, rule: String },
-    /// `field` in the API's spelling (`windowMs`, `threshold`, …).
+    DuplicateRule {
+        /// The policy holding both.
+        policy: String,
+        /// The name they share.
+        rule: String,
+    },
+    /// A limit is 0.
     #[error("rule {rule:?}: {field} must be a whole number, 1 or more")]
-    NotPositive { rule: String, field: &'static str },
+    NotPositive {
+        /// The rule at fault.
+        rule: String,
+        /// The limit, in the API's spelling (`windowMs`, `threshold`, …).
+        field: &'static str,
+    },
+    /// A limit, or its product with the rule's period, would lose precision in the scripts'
+    /// doubles.
     #[error("rule {rule:?}: {field} is too large (at most 2^50, and so is its product with the rule's period)")]
-    TooLarge { rule: String, field: &'static str },
+    TooLarge {
+        /// The rule at fault.
+        rule: String,
+        /// The limit, in the API's spelling.
+        field: &'static str,
+    },
+    /// A literal key is not key-safe (names the rule).
     #[error("rule {0:?}: a literal key must be 1-64 characters of A-Z a-z 0-9 . _ : -")]
     BadLiteral(String),
+    /// The message is empty, too long or has a control character (names the rule).
     #[error("rule {0:?}: the fallback message must be 1-200 characters, none of them a control character")]
     BadMessage(String),
 }
@@ -312,6 +374,8 @@ pub fn is_name(s: &str) -> bool {
 const MAX_VALUE: u64 = 1 << 50;
 
 impl Policy {
+    /// Checks a policy from settings or storage, fills the defaults, and puts shadow rules
+    /// last.
     pub fn parse(name: &str, config: &PolicyConfig) -> Result<Self, PolicyError> {
         if !is_name(name) {
             return Err(PolicyError::BadPolicyName(name.into()));
@@ -428,6 +492,8 @@ fn quota_header(rules: &[Rule], algorithm: Algorithm) -> String {
 pub struct PolicySet(BTreeMap<String, std::sync::Arc<Policy>>);
 
 impl PolicySet {
+    /// Checks every policy; the first refused one fails the whole set, so a bad edit
+    /// changes nothing.
     pub fn parse(configs: &BTreeMap<String, PolicyConfig>) -> Result<Self, PolicyError> {
         configs
             .iter()
@@ -436,10 +502,12 @@ impl PolicySet {
             .map(Self)
     }
 
+    /// The policy a route names, if it exists.
     pub fn get(&self, name: &str) -> Option<&std::sync::Arc<Policy>> {
         self.0.get(name)
     }
 
+    /// Every policy, by name.
     pub fn iter(&self) -> impl Iterator<Item = &std::sync::Arc<Policy>> {
         self.0.values()
     }

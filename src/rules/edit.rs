@@ -18,12 +18,18 @@ use crate::limiter::policy::{
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyEdit {
+    /// The policy's version this edit was made from; absent skips the check.
     pub version: Option<i64>,
+    /// The new algorithm; its rules start from fresh counts (the algorithm is part of
+    /// their keys).
     pub algorithm: Option<Algorithm>,
+    /// The operator's switch: `false` admits everything without asking Redis.
     pub enabled: Option<bool>,
+    /// `global` or `per_item`, where the policy's callers name an item.
     pub scope: Option<Scope>,
     /// What the limiter does when it cannot ask Redis: `open` or `closed`.
     pub fail_mode: Option<FailMode>,
+    /// The rules to edit, add or remove (by name); the others stay.
     pub rules: Vec<RuleEdit>,
 }
 
@@ -41,8 +47,10 @@ pub struct RuleEdit {
     /// `{"literal": "…"}`. An existing rule's source never changes (a removal and an
     /// addition do that, and the new rule starts with fresh counts).
     pub key: Option<KeySource>,
+    /// A new window, in milliseconds.
     #[schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)]
     pub window_ms: Option<u64>,
+    /// A new threshold: requests admitted per window and key.
     #[schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)]
     pub threshold: Option<u64>,
     /// The refusal's message, 1 to 200 characters.
@@ -57,27 +65,44 @@ pub struct RuleEdit {
     pub remove: Option<bool>,
 }
 
+/// Why a policy change was refused or failed; each maps to one API error
+/// (`http::routes::admin::rules`).
 #[derive(Debug, thiserror::Error)]
 pub enum RuleChangeError {
+    /// No policy by that name.
     #[error("no policy named {0:?}")]
     UnknownPolicy(String),
     /// The change was made from another version than the stored one: someone else
     /// changed the policy since its author loaded it.
     #[error("policy {policy:?} is at version {current}, not the one this change was made from")]
-    VersionConflict { policy: String, current: i64 },
+    VersionConflict {
+        /// The policy edited.
+        policy: String,
+        /// The version it is at now.
+        current: i64,
+    },
     /// The change removes a rule the policy does not have (`index` into the change's
     /// rules).
     #[error("policy {policy:?} has no rule {rule:?}")]
     UnknownRule {
+        /// The policy edited.
         policy: String,
+        /// The rule named for removal.
         rule: String,
+        /// Its index in the change's rules, for the field the error points at.
         index: usize,
     },
     /// An entry of the change's rules that cannot be: a new rule without a field it
     /// needs, a removal with more than the name, a key source changed in place.
     /// `field` is the entry's field at fault (`rules[2].key`).
     #[error("{why}")]
-    BadRuleEdit { field: String, why: String },
+    BadRuleEdit {
+        /// The field at fault, in the dashboard's spelling (`rules[2].key`).
+        field: String,
+        /// What is wrong with it, for the operator.
+        why: String,
+    },
+    /// The merged policy fails the limiter's own checks.
     #[error(transparent)]
     Invalid(#[from] PolicyError),
     /// What the policy's callers cannot support (a `per_item` scope where they name no
@@ -85,9 +110,12 @@ pub enum RuleChangeError {
     /// to the admin sign-in's); `index` is the change's rule it is about, if one.
     #[error("{error}")]
     NotAllowed {
+        /// What is refused.
         error: NotAllowed,
+        /// The change's rule it is about, if one.
         index: Option<usize>,
     },
+    /// Postgres failed; the change was not made.
     #[error(transparent)]
     Store(#[from] anyhow::Error),
 }

@@ -25,6 +25,8 @@ use crate::limiter::{Limiter, PolicySet};
 use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
 
+/// The policies in Postgres and the version key in Redis that announces their changes; one
+/// per process.
 pub struct RuleStore {
     pool: PgPool,
     redis: RedisStore,
@@ -33,20 +35,29 @@ pub struct RuleStore {
 /// A policy as stored, with its version: 1 when seeded, bumped by every change.
 #[derive(Debug, Clone)]
 pub struct StoredPolicy {
+    /// The policy as written.
     pub config: PolicyConfig,
+    /// Its version: 1 when seeded, bumped by every change.
     pub version: i64,
 }
 
+/// One change of a policy, as `limiter_policy_audit` records it.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
+    /// The policy changed.
     pub policy: String,
+    /// Who changed it: the admin token's name.
     pub changed_by: String,
+    /// When, on Postgres's clock.
     pub changed_at: DateTime<Utc>,
+    /// The policy before.
     pub old: PolicyConfig,
+    /// The policy after.
     pub new: PolicyConfig,
 }
 
 impl RuleStore {
+    /// Over `pool` (the policies and their audit) and `redis` (the version key).
     pub fn new(pool: PgPool, redis: RedisStore) -> Self {
         Self { pool, redis }
     }
@@ -57,7 +68,7 @@ impl RuleStore {
 
     /// Stores the settings' policies where none is stored yet (first start, or a policy
     /// added to the settings later), and offers a stored policy each default rule it
-    /// has not been offered before (see [`Self::offer_new_rules`]). What an operator
+    /// has not been offered before (see `Self::offer_new_rules`). What an operator
     /// changed is never overwritten.
     pub async fn seed(&self, defaults: &BTreeMap<String, PolicyConfig>) -> anyhow::Result<()> {
         for (name, config) in defaults {
@@ -142,6 +153,7 @@ impl RuleStore {
         Ok(())
     }
 
+    /// Every stored policy, by name.
     pub async fn load(&self) -> anyhow::Result<BTreeMap<String, StoredPolicy>> {
         let rows = sqlx::query!(
             r#"SELECT name, config AS "config: Json<PolicyConfig>", version FROM limiter_policies"#
@@ -160,6 +172,7 @@ impl RuleStore {
             .collect())
     }
 
+    /// The stored policy by that name, if any.
     pub async fn get(&self, name: &str) -> anyhow::Result<Option<StoredPolicy>> {
         let row = sqlx::query!(
             r#"SELECT config AS "config: Json<PolicyConfig>", version FROM limiter_policies WHERE name = $1"#,
@@ -249,6 +262,7 @@ impl RuleStore {
         Ok(self.redis.call(RedisPurpose::Other, &get).await?)
     }
 
+    /// The newest `limit` changes, of `policy` or of all policies.
     pub async fn audit(&self, policy: Option<&str>, limit: i64) -> anyhow::Result<Vec<AuditEntry>> {
         let rows = sqlx::query!(
             r#"SELECT policy, changed_by, changed_at,
@@ -288,11 +302,11 @@ impl RuleStore {
     }
 }
 
-/// Polls the version key every `every` and reloads the rules when it moves; also
-/// reloads every 30 s regardless, in case the key itself was lost.
 /// How often the watcher rereads Postgres while Redis cannot tell it the rules' version.
 const OUTAGE_RELOAD: Duration = Duration::from_secs(5);
 
+/// Polls the version key every `every` and reloads the rules when it moves; also
+/// reloads every 30 s regardless, in case the key itself was lost.
 pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration) {
     let mut seen: Option<i64> = None;
     let mut since_reload = Duration::ZERO;

@@ -17,6 +17,8 @@ use super::records::{self, NewOrder};
 use super::stock::{PendingReservation, Reservations};
 use crate::metrics::Metrics;
 
+/// What one batch of orders needs: the commit pool, the reservations' Redis side, the
+/// timeout.
 pub struct BatchWriter {
     /// Order commits only: reads and admin work use another pool and can never make a
     /// commit wait for a connection.

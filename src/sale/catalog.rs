@@ -21,6 +21,8 @@ use sqlx::PgPool;
 
 use super::item::{Item, ItemId};
 
+/// Every item as the last reload read it (see the module docs); one per process, swapped
+/// whole.
 #[derive(Default)]
 pub struct Catalog {
     items: ArcSwap<Snapshot>,
@@ -36,6 +38,7 @@ struct Snapshot {
 }
 
 impl Catalog {
+    /// The item, if the last reload saw it.
     pub fn get(&self, id: ItemId) -> Option<Arc<Item>> {
         self.items.load().items.get(&id).cloned()
     }
@@ -70,6 +73,7 @@ impl Catalog {
             .collect()
     }
 
+    /// Reads every item; of two overlapping reloads, the one that started last wins.
     pub async fn reload(&self, pool: &PgPool) -> anyhow::Result<()> {
         let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
         let items = super::records::all_items(pool).await?;

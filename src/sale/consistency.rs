@@ -15,11 +15,13 @@ use super::parts::SaleParts;
 use super::records;
 use crate::vocabulary::OrderState;
 
+/// The per-item gauges' export and pruning (see the module docs).
 pub struct ConsistencyExport {
     parts: SaleParts,
 }
 
 impl ConsistencyExport {
+    /// Over the shared parts.
     pub fn new(parts: &SaleParts) -> Self {
         Self {
             parts: parts.clone(),

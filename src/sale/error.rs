@@ -18,29 +18,41 @@ use uuid::Uuid;
 /// limiter's own, see `PurchaseFailure`).
 #[derive(Debug, thiserror::Error)]
 pub enum SaleError {
+    /// No item by that id on sale.
     #[error("no such item")]
     ItemNotFound,
+    /// Before the sale's start.
     #[error("the sale has not started yet")]
     NotStarted,
+    /// From the sale's end on, or ended by an operator.
     #[error("the sale has ended")]
     Ended,
+    /// An operator paused the sale.
     #[error("the sale is paused, please try again later")]
     Paused,
+    /// The user bought this item already (one unit per user).
     #[error("you already bought this item")]
     AlreadyPurchased,
+    /// No unit left.
     #[error("sold out")]
     SoldOut,
     /// The item's price changed after the purchase was admitted: nothing was bought at a
     /// price the shopper was not shown. `price_cents` is the price now.
     #[error("the price has changed; check the new price and buy again")]
-    PriceChanged { price_cents: i64 },
+    PriceChanged {
+        /// The price now, in cents, for the client to show.
+        price_cents: i64,
+    },
     /// The item sells through its waiting room (its gate in Redis is on) and the
     /// purchase offered no valid `Queue-Pass` for this user and item. `queue` is where
     /// to join. Decided by the reservation script, after the limiter: the quota is spent.
     #[error(
         "this item sells through its waiting room: join the queue at {queue} and buy with its pass"
     )]
-    NotAdmitted { queue: String },
+    NotAdmitted {
+        /// The room's join URL.
+        queue: String,
+    },
     /// The order could not be placed; Redis was repaired (or left to the reconciler).
     /// The cause is for the log, never for the client.
     #[error("the order could not be placed, please try again")]
@@ -57,7 +69,10 @@ pub enum SaleError {
     /// The orders breaker is open: commits keep failing, so no unit is taken for an
     /// order that could not be written (`overload::breaker`). Nothing was reserved.
     #[error("orders cannot be placed right now, please retry shortly")]
-    OrdersUnavailable { retry_after: Duration },
+    OrdersUnavailable {
+        /// How long until the breaker lets a commit try again (the `Retry-After` header).
+        retry_after: Duration,
+    },
 }
 
 impl SaleError {
@@ -102,6 +117,7 @@ impl SaleError {
         }
     }
 
+    /// The `Outcome` the metrics and the dashboard count this error as.
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::ItemNotFound => Outcome::NotFound,
@@ -177,6 +193,7 @@ pub enum Replayable {
 pub struct OutcomeCounters(Vec<Counter>);
 
 impl OutcomeCounters {
+    /// One counter per `Outcome`, both Prometheus's and the tally's, resolved once.
     pub fn new(metrics: &Metrics) -> Self {
         Self(
             Outcome::ALL
@@ -191,6 +208,7 @@ impl OutcomeCounters {
         )
     }
 
+    /// Counts one purchase that ended so: one atomic add each.
     pub fn count(&self, outcome: Outcome) {
         self.0[outcome as usize].inc();
     }

@@ -8,12 +8,19 @@ pub use crate::domain::{InvalidItemId, ItemId};
 /// count during a sale is Redis's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
+    /// Postgres's id, given at creation; the API's `{id}`.
     pub id: ItemId,
+    /// What shoppers see (1-200 printable characters).
     pub name: String,
+    /// Price in cents (0 to 10^11).
     pub price_cents: i64,
+    /// Units put on sale, as the operator last set them.
     pub total_stock: i32,
+    /// Units not yet sold (Postgres's count; see the type's docs).
     pub remaining_stock: i32,
+    /// When purchases open.
     pub starts_at: DateTime<Utc>,
+    /// When purchases close (after `starts_at`).
     pub ends_at: DateTime<Utc>,
     /// Paused by an operator: purchases answer 409 `SALE_PAUSED` until resumed.
     pub paused: bool,
@@ -25,12 +32,16 @@ pub struct Item {
 /// Where an item's sale stands at a given instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SalePhase {
+    /// Before `starts_at`: purchases answer 409 `SALE_NOT_STARTED`.
     NotStarted,
+    /// Between the two: purchases go ahead.
     Open,
+    /// From `ends_at` on: purchases answer 409 `SALE_ENDED`.
     Ended,
 }
 
 impl Item {
+    /// Where the sale stands at `now`: the start is included, the end excluded.
     pub fn phase(&self, now: DateTime<Utc>) -> SalePhase {
         if now < self.starts_at {
             SalePhase::NotStarted
@@ -45,10 +56,15 @@ impl Item {
 /// A checked request to create an item.
 #[derive(Debug, Clone)]
 pub struct NewItem {
+    /// What shoppers see.
     pub name: String,
+    /// Price in cents.
     pub price_cents: i64,
+    /// Units put on sale (1 to 10^7).
     pub stock: i32,
+    /// When purchases open.
     pub starts_at: DateTime<Utc>,
+    /// When purchases close (after the start).
     pub ends_at: DateTime<Utc>,
 }
 
@@ -61,18 +77,25 @@ pub const MAX_STOCK: i32 = 10_000_000;
 pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
 const _: () = assert!(MAX_PRICE_CENTS.checked_mul(MAX_STOCK as i64).is_some());
 
+/// Why an item's creation or edit was refused: 400 `VALIDATION_FAILED` naming the field.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InvalidItem {
+    /// Empty, too long, or with a control character.
     #[error("name must be 1 to 200 characters, none of them a control character")]
     Name,
+    /// Outside 0 to 10^11 cents.
     #[error("priceCents must be between 0 and 100000000000")]
     Price,
+    /// Outside 1 to 10^7 units.
     #[error("stock must be between 1 and 10000000")]
     Stock,
+    /// The end is not after the start.
     #[error("endsAt must be after the sale's start (startsAt)")]
     Window,
+    /// The start cannot be stored.
     #[error("startsAt must be {}", crate::domain::STORABLE_RANGE)]
     StartOutOfRange,
+    /// The end cannot be stored.
     #[error("endsAt must be {}", crate::domain::STORABLE_RANGE)]
     EndOutOfRange,
 }
@@ -93,8 +116,11 @@ impl InvalidItem {
 /// A checked edit of an item: each field optional (`PATCH /admin/api/items/{id}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ItemEdit {
+    /// A new name, checked as a creation's.
     pub name: Option<String>,
+    /// A new price, in cents.
     pub price_cents: Option<i64>,
+    /// A new end, after the item's start.
     pub ends_at: Option<DateTime<Utc>>,
     /// The new total stock: raised, or lowered to no less than what is sold or held.
     pub stock: Option<i32>,
@@ -117,6 +143,7 @@ impl ItemEdit {
         })
     }
 
+    /// Whether the edit changes nothing (answered without a write).
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
@@ -158,6 +185,7 @@ fn checked_end(
 }
 
 impl NewItem {
+    /// Checks a creation's fields; the first refused one names itself.
     pub fn parse(
         name: &str,
         price_cents: i64,

@@ -17,11 +17,15 @@ use super::stock::{Adjusted, Rebuilds, RoomGate, StockEdits};
 /// Why an operator's change to an item was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum ItemChangeError {
+    /// The item refused the change (missing, archived, ended by an operator, …).
     #[error(transparent)]
     Refused(#[from] ChangeRefused),
     /// Lowering the stock below what is sold or held.
     #[error("stock can be lowered to {min} at the least: the rest is sold or held by orders and reservations")]
-    StockTooLow { min: i64 },
+    StockTooLow {
+        /// The least the stock may be lowered to.
+        min: i64,
+    },
     /// Another stock edit of the item is running.
     #[error("another stock edit of this item is running; try again in a moment")]
     EditInProgress,
@@ -33,21 +37,27 @@ impl From<anyhow::Error> for ItemChangeError {
     }
 }
 
+/// The items as operators run them and shoppers see them (see the module docs); one per
+/// process.
 pub struct Items {
     parts: SaleParts,
 }
 
 impl Items {
+    /// The items over the shared parts.
     pub fn new(parts: &SaleParts) -> Self {
         Self {
             parts: parts.clone(),
         }
     }
 
+    /// This instance's copy of the items.
     pub fn catalog(&self) -> &Catalog {
         &self.parts.catalog
     }
 
+    /// Reads every item from Postgres into the catalog (every second, and after this
+    /// instance's own changes).
     pub async fn reload_catalog(&self) -> anyhow::Result<()> {
         self.parts.catalog.reload(&self.parts.pool).await
     }
@@ -62,6 +72,7 @@ impl Items {
         self.refresh_sold_out().await
     }
 
+    /// Stores a new item, audited as `by`'s, and puts its stock into Redis.
     pub async fn create(&self, new: NewItem, by: &str) -> anyhow::Result<Item> {
         let item = records::insert_item(&self.parts.pool, &new).await?;
         records::audit_creation(&self.parts.pool, &item, by).await?;

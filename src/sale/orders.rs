@@ -35,6 +35,7 @@ pub struct OrderLife {
 /// Why a shopper's transition was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum OrderError {
+    /// No order by that id, or not the caller's.
     #[error("no such order")]
     NotFound,
     /// Only a `pending_payment` order can be paid or cancelled.
@@ -43,10 +44,13 @@ pub enum OrderError {
     /// The order is paid already (a retried payment answers it again).
     #[error("the order is paid, not pending payment")]
     Paid(Box<Order>),
+    /// Postgres failed; nothing changed.
     #[error(transparent)]
     Store(#[from] anyhow::Error),
 }
 
+/// Orders after the click (see the module docs): the shopper's reads and transitions; one
+/// per process.
 pub struct Orders {
     parts: SaleParts,
     /// A cancellation gives its unit back through the sweeper's own give-back.
@@ -54,6 +58,7 @@ pub struct Orders {
 }
 
 impl Orders {
+    /// The orders over the shared parts.
     pub fn new(parts: &SaleParts) -> Self {
         Self {
             parts: parts.clone(),

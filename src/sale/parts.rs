@@ -14,15 +14,22 @@ use super::sold_out::SoldOut;
 use super::stock::{KeyLifetime, Rebuilds, StockRedis};
 use crate::metrics::Metrics;
 
+/// The stores and the in-process state every part of the sale shares (see the module docs);
+/// cloned into each part, which keeps what it uses.
 #[derive(Clone)]
 pub struct SaleParts {
     /// Reads, admin work and the background tasks (order commits have a pool of their
     /// own, see `Purchases`).
     pub pool: PgPool,
+    /// The sale's Redis side: the keys and the one way to call.
     pub redis: StockRedis,
+    /// When an item's keys expire.
     pub lifetime: KeyLifetime,
+    /// This instance's copy of the items.
     pub catalog: Arc<Catalog>,
+    /// This instance's sold-out items, and their channel.
     pub sold_out: Arc<SoldOut>,
+    /// The Prometheus families.
     pub metrics: Arc<Metrics>,
     /// Whether a shopper whose order was cancelled or expired may buy the item again
     /// (then Redis forgets them as a buyer).

@@ -34,7 +34,9 @@ use crate::limiter::{Admission, Caller, Limiter, Rejection, Scope};
 
 /// A successful purchase and the limiter's admission (for its headers).
 pub struct Purchase {
+    /// The committed order.
     pub order: Order,
+    /// The limiter's admission, for the `RateLimit` headers.
     pub admission: Admission,
 }
 
@@ -47,12 +49,15 @@ pub enum PurchaseFailure {
     /// quota headers, so a client (and the load generator's checker) can tell "the
     /// limiter let me through, the stock did not" from "refused before the limiter".
     Refused {
+        /// Why the sale refused.
         error: SaleError,
+        /// The limiter's admission before it, for the headers.
         admission: Admission,
     },
 }
 
 impl PurchaseFailure {
+    /// The `Outcome` the metrics and the dashboard count this failure as.
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::Limited(Rejection::Refused(_)) => Outcome::RateLimited,
@@ -78,7 +83,9 @@ pub struct PurchaseOptions {
     pub commit_pool: PgPool,
     /// Hands orders to the one committer of this instance (group commit).
     pub committer: Committer,
+    /// The limiter that decides each purchase first.
     pub limiter: Arc<Limiter>,
+    /// How reservations wait and how long they stay pending.
     pub reservations: ReservationOptions,
     /// Longest a purchase waits for the committer to start its order, and longest a
     /// batch may take before its outcome counts as unknown.
@@ -89,6 +96,8 @@ pub struct PurchaseOptions {
     pub overload: Overload,
 }
 
+/// The purchase flow: limiter, overload checks, reservation, order commit, and the undo of
+/// a reservation whose order was not made. One per process.
 pub struct Purchases {
     parts: SaleParts,
     commit_pool: PgPool,
@@ -102,6 +111,7 @@ pub struct Purchases {
 }
 
 impl Purchases {
+    /// The flow over the shared parts, with `options`.
     pub fn new(parts: &SaleParts, options: PurchaseOptions) -> Self {
         Self {
             reservations: Arc::new(Reservations::new(parts.redis.clone(), options.reservations)),
@@ -121,6 +131,8 @@ impl Purchases {
         &self.overload
     }
 
+    /// The pool order commits use, apart from the parts' (see
+    /// [`PurchaseOptions::commit_pool`]).
     pub fn commit_pool(&self) -> &PgPool {
         &self.commit_pool
     }

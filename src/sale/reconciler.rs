@@ -22,7 +22,7 @@
 //!   check wins and the repair waits for the next round;
 //! - a missing stock counter of an item still on sale (Redis restarted without data) is
 //!   rebuilt from Postgres (`rebuilt`); an ended item's is left gone;
-//! - a released unit that has waited for its give-back longer than [`STALE_RETURN`] is
+//! - a released unit that has waited for its give-back longer than `STALE_RETURN` is
 //!   given back here (`returned`), through the sweeper's own give-back.
 //!
 //! It is a type of its own, holding the parts of the sale it reads and repairs, so that
@@ -48,6 +48,7 @@ const STALE_RETURN: chrono::Duration = chrono::Duration::minutes(1);
 /// Released units the reconciler gives back per item and round at most.
 const STALE_BATCH: i64 = 500;
 
+/// The reconciler (see the module docs): run on whichever instance holds its lock.
 pub struct Reconciler {
     parts: SaleParts,
     repairs: Repairs,

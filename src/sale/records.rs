@@ -1,6 +1,6 @@
 //! The sale's Postgres side: items and orders. Postgres is the final truth: the
 //! conditional decrement and the one-live-order-per-user index hold whatever Redis
-//! believes; [`life_cycle`] has the orders' states.
+//! believes; `life_cycle` has the orders' states.
 
 use std::collections::HashMap;
 
@@ -61,12 +61,18 @@ impl TryFrom<ItemRow> for Item {
     }
 }
 
+/// An order as stored: one per purchase admitted by Redis and committed to Postgres.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
+    /// Made by the purchase (a v7 UUID, so ids sort by creation); the API's order id.
     pub id: Uuid,
+    /// The buyer.
     pub user_id: UserId,
+    /// The item bought, one unit.
     pub item_id: ItemId,
+    /// When it was committed.
     pub created_at: DateTime<Utc>,
+    /// Where it is in its life (`pending_payment`, `paid`, …).
     pub state: OrderState,
     /// The payment deadline of a `pending_payment` order (orders from before the life
     /// cycle have none).
@@ -97,6 +103,7 @@ impl TryFrom<OrderRow> for Order {
     }
 }
 
+/// Stores a new item, its remaining stock its total.
 pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> {
     let row = sqlx::query_as!(
         ItemRow,
@@ -114,6 +121,7 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
     row.try_into()
 }
 
+/// The item, archived or not; `None` if no such id.
 pub async fn item_by_id(pool: &PgPool, id: ItemId) -> anyhow::Result<Option<Item>> {
     sqlx::query_as!(
         ItemRow,
@@ -127,6 +135,7 @@ pub async fn item_by_id(pool: &PgPool, id: ItemId) -> anyhow::Result<Option<Item
     .transpose()
 }
 
+/// Every item, archived ones included, in no order.
 pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
     sqlx::query_as!(
         ItemRow,
@@ -144,12 +153,19 @@ pub async fn all_items(pool: &PgPool) -> anyhow::Result<Vec<Item>> {
 pub struct OrderFilter {
     /// One order, by id.
     pub order: Option<Uuid>,
+    /// Only this item's orders.
     pub item: Option<ItemId>,
+    /// Only this user's orders.
     pub user: Option<UserId>,
+    /// Created at or after this instant.
     pub from: Option<DateTime<Utc>>,
+    /// Created before this instant.
     pub to: Option<DateTime<Utc>>,
+    /// Only orders in this state.
     pub state: Option<OrderState>,
+    /// The page, from 1.
     pub page: i64,
+    /// Orders per page.
     pub per_page: i64,
 }
 
@@ -167,6 +183,8 @@ pub struct ItemLedger {
     pub room: RoomGate,
 }
 
+/// What Postgres says of `item`'s units, in one snapshot (see [`ItemLedger`]); `rebuy`
+/// picks who counts as a buyer.
 pub async fn item_ledger(pool: &PgPool, item: ItemId, rebuy: bool) -> anyhow::Result<ItemLedger> {
     let row = sqlx::query!(
         r#"SELECT remaining_stock,
@@ -246,6 +264,7 @@ pub async fn order_counts(
     Ok((row.total, row.orders, row.among))
 }
 
+/// How many items exist: the demo item is seeded only when there are none.
 pub async fn item_count(pool: &PgPool) -> anyhow::Result<i64> {
     Ok(
         sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM items"#)
@@ -284,6 +303,7 @@ pub async fn buyer_count(pool: &PgPool, item: ItemId) -> anyhow::Result<i64> {
     .await?)
 }
 
+/// The user's orders, newest first.
 pub async fn orders_of_user(pool: &PgPool, user: UserId) -> anyhow::Result<Vec<Order>> {
     sqlx::query_as!(
         OrderRow,
@@ -297,6 +317,7 @@ pub async fn orders_of_user(pool: &PgPool, user: UserId) -> anyhow::Result<Vec<O
     .collect()
 }
 
+/// The order by that id, whoever's it is (the caller checks ownership).
 pub async fn order_by_id(pool: &PgPool, id: Uuid) -> anyhow::Result<Option<Order>> {
     sqlx::query_as!(
         OrderRow,
@@ -309,6 +330,7 @@ pub async fn order_by_id(pool: &PgPool, id: Uuid) -> anyhow::Result<Option<Order
     .transpose()
 }
 
+/// The user's live order (`pending_payment` or `paid`) of the item, if any.
 pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Result<Option<Order>> {
     sqlx::query_as!(
         OrderRow,

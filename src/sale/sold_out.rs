@@ -41,6 +41,7 @@ pub struct SoldOut {
 }
 
 impl SoldOut {
+    /// An empty board over `redis`; [`SoldOut::listen`] keeps it current.
     pub fn new(redis: RedisStore, metrics: Arc<Metrics>) -> Self {
         Self {
             board: SoldOutBoard::default(),
@@ -50,6 +51,7 @@ impl SoldOut {
         }
     }
 
+    /// Whether `item` is sold out, as this instance last heard: no Redis call.
     pub fn is_sold_out(&self, item: ItemId) -> bool {
         self.board.is_sold_out(item)
     }
@@ -129,6 +131,7 @@ pub struct SoldOutBoard {
 }
 
 impl SoldOutBoard {
+    /// Whether `item` is on the board.
     pub fn is_sold_out(&self, item: ItemId) -> bool {
         // A poisoned lock only means a writer panicked mid-insert; the set is still usable.
         self.items
@@ -147,10 +150,12 @@ impl SoldOutBoard {
         }
     }
 
+    /// Items on the board.
     pub fn len(&self) -> usize {
         self.items.read().map(|s| s.len()).unwrap_or(0)
     }
 
+    /// Whether no item is on the board.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -46,14 +46,17 @@ pub struct StockRedis {
 }
 
 impl StockRedis {
+    /// The sale's Redis side over `redis`'s connection and key prefix.
     pub fn new(redis: RedisStore) -> Self {
         Self { redis }
     }
 
+    /// The store, for calls that are not the sale's own scripts.
     pub fn store(&self) -> &RedisStore {
         &self.redis
     }
 
+    /// `item`'s keys under this deployment's prefix.
     pub fn keys(&self, item: ItemId) -> ItemKeys {
         ItemKeys::new(self.redis.prefix(), item)
     }

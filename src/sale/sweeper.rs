@@ -35,6 +35,7 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
+    /// Over the shared parts.
     pub fn new(parts: &SaleParts) -> Self {
         Self {
             returns: Arc::new(Returns::new(parts.redis.clone(), parts.lifetime)),

@@ -1,8 +1,8 @@
 //! Builds the application from settings and runs it.
 //!
-//! In three steps, one file each: [`services`] connects the stores and builds what the
-//! handlers and the background tasks share; [`tasks`] lists the loops that run beside
-//! the server; [`server`] is the actix server with its middleware and routes. `main.rs`
+//! In three steps, one file each: `services` connects the stores and builds what the
+//! handlers and the background tasks share; `tasks` lists the loops that run beside
+//! the server; `server` is the actix server with its middleware and routes. `main.rs`
 //! calls [`Application::build`] and [`Application::run_until_stopped`]; the tests build
 //! one on port 0.
 
@@ -70,6 +70,7 @@ impl Application {
         })
     }
 
+    /// The port bound: the one asked for, or the one the OS picked for port 0 (tests).
     pub fn port(&self) -> u16 {
         self.port
     }

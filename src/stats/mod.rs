@@ -83,6 +83,8 @@ impl Sums {
     }
 }
 
+/// The dashboard's counters summed over every instance: each instance's flush, and the
+/// reads of the buckets (see the module docs).
 pub struct LiveStats {
     redis: RedisStore,
     metrics: Arc<Metrics>,
@@ -90,6 +92,7 @@ pub struct LiveStats {
 }
 
 impl LiveStats {
+    /// Over `redis` (the buckets), this instance's `metrics` and the `limiter`'s policies.
     pub fn new(redis: RedisStore, metrics: Arc<Metrics>, limiter: Arc<Limiter>) -> Self {
         Self {
             redis,

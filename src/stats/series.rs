@@ -41,8 +41,11 @@ enum Line {
 pub struct Series {
     /// The unix second of the first point.
     pub from: i64,
+    /// Points in every array.
     pub window_seconds: u64,
+    /// Purchases per second by outcome.
     pub purchases: PurchaseSeries,
+    /// The sale limiter's refusals per second, by who answered them.
     pub refusals: RefusalSeries,
     /// Per item (by id), its live stock as sampled each second; `null` where no
     /// instance sampled it (not on sale then, or Redis was away).
@@ -57,6 +60,7 @@ pub struct Series {
 pub struct PurchaseSeries {
     /// Orders created (answered 200).
     pub created: Vec<i64>,
+    /// Refused `SOLD_OUT` (from the board or from Redis).
     pub sold_out: Vec<i64>,
     /// Refused by the sale's limiter, by the dimension (rule) that refused.
     pub rejected: BTreeMap<String, Vec<i64>>,

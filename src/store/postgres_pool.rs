@@ -12,8 +12,12 @@ use sqlx::PgPool;
 /// settings: `Settings::postgres_options`).
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
+    /// The database. A secret: it may carry a password.
     pub url: SecretString,
+    /// `statement_timeout` of every session, in milliseconds.
     pub statement_timeout_ms: u64,
+    /// `idle_in_transaction_session_timeout` of every session, in milliseconds: a
+    /// transaction left open by a stuck task is ended.
     pub idle_in_transaction_timeout_ms: u64,
 }
 

@@ -155,8 +155,11 @@ impl Topology {
 /// own in the store, or one for a tool or a test ([`RedisStore::connect_raw`]).
 #[derive(Clone)]
 pub enum RedisConnection {
+    /// One server, through a reconnecting connection manager.
     Single(ConnectionManager),
+    /// A Redis Cluster, routed by slot.
     Cluster(ClusterConnection),
+    /// The master the sentinels name, followed across failovers.
     Sentinel(SentinelMaster),
 }
 
@@ -194,14 +197,20 @@ impl ConnectionLike for RedisConnection {
 /// Why a Redis call produced no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum RedisCallError {
+    /// No answer within the timeout; the call may still have run.
     #[error("redis ({purpose}): no answer within {timeout:?}")]
     Timeout {
+        /// What the call was for, in the log.
         purpose: &'static str,
+        /// The timeout it missed.
         timeout: Duration,
     },
+    /// Redis answered with an error, or the connection failed.
     #[error("redis ({purpose}): {source}")]
     Failed {
+        /// What the call was for, in the log.
         purpose: &'static str,
+        /// Redis's error.
         source: redis::RedisError,
     },
 }
@@ -210,8 +219,11 @@ pub enum RedisCallError {
 /// Callers pass `&cmd`, `&pipe` or `&invocation`; it converts.
 #[derive(Clone, Copy)]
 pub enum Request<'a> {
+    /// One command.
     Cmd(&'a Cmd),
+    /// A pipeline (a MULTI/EXEC one included).
     Pipeline(&'a Pipeline),
+    /// A script call (EVALSHA, EVAL when the script is not loaded).
     Script(&'a ScriptInvocation<'a>),
 }
 
@@ -243,6 +255,8 @@ impl<'a> From<&'a ScriptInvocation<'a>> for Request<'a> {
 /// settings: `Settings::redis_options`).
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
+    /// The Redis server, or under Sentinel the master's credentials and database. A secret:
+    /// it may carry a password.
     pub url: SecretString,
     /// The nodes of a Redis Cluster to use instead of `url` (any of them will do to
     /// find the others); empty for one server.
@@ -253,8 +267,11 @@ pub struct RedisOptions {
     pub sentinels: Vec<SecretString>,
     /// The name the sentinels monitor the master under.
     pub sentinel_master: String,
+    /// Put before every key of this deployment, so deployments can share a Redis.
     pub key_prefix: String,
+    /// How long the limiter waits for Redis before its fail mode applies.
     pub limiter_timeout: Duration,
+    /// How long every other call waits.
     pub timeout: Duration,
 }
 
@@ -297,7 +314,7 @@ impl RedisStore {
     ///
     /// A request is sent once more, within the same timeout, when the first try found
     /// the connection gone and the manager has started a new one (see
-    /// [`sent_again`]): a restart of Redis leaves each thread's connection stale, and
+    /// `sent_again`): a restart of Redis leaves each thread's connection stale, and
     /// its first call would otherwise fail although one reconnect serves it.
     pub async fn call<'r, T: FromRedisValue>(
         &self,

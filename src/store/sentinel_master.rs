@@ -17,7 +17,7 @@
 //!   call asks the sentinels whether the master moved, and reconnects only if it did. A
 //!   master that hangs rather than dies (a partition, a stopped process) answers no call
 //!   with an error, so without this its connection would never be dropped;
-//! - one lookup at a time per connection, and none within [`RETRY_AFTER`] of a failed
+//! - one lookup at a time per connection, and none within `RETRY_AFTER` of a failed
 //!   one: while no master is known (the failover's gap), calls fail at once with the
 //!   last lookup's error instead of each asking three sentinels and queueing behind the
 //!   others. That is the sale's fail-closed answer, given fast.

@@ -24,11 +24,21 @@ pub enum Claim {
     Fresh,
     /// Another request with this key is running, or died. `order` is the order it was
     /// placing; `stale` says it has run longer than a purchase normally takes.
-    InProgress { order: Option<Uuid>, stale: bool },
+    InProgress {
+        /// The order it was placing, if it got that far.
+        order: Option<Uuid>,
+        /// Whether it has run longer than a purchase normally takes (so it likely died).
+        stale: bool,
+    },
     /// This key was used for another item.
     Mismatch,
     /// Finished before: answer exactly this.
-    Replay { status: u16, body: String },
+    Replay {
+        /// The status it answered.
+        status: u16,
+        /// The body it answered, byte for byte.
+        body: String,
+    },
     /// The user already has the most purchases in flight that one user may.
     TooMany,
 }
@@ -46,6 +56,7 @@ pub struct IdempotencyLimits {
     pub max_in_flight: u32,
 }
 
+/// The claims of `Idempotency-Key`s in Redis, bounded per user by `limits`.
 pub struct Idempotency {
     redis: RedisStore,
     claim: Script,
@@ -53,6 +64,7 @@ pub struct Idempotency {
 }
 
 impl Idempotency {
+    /// A key store over `redis` (the keys under its prefix).
     pub fn new(redis: RedisStore, limits: IdempotencyLimits) -> Self {
         Self {
             redis,

@@ -40,6 +40,7 @@ use crate::domain::UserId;
 use crate::sale::item::ItemId;
 use crate::sale::{Replayable, SaleError};
 
+/// The header a purchase's retry names its first attempt in.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-replayed");
 
@@ -100,8 +101,11 @@ impl Reply {
 /// `id` (for a purchase: the order it places).
 #[derive(Debug, Clone, Copy)]
 pub struct Attempt {
+    /// The user whose key it is.
     pub user: UserId,
+    /// The item the key was first used for.
     pub item: ItemId,
+    /// The trace it leaves: for a purchase, the order it places.
     pub id: Uuid,
 }
 

@@ -35,6 +35,7 @@ pub struct Probe {
     degraded: Vec<&'static str>,
 }
 
+/// `GET /health/live`: the process serves (no store is asked).
 #[utoipa::path(get, path = "/health/live", operation_id = "checkLiveness", tag = "operations",
     responses((status = 200, description = "The process serves", body = Probe)))]
 pub async fn live() -> HttpResponse {
@@ -48,6 +49,7 @@ pub async fn live() -> HttpResponse {
 #[derive(Clone, Copy)]
 pub struct ReadinessTimeout(pub Duration);
 
+/// `GET /health/ready`: Redis and Postgres both answer within the readiness timeout.
 #[utoipa::path(get, path = "/health/ready", operation_id = "checkReadiness", tag = "operations", responses(
     (status = 200, description = "Redis and Postgres both answered; `status` is `degraded` and `degraded` says why when the orders breaker is open (`orders_breaker_open`) or probing (`orders_breaker_half_open`)", body = Probe),
     (status = 503, description = "`NOT_READY`: `down` lists the stores that did not answer, `degraded` what else is wrong", body = crate::http::api_error::ErrorBody),

@@ -11,6 +11,7 @@ use crate::sale::item::{Item, ItemId};
 use crate::sale::room::WaitingRoom;
 use crate::sale::{Items, SaleError};
 
+/// An item as shoppers see it, with live remaining stock.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = Item)]
@@ -32,6 +33,7 @@ pub struct ItemBody<'a> {
 }
 
 impl<'a> ItemBody<'a> {
+    /// `item` with `remaining_stock` (Redis's count during a sale).
     pub fn new(item: &'a Item, remaining_stock: i64) -> Self {
         Self {
             id: item.id.get(),
@@ -62,6 +64,7 @@ pub fn item_id(id: i64) -> Result<ItemId, ApiError> {
     ItemId::try_from(id).map_err(|_| ApiError::from(SaleError::ItemNotFound))
 }
 
+/// Items on sale.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Items)]
 pub struct ItemList<'a> {

@@ -7,6 +7,7 @@ use crate::http::ApiError;
 use crate::metrics::Metrics;
 use crate::sale::Purchases;
 
+/// `GET /metrics`: the Prometheus exposition of every family.
 #[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "operations", responses(
     (status = 200, description = "Prometheus text exposition (version 0.0.4)", body = String, content_type = "text/plain"),
 ))]

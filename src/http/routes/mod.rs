@@ -2,7 +2,7 @@
 //! domain, and turn its answer into a response; no business rule lives here.
 //!
 //! [`configure`] is the router, and it returns what it served: each operation goes
-//! through [`Served::resource`], which registers it with actix and records its method
+//! through `Served::resource`, which registers it with actix and records its method
 //! and path, so a test can hold the router against the OpenAPI document
 //! ([`crate::http::openapi`]) in both directions.
 
@@ -28,6 +28,7 @@ use crate::http::rate_limit::RateLimit;
 /// Which optional routes exist in this deployment.
 #[derive(Debug, Clone)]
 pub struct RouteOptions {
+    /// Whether `POST /api/session` is served (see `Settings::dev_login`).
     pub dev_login: bool,
     /// The shopper page and the admin dashboard (`static/`), served at `/`.
     pub static_dir: std::path::PathBuf,
@@ -37,7 +38,9 @@ pub struct RouteOptions {
 /// which is also OpenAPI's.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Operation {
+    /// The HTTP method, upper-case.
     pub method: String,
+    /// The path pattern, with `{param}`s.
     pub path: String,
 }
 

@@ -7,6 +7,7 @@ use actix_web::{web, HttpResponse};
 #[derive(Clone)]
 pub struct OpenApiJson(pub web::Bytes);
 
+/// `GET /api/openapi.json`: this deployment's OpenAPI document.
 #[utoipa::path(get, path = "/api/openapi.json", operation_id = "getOpenApiDocument", tag = "operations",
     responses((status = 200, description = "This document (OpenAPI 3.1)", body = Object)))]
 pub async fn document(json: web::Data<OpenApiJson>) -> HttpResponse {

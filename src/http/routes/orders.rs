@@ -18,6 +18,7 @@ use crate::limiter::{Caller, Limiter};
 use crate::sale::records::Order;
 use crate::sale::Orders;
 
+/// An order as its shopper sees it.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = Order)]
@@ -46,6 +47,7 @@ impl From<&Order> for OrderBody {
     }
 }
 
+/// The shopper's orders.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Orders)]
 pub struct OrderList {
@@ -53,6 +55,7 @@ pub struct OrderList {
 }
 
 impl OrderList {
+    /// The shopper's view of `orders`, in their order.
     pub fn new(orders: &[Order]) -> Self {
         Self {
             orders: orders.iter().map(OrderBody::from).collect(),
@@ -60,6 +63,7 @@ impl OrderList {
     }
 }
 
+/// `POST /api/orders/{id}/pay`: pays a pending order.
 #[utoipa::path(post, path = "/api/orders/{id}/pay", operation_id = "payOrder", tag = "shopper", security(("shopper_jwt" = [])),
     params(
         ("id" = Uuid, Path, description = "The order"),
@@ -84,6 +88,7 @@ pub async fn pay(
     Ok(HttpResponse::Ok().json(OrderBody::from(&order)))
 }
 
+/// `POST /api/orders/{id}/cancel`: cancels a pending order; its unit goes back on sale.
 #[utoipa::path(post, path = "/api/orders/{id}/cancel", operation_id = "cancelOrder", tag = "shopper", security(("shopper_jwt" = [])),
     params(("id" = Uuid, Path, description = "The order")),
     responses(

@@ -21,6 +21,7 @@ use crate::sale::{Orders, Outcome, Purchase, PurchaseFailure, Purchases, Replaya
 /// The header a purchase carries its queue pass in, when the item has a waiting room.
 pub const PASS_HEADER: &str = "Queue-Pass";
 
+/// The body of `POST /seckill`.
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PurchaseRequest {

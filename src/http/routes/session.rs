@@ -12,6 +12,7 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::TokenKeys;
 
+/// The body of `POST /api/session`.
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRequest {
@@ -20,6 +21,7 @@ pub struct SessionRequest {
     user_id: i64,
 }
 
+/// A shopper token and its expiry.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionResponse {
@@ -29,6 +31,7 @@ pub struct SessionResponse {
     expires_at: DateTime<Utc>,
 }
 
+/// `POST /api/session`: a token for any user id (a development aid, off in production).
 #[utoipa::path(post, path = "/api/session", operation_id = "createSession", tag = "shopper",
     description = "The development login: a token for any user id. Served only in local mode \
         (`SECKILL_ENVIRONMENT=local` or `SECKILL_DEV_LOGIN=true`); elsewhere the path does not exist.",

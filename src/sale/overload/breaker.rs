@@ -53,6 +53,8 @@ impl State {
     }
 }
 
+/// The orders breaker (see the module docs); one per process, so each instance opens on its
+/// own failures.
 pub struct Breaker {
     settings: BreakerSettings,
     state: Mutex<State>,
@@ -71,6 +73,7 @@ pub struct Clearance<'a> {
 }
 
 impl Breaker {
+    /// A closed breaker; its state shows on `seckill_orders_breaker_state`.
     pub fn new(settings: BreakerSettings, metrics: &Metrics) -> Self {
         metrics.orders_breaker_state.set(0);
         Self {

@@ -106,6 +106,7 @@ pub struct Gradient {
 }
 
 impl Gradient {
+    /// A limit at its start value, its first window opening at `now`.
     pub fn new(settings: GradientSettings, now: Instant) -> Self {
         Self {
             settings,

@@ -28,7 +28,9 @@ use crate::vocabulary::BreakerState;
 /// The settings of both guards; `shedding` `None` turns shedding off.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OverloadSettings {
+    /// Load shedding's settings; `None` turns it off.
     pub shedding: Option<GradientSettings>,
+    /// The orders breaker's settings.
     pub breaker: BreakerSettings,
 }
 

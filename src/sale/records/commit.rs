@@ -20,7 +20,9 @@ pub struct TxId(pub i64);
 /// What Postgres says became of a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxStatus {
+    /// It committed: the order is there.
     Committed,
+    /// It rolled back: the order is not there and never will be.
     Aborted,
     /// Still running: a COMMIT waiting (on a lock, a trigger, a synchronous standby).
     InProgress,
@@ -49,7 +51,9 @@ pub enum CommitError {
     /// still land. `txid` is the transaction to ask about, when it is known.
     #[error("order commit outcome unknown: {cause:#}")]
     InDoubt {
+        /// The transaction to ask about, when its id was read before COMMIT.
         txid: Option<TxId>,
+        /// Why the answer did not come.
         cause: anyhow::Error,
     },
 }
@@ -58,8 +62,11 @@ pub enum CommitError {
 /// its buyer and its item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewOrder {
+    /// Made before the reservation (a v7 UUID), so every record of the purchase names it.
     pub id: Uuid,
+    /// The buyer.
     pub user: UserId,
+    /// The item, one unit.
     pub item: ItemId,
     /// The item's price when it was bought: the order's amount from then on.
     pub price_cents: i64,
@@ -72,9 +79,11 @@ pub struct NewOrder {
 pub enum ItemRefusal {
     /// Its sale has ended (its end reached or set by an operator), or it is archived.
     Ended,
+    /// An operator paused its sale.
     Paused,
     /// The order's price is not the item's: the item's price now.
     PriceChanged {
+        /// The price now, in cents.
         price_cents: i64,
     },
 }

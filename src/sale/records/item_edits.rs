@@ -14,18 +14,25 @@ use crate::vocabulary::{ItemAction, Word};
 /// One audited change.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
+    /// What the operator did.
     pub action: ItemAction,
+    /// Who did it: the admin token's name.
     pub changed_by: String,
+    /// When, on Postgres's clock.
     pub changed_at: DateTime<Utc>,
+    /// The changed fields before (`None` for a creation).
     pub old: Option<Value>,
+    /// The changed fields after.
     pub new: Value,
 }
 
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeRefused {
+    /// No item by that id.
     #[error("no such item")]
     NotFound,
+    /// An archived item takes no change.
     #[error("the item is archived")]
     Archived,
     /// An edit of the end of a sale an operator ended: an operator's end is final.
@@ -34,6 +41,7 @@ pub enum ChangeRefused {
     /// The stored total moved since the caller read it (another stock edit).
     #[error("the item's stock changed meanwhile")]
     StockMoved,
+    /// Postgres failed; nothing was changed.
     #[error(transparent)]
     Failed(#[from] anyhow::Error),
 }
@@ -269,6 +277,7 @@ pub async fn item_audit(pool: &PgPool, id: ItemId) -> anyhow::Result<Vec<AuditEn
 /// An item with what it sold: the operators' list.
 #[derive(Debug, Clone)]
 pub struct ItemFigures {
+    /// The item as stored.
     pub item: Item,
     /// Live orders (awaiting payment or paid).
     pub sold: i64,

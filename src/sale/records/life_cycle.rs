@@ -19,15 +19,20 @@ use crate::vocabulary::OrderState;
 /// The transitions a shopper asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
+    /// `pending_payment` to `paid`.
     Pay,
+    /// `pending_payment` to `cancelled`, the unit given back.
     Cancel,
 }
 
 /// A released unit Redis has still to get back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GiveBack {
+    /// The released order.
     pub order: Uuid,
+    /// Its buyer, whom Redis may free to buy again.
     pub user: UserId,
+    /// The item whose unit comes back.
     pub item: ItemId,
 }
 

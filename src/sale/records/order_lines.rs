@@ -15,11 +15,14 @@ use crate::vocabulary::OrderState;
 /// An order with what an operator needs beside it.
 #[derive(Debug, Clone)]
 pub struct OrderLine {
+    /// The order as stored.
     pub order: Order,
+    /// Its item's name now.
     pub item_name: String,
     /// The price it was bought at (one unit); the item's price for orders older than
     /// that record.
     pub amount_cents: i64,
+    /// When it was paid; `None` unless paid.
     pub paid_at: Option<DateTime<Utc>>,
 }
 

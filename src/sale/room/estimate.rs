@@ -19,8 +19,12 @@ pub const WINDOW_SECS: i64 = 30;
 /// Admissions per second: the quartiles of the last window's samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdmissionRate {
+    /// The 25th percentile of the per-second samples, in admissions per second: the long
+    /// wait's rate.
     pub slow: f64,
+    /// The median sample, in admissions per second.
     pub median: f64,
+    /// The 75th percentile, in admissions per second: the short wait's rate.
     pub fast: f64,
 }
 
@@ -69,8 +73,11 @@ impl AdmissionRate {
 /// Seconds to wait for `ahead` places: (short, median, long), `None` without a rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitEstimate {
+    /// The short wait, in seconds, from the fast rate.
     pub p25: Option<u64>,
+    /// The median wait, in seconds.
     pub p50: Option<u64>,
+    /// The long wait, in seconds, from the slow rate.
     pub p75: Option<u64>,
 }
 

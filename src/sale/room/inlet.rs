@@ -8,7 +8,7 @@
 //!    live passes than units left (an admitted place holds its unit until its pass is
 //!    used or expires), nothing while the item is paused; places whose shopper went
 //!    quiet are skipped;
-//! 3. every [`MAY_RETURN_EVERY`] steps, the units unpaid orders hold (Postgres) for the
+//! 3. every `MAY_RETURN_EVERY` steps, the units unpaid orders hold (Postgres) for the
 //!    polls' `mayReturn`.
 //!
 //! Two instances running a step at once (a lock that expired mid-step) cannot admit a
@@ -36,6 +36,8 @@ const MAY_RETURN_EVERY: u64 = 10;
 /// Places looked at past the quota in one step, for those skipped as abandoned.
 const SKIP_AHEAD: u64 = 512;
 
+/// The loop that draws and admits (see the module docs); it runs on the instance holding
+/// its lock.
 pub struct Inlet {
     parts: SaleParts,
     rooms: Arc<Rooms>,
@@ -45,6 +47,8 @@ pub struct Inlet {
 }
 
 impl Inlet {
+    /// The inlet over the sale's parts, the rooms' settings, this instance's copies and the
+    /// scripts.
     pub fn new(
         parts: SaleParts,
         rooms: Arc<Rooms>,

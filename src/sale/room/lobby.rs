@@ -28,17 +28,22 @@ pub const STALE_AFTER: Duration = Duration::from_secs(2);
 /// One room's copy and when it was read.
 #[derive(Debug, Clone)]
 pub struct Held {
+    /// The room's state as last read.
     pub view: RoomView,
+    /// When it was read: older than [`STALE_AFTER`], it is stale.
     pub read_at: Instant,
     read: ReadFrom,
 }
 
 impl Held {
+    /// Whether Redis has not answered for [`STALE_AFTER`].
     pub fn is_stale(&self) -> bool {
         self.read_at.elapsed() > STALE_AFTER
     }
 }
 
+/// This instance's copies of the rooms on sale and the shoppers heard of (see the module
+/// docs).
 pub struct Lobby {
     parts: SaleParts,
     redis: Arc<RoomRedis>,
@@ -47,6 +52,7 @@ pub struct Lobby {
 }
 
 impl Lobby {
+    /// No copies yet, over the sale's parts and the room's scripts.
     pub fn new(parts: SaleParts, redis: Arc<RoomRedis>) -> Self {
         Self {
             parts,

@@ -55,11 +55,15 @@ impl Held for Bucket {
 /// The limits: one poll refilled every `every_ms`, at most `burst` saved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollLimits {
+    /// One poll is refilled every this many milliseconds.
     pub every_ms: u64,
+    /// Most polls saved up.
     pub burst: u64,
+    /// Most tickets' buckets held at once.
     pub tickets: usize,
 }
 
+/// The per-ticket poll buckets of this instance, in a bounded table (see the module docs).
 pub struct PollBudget {
     table: Mutex<KeyTable<(i64, i64), Bucket>>,
     limits: PollLimits,
@@ -67,6 +71,7 @@ pub struct PollBudget {
 }
 
 impl PollBudget {
+    /// An empty budget with `limits`.
     pub fn new(limits: PollLimits) -> Self {
         Self {
             table: Mutex::new(KeyTable::new(limits.tickets, Eviction::NotRefusing)),
@@ -122,6 +127,7 @@ impl PollBudget {
         self.table.lock().map(|t| t.len()).unwrap_or(0)
     }
 
+    /// Whether no bucket is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

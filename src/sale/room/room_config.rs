@@ -10,7 +10,9 @@ use crate::vocabulary::RoomOrder;
 /// An item's waiting room. Off by default: without one, the sale behaves as before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoomConfig {
+    /// Whether purchases of the item need a pass from the room.
     pub enabled: bool,
+    /// How joiners are placed: in the order they joined, or drawn.
     pub order: RoomOrder,
     /// When joining opens; `None`: at the sale's start (no pre-queue).
     pub prequeue_starts_at: Option<DateTime<Utc>>,
@@ -44,13 +46,19 @@ impl Default for RoomConfig {
 /// An operator's change: every field optional, merged over what is stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RoomEdit {
+    /// Turns the room on or off.
     pub enabled: Option<bool>,
+    /// A new order, for joiners not yet placed.
     pub order: Option<RoomOrder>,
     /// `Some(None)`: no pre-queue.
     pub prequeue_starts_at: Option<Option<DateTime<Utc>>>,
+    /// Passes admitted per second (1 to 100 000).
     pub admit_per_second: Option<i64>,
+    /// Most live passes at once (1 to 10^6).
     pub max_active: Option<i64>,
+    /// How long a pass lasts, in seconds (10 to 3600).
     pub pass_ttl_secs: Option<i64>,
+    /// A shopper not heard of for this long (seconds, 10 to 3600) loses the place.
     pub abandon_after_secs: Option<i64>,
 }
 
@@ -58,22 +66,28 @@ pub struct RoomEdit {
 /// spelling.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InvalidRoom {
+    /// Outside 1 to 100 000.
     #[error("admitPerSecond must be between 1 and 100000")]
     AdmitPerSecond,
+    /// Outside 1 to 10^6.
     #[error("maxActive must be between 1 and 1000000")]
     MaxActive,
+    /// Outside 10 to 3600 s.
     #[error("passTtlSecs must be between 10 and 3600")]
     PassTtl,
+    /// Outside 10 to 3600 s.
     #[error("abandonAfterSecs must be between 10 and 3600")]
     AbandonAfter,
     #[error(
         "prequeueStartsAt must be before the sale's start, {}",
         crate::domain::STORABLE_RANGE
     )]
+    /// Not before the sale's start, or not storable.
     Prequeue,
 }
 
 impl InvalidRoom {
+    /// The field at fault, in the API's spelling (`admitPerSecond`, …).
     pub fn field(&self) -> &'static str {
         match self {
             Self::AdmitPerSecond => "admitPerSecond",

@@ -18,6 +18,7 @@ use crate::vocabulary::RoomOrder;
 /// What a join answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Joined {
+    /// The joiner's index: its place in the order of joining.
     pub index: u64,
     /// False when the user had joined before (same index).
     pub new: bool,
@@ -28,7 +29,9 @@ pub struct Joined {
 /// What the join and seal scripts need to know of the moment and the room.
 #[derive(Debug, Clone, Copy)]
 pub struct RoomMoment {
+    /// Now, in milliseconds since the epoch (the app's clock).
     pub now_ms: i64,
+    /// The sale's start, ms: joins before it make the pre-queue that the draw shuffles.
     pub sale_starts_ms: i64,
     /// Goes down to the scripts as its word (`RoomOrder::label`); they refuse a word they
     /// do not know, so a new order cannot quietly run as another.
@@ -52,12 +55,19 @@ impl RoomMoment {
 /// The arguments of one inlet step (`lua/room_admit.lua`).
 #[derive(Debug, Clone)]
 pub struct AdmitStep {
+    /// The serving position the caller read: the step runs only if it still holds.
     pub serving: u64,
+    /// Now, in ms since the epoch.
     pub now_ms: i64,
+    /// A place whose shopper was not heard of for this long (ms) is skipped.
     pub abandon_ms: u64,
+    /// A pass's lifetime, ms.
     pub pass_ttl_ms: u64,
+    /// Admit at most this many.
     pub quota: u64,
+    /// The admission credit before this step, admissions not taken off yet.
     pub credit: f64,
+    /// When the room's keys expire, ms.
     pub expire_at_ms: i64,
     /// (place, join index) from `serving` on.
     pub candidates: Vec<(u64, u64)>,
@@ -67,18 +77,24 @@ pub struct AdmitStep {
 /// the position first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admitted {
+    /// Places admitted by this step.
     pub admitted: u64,
+    /// The serving position after it.
     pub serving: u64,
+    /// Places skipped by it (their shopper gone).
     pub skipped: u64,
 }
 
 /// How far a refresh has read the append-only lists.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadFrom {
+    /// Rounds already read.
     pub rounds: usize,
+    /// Steps already read.
     pub steps: usize,
 }
 
+/// The waiting room's scripts, built once; one per process.
 pub struct RoomRedis {
     redis: StockRedis,
     join: Script,
@@ -87,6 +103,7 @@ pub struct RoomRedis {
 }
 
 impl RoomRedis {
+    /// The three scripts over `redis`'s item keys.
     pub fn new(redis: StockRedis) -> Self {
         Self {
             redis,
@@ -96,6 +113,8 @@ impl RoomRedis {
         }
     }
 
+    /// Joins `user` to `item`'s room (`lua/room_join.lua`); a second join answers the same
+    /// index.
     pub async fn join(
         &self,
         item: ItemId,
@@ -149,6 +168,8 @@ impl RoomRedis {
             .map(|round| (round, Round { first, size, seed })))
     }
 
+    /// Runs one inlet step (`lua/room_admit.lua`); `None` when another instance moved the
+    /// serving position first.
     pub async fn admit(&self, item: ItemId, step: &AdmitStep) -> anyhow::Result<Option<Admitted>> {
         let mut call = self.admit.prepare_invoke();
         for key in self.redis.keys(item).room_wide() {

@@ -18,8 +18,11 @@ use super::step::Step;
 /// numbers by the shuffle of `seed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Round {
+    /// The first join index the round places.
     pub first: u64,
+    /// How many joiners it places.
     pub size: u64,
+    /// The shuffle's seed (drawn by the instance that sealed it).
     pub seed: u64,
 }
 
@@ -53,9 +56,14 @@ pub struct Counters {
     pub mapped: u64,
     /// The next place the inlet looks at: every place below was admitted or skipped.
     pub serving: u64,
+    /// Places admitted so far.
     pub admitted: u64,
+    /// Places skipped so far (their shopper gone).
     pub skipped: u64,
+    /// Admissions earned and not yet made, as of `credit_at_ms`: `admitPerSecond` earns it,
+    /// at most a second's worth.
     pub credit: f64,
+    /// When the credit was last written, ms; `None` before the first step.
     pub credit_at_ms: Option<i64>,
     /// Units held by unpaid orders, which may come back (written by the inlet).
     pub may_return: u64,
@@ -64,6 +72,8 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The counters from the state hash; a missing or unreadable field reads as its
+    /// default.
     pub fn from_hash(hash: &HashMap<String, String>) -> Self {
         let number = |field: &str| hash.get(field).and_then(|v| v.parse::<u64>().ok());
         Self {
@@ -89,8 +99,11 @@ impl Counters {
 /// grow), so a refresh with nothing new copies nothing.
 #[derive(Debug, Clone, Default)]
 pub struct RoomView {
+    /// The state hash.
     pub counters: Counters,
+    /// Every sealed round, in order.
     pub rounds: Arc<Vec<Round>>,
+    /// Every inlet step, in order.
     pub steps: Arc<Vec<Step>>,
     /// Every skipped place, from the steps.
     pub skipped: Arc<HashSet<u64>>,
@@ -190,11 +203,17 @@ impl RoomView {
 /// What one refresh read.
 #[derive(Debug, Default)]
 pub struct ViewUpdate {
+    /// The state hash, read whole.
     pub counters: Counters,
+    /// Rounds sealed since the last read.
     pub new_rounds: Vec<Round>,
+    /// Steps appended since the last read.
     pub new_steps: Vec<Step>,
+    /// The item's stock counter (`None`: missing).
     pub stock: Option<i64>,
+    /// Reservations not yet settled.
     pub pending: u64,
+    /// Passes admitted, neither used nor expired.
     pub live: u64,
 }
 

@@ -25,6 +25,8 @@ use super::room_config::RoomConfig;
 use crate::sale::item::ItemId;
 use crate::vocabulary::RoomOrder;
 
+/// The waiting rooms' settings, cached from Postgres (see the module docs); one per
+/// process.
 pub struct Rooms {
     pool: PgPool,
     cache: ArcSwap<Cache>,
@@ -41,8 +43,11 @@ struct Cache {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("item {item}'s waiting room is stored with an unknown order {word:?} (version {version})")]
 pub struct UnreadableRoom {
+    /// The item's id.
     pub item: i64,
+    /// The row's version.
     pub version: i64,
+    /// The stored word this build does not know.
     pub word: String,
 }
 
@@ -80,6 +85,7 @@ impl Row {
 }
 
 impl Rooms {
+    /// An empty cache over `pool`; the first reload fills it.
     pub fn new(pool: PgPool) -> Self {
         Self {
             pool,

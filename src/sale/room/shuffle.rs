@@ -26,6 +26,7 @@ pub struct Shuffle {
 }
 
 impl Shuffle {
+    /// The permutation of `size` places drawn from `seed` (0: the identity).
     pub fn new(size: u64, seed: u64) -> Self {
         let bits = (64 - size.saturating_sub(1).leading_zeros()).max(2);
         let mut state = seed;

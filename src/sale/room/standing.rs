@@ -9,25 +9,32 @@ use crate::vocabulary::QueueState;
 
 /// What the poll looks at besides the ticket.
 pub struct Situation<'a> {
+    /// This instance's copy of the room.
     pub view: &'a RoomView,
     /// The copy is older than it should be: Redis did not answer the last refreshes.
     pub stale: bool,
+    /// The room's settings.
     pub room: &'a RoomConfig,
+    /// The sale's start, in ms since the epoch.
     pub sale_starts_ms: i64,
+    /// The sale's end, in ms since the epoch.
     pub sale_ends_ms: i64,
     /// The sold-out board says so (see `sale::sold_out`).
     pub sold_out: bool,
+    /// Now, in ms since the epoch.
     pub now_ms: i64,
 }
 
 /// The answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Standing {
+    /// Waiting, admitted, sold out, expired or closed: what the page shows.
     pub state: QueueState,
     /// The shopper's place (0 is the first), once drawn.
     pub place: Option<u64>,
     /// Places between the serving position and this one.
     pub ahead: Option<u64>,
+    /// The wait for the places ahead, when a rate was measured.
     pub wait: Option<WaitEstimate>,
     /// False when more places are ahead than units are left.
     pub likely: bool,
@@ -37,6 +44,7 @@ pub struct Standing {
     pub may_return: Option<(u64, Option<i64>)>,
     /// When the place is not drawn yet: the sale's start (pre-queue), or now.
     pub draws_at_ms: Option<i64>,
+    /// The copy it was answered from is stale (Redis did not answer the last refreshes).
     pub stale: bool,
 }
 

@@ -6,9 +6,13 @@
 /// `skipped` (abandoned).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
+    /// The serving position before the step.
     pub from: u64,
+    /// The serving position after it.
     pub to: u64,
+    /// When it ran, ms.
     pub at_ms: i64,
+    /// The places it skipped as abandoned.
     pub skipped: Vec<u64>,
 }
 
@@ -36,6 +40,7 @@ impl Step {
         })
     }
 
+    /// Places the step admitted.
     pub fn admitted(&self) -> u64 {
         (self.to - self.from).saturating_sub(self.skipped.len() as u64)
     }

@@ -47,6 +47,7 @@ pub const POLL_EVERY_SECS: u64 = 6;
 
 /// A join's or a poll's answer.
 pub struct Answer {
+    /// Where the shopper stands.
     pub standing: Standing,
     /// The ticket (a join's answer only).
     pub ticket: Option<String>,
@@ -56,17 +57,28 @@ pub struct Answer {
 
 /// An operator's view of a room: its settings and what it is doing.
 pub struct RoomStatus {
+    /// The room's settings in force.
     pub room: Arc<RoomConfig>,
+    /// Shoppers who ever joined.
     pub joined: u64,
+    /// Joined and not yet reached by the serving position.
     pub waiting: u64,
+    /// The serving position: places below it were admitted or skipped.
     pub serving: u64,
+    /// Places admitted.
     pub admitted: u64,
+    /// Passes admitted, neither used nor expired.
     pub live_passes: u64,
+    /// Places skipped because their shopper went quiet.
     pub abandoned: u64,
+    /// Places admitted over the last minute, from the steps.
     pub admitted_last_minute: u64,
+    /// The sold-out board says so.
     pub sold_out: bool,
 }
 
+/// The waiting room: one per process, shared by every worker; its state is in Redis and
+/// Postgres, so every instance answers alike.
 pub struct WaitingRoom {
     parts: SaleParts,
     rooms: Arc<Rooms>,
@@ -76,6 +88,8 @@ pub struct WaitingRoom {
 }
 
 impl WaitingRoom {
+    /// The room over the sale's parts, its settings, this instance's copies, its scripts
+    /// and the ticket signer.
     pub fn new(
         parts: SaleParts,
         rooms: Arc<Rooms>,

@@ -37,6 +37,7 @@ impl KeyLifetime {
         Self { keys_outlive_sale }
     }
 
+    /// When `item`'s keys expire (see [`KeyLifetime`]).
     pub fn expire_at(&self, item: &Item) -> DateTime<Utc> {
         item.ends_at
             .checked_add_signed(self.keys_outlive_sale)
@@ -67,26 +68,33 @@ pub struct ItemKeys {
 }
 
 impl ItemKeys {
+    /// The keys of `item` under `prefix`.
     pub fn new(prefix: &str, item: ItemId) -> Self {
         Self {
             base: format!("{prefix}:{{{}}}", item_tag(item)),
         }
     }
+    /// The stock counter: units Redis may still reserve.
     pub fn stock(&self) -> String {
         format!("{}:stock", self.base)
     }
+    /// The set of the item's buyers: a user in it cannot reserve again.
     pub fn buyers(&self) -> String {
         format!("{}:buyers", self.base)
     }
+    /// Successful purchases, counted by the success pipeline.
     pub fn success(&self) -> String {
         format!("{}:success", self.base)
     }
+    /// The per-user success marker: the order id, kept 300 s.
     pub fn marker(&self, user: UserId) -> String {
         format!("{}:bought:{user}", self.base)
     }
+    /// Buyer → order id of each committed purchase.
     pub fn orders(&self) -> String {
         format!("{}:orders", self.base)
     }
+    /// The pending reservations, scored by their deadline: what the reconciler settles.
     pub fn pending(&self) -> String {
         format!("{}:pending", self.base)
     }

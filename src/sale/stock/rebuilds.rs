@@ -22,6 +22,7 @@ pub struct Rebuilds {
 }
 
 impl Rebuilds {
+    /// Over `redis`'s keys, expiring as `lifetime` says.
     pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
         Self { redis, lifetime }
     }

@@ -17,18 +17,23 @@ use crate::sale::records::TxId;
 /// behind it changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StockSnapshot {
+    /// The stock counter (`None`: missing).
     pub stock: Option<i64>,
+    /// The pending reservations.
     pub pending: Vec<PendingReservation>,
     /// How many buyers the set holds (`SCARD`: reading the members would block Redis
     /// for as long as the set is big, every round).
     pub buyers: i64,
+    /// The success counter.
     pub success: i64,
+    /// The counter's version.
     pub version: i64,
     /// Orders whose unit Redis has back while Postgres may not have marked them
     /// returned yet: they hold no unit here, whatever Postgres says.
     pub returning: Vec<Uuid>,
 }
 
+/// The reconciler's reads and writes of an item's Redis state.
 pub struct Repairs {
     redis: StockRedis,
     repair: Script,
@@ -36,6 +41,7 @@ pub struct Repairs {
 }
 
 impl Repairs {
+    /// Over `redis`'s keys, setting them to expire as `lifetime` says.
     pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
         Self {
             redis,
@@ -68,7 +74,8 @@ impl Repairs {
             .collect())
     }
 
-    /// The transaction ids recorded for `reservations` (see [`Self::note_in_doubt`]).
+    /// The transaction ids recorded for `reservations` (see
+    /// [`super::Reservations::note_in_doubt`]).
     pub async fn in_doubt(
         &self,
         item: ItemId,

@@ -28,7 +28,10 @@ const RESERVE_STOCK: &str = include_str!("../../../lua/reserve_stock.lua");
 /// A reservation waiting for its order commit, as recorded in the pending set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingReservation {
+    /// The buyer.
     pub user: UserId,
+    /// The order the reservation is for (made before the call, so Postgres can be asked
+    /// about it).
     pub order: Uuid,
 }
 
@@ -49,12 +52,18 @@ impl PendingReservation {
 /// The answer of `lua/reserve_stock.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reservation {
+    /// A unit is the user's, pending its order's commit.
     Reserved {
+        /// Units left after this one.
         remaining: i64,
     },
+    /// Before the sale's start, on the Redis clock.
     NotStarted,
+    /// From the sale's end on, on the Redis clock.
     Ended,
+    /// The user is among the item's buyers already.
     AlreadyPurchased,
+    /// The counter is at 0.
     SoldOut,
     /// The stock counter or the room gate is gone (Redis lost its data): rebuild before
     /// selling.
@@ -70,7 +79,10 @@ pub enum Undo {
     /// No order was made: the unit back, the buyer mark and the pipeline's writes gone.
     Whole,
     /// Postgres already holds an order of this user: the unit back, the mark kept.
-    KeepBuyer { existing_order: Option<Uuid> },
+    KeepBuyer {
+        /// That order, when Postgres named it.
+        existing_order: Option<Uuid>,
+    },
     /// Postgres had no unit left: the counter set to 0, the mark gone.
     SoldOut,
 }
@@ -89,6 +101,8 @@ pub struct ReservationOptions {
     pub replica_wait: Duration,
 }
 
+/// The purchase path's Redis side (see the module docs); its scripts built once, one per
+/// process.
 pub struct Reservations {
     redis: StockRedis,
     reserve: Script,
@@ -102,6 +116,7 @@ pub struct Reservations {
 }
 
 impl Reservations {
+    /// The scripts over `redis`'s item keys, with `options`' deadlines.
     pub fn new(redis: StockRedis, options: ReservationOptions) -> Self {
         let wait = options.replica_wait;
         Self {
@@ -114,6 +129,8 @@ impl Reservations {
         }
     }
 
+    /// Reserves a unit of `item` for `user`'s `order` (`lua/reserve_stock.lua`), spending
+    /// the queue pass at `pass` if one was offered.
     pub async fn reserve(
         &self,
         item: &Item,

@@ -35,6 +35,7 @@ pub struct Returns {
 }
 
 impl Returns {
+    /// Over `redis`'s keys, expiring as `lifetime` says.
     pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
         Self { redis, lifetime }
     }

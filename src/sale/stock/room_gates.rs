@@ -19,15 +19,18 @@ pub struct RoomGate {
     /// `waiting_rooms.version` (0: the room was never set). Only a newer version
     /// changes the gate, so a writer that read Postgres before a change cannot undo it.
     pub version: i64,
+    /// Whether purchases need a pass.
     pub on: bool,
 }
 
+/// The room gates' Redis side (see the module docs).
 pub struct RoomGates {
     redis: StockRedis,
     lifetime: KeyLifetime,
 }
 
 impl RoomGates {
+    /// Over `redis`'s keys, expiring with the item's as `lifetime` says.
     pub fn new(redis: StockRedis, lifetime: KeyLifetime) -> Self {
         Self { redis, lifetime }
     }

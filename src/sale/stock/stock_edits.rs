@@ -30,12 +30,14 @@ pub enum Adjusted {
     Missing,
 }
 
+/// An operator's stock change on the Redis side (see the module docs).
 pub struct StockEdits {
     redis: StockRedis,
     adjust: Script,
 }
 
 impl StockEdits {
+    /// Over `redis`'s keys.
     pub fn new(redis: StockRedis) -> Self {
         Self {
             redis,

@@ -49,11 +49,13 @@ impl<'a> AdminItemBody<'a> {
     }
 }
 
+/// The operators' list of items, with what each sold.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct AdminItemList<'a> {
     items: Vec<AdminItemBody<'a>>,
 }
 
+/// The query of `GET /admin/api/items`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
@@ -112,6 +114,7 @@ pub struct EditItemRequest {
     stock: Option<i64>,
 }
 
+/// `PATCH /admin/api/items/{id}`: changes an item's name, price, end or stock, audited.
 #[utoipa::path(patch, path = "/admin/api/items/{id}", operation_id = "editItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     request_body = EditItemRequest,
@@ -152,6 +155,7 @@ pub async fn edit_item(
     one(&items, &room, id).await
 }
 
+/// `POST /admin/api/items/{id}/end`: ends the sale now, for good.
 #[utoipa::path(post, path = "/admin/api/items/{id}/end", operation_id = "endItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
@@ -170,6 +174,8 @@ pub async fn end_item(
     one(&items, &room, id).await
 }
 
+/// `POST /admin/api/items/{id}/archive`: archives the item, its sale ended if it was on;
+/// its orders stay.
 #[utoipa::path(post, path = "/admin/api/items/{id}/archive", operation_id = "archiveItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
@@ -201,11 +207,13 @@ pub struct AuditEntryBody {
     new: Value,
 }
 
+/// An item's audit, newest first.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ItemAudit {
     entries: Vec<AuditEntryBody>,
 }
 
+/// `GET /admin/api/items/{id}/audit`: who changed what of an item, and when.
 #[utoipa::path(get, path = "/admin/api/items/{id}/audit", operation_id = "getItemAudit", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(

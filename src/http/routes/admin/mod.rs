@@ -47,6 +47,7 @@ pub async fn me(admin: Admin) -> HttpResponse {
     HttpResponse::Ok().json(Operator { name: admin.name })
 }
 
+/// The body of `POST /admin/api/items`.
 #[derive(Debug, Deserialize, Validate, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateItemRequest {
@@ -98,6 +99,7 @@ pub async fn pause(
     set_paused(admin, id.into_inner(), true, &items).await
 }
 
+/// `POST /admin/api/items/{id}/resume`: the sale goes on.
 #[utoipa::path(post, path = "/admin/api/items/{id}/resume", operation_id = "resumeItem", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
@@ -128,6 +130,7 @@ async fn set_paused(
     Ok(HttpResponse::Ok().json(ItemBody::new(&item, remaining)))
 }
 
+/// The filters and page of `GET /admin/api/orders` and its CSV export.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
@@ -251,6 +254,7 @@ fn storable(field: &str, instant: DateTime<Utc>) -> Result<DateTime<Utc>, ApiErr
     }
 }
 
+/// One page of orders.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderPage {
@@ -261,6 +265,7 @@ pub struct OrderPage {
     total: i64,
 }
 
+/// The query of `GET /admin/api/stats`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StatsQuery {
@@ -312,6 +317,7 @@ pub async fn stats(
     }))
 }
 
+/// The query of `GET /admin/api/stats/series`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SeriesQuery {
@@ -332,6 +338,7 @@ pub async fn stats_series(
     Ok(HttpResponse::Ok().json(live.series(window).await?))
 }
 
+/// The dashboard's counters over the window, summed over every instance.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Stats<'a> {

@@ -63,6 +63,7 @@ enum Export {
     Done,
 }
 
+/// `GET /admin/api/orders.csv`: every order matching the filters, as CSV.
 #[utoipa::path(get, path = "/admin/api/orders.csv", operation_id = "exportOrders", tag = "admin", params(OrdersQuery),
     responses(
         (status = 200, description = "Every matching order, newest first, as CSV with a header row", content_type = "text/csv", body = String),

@@ -59,6 +59,7 @@ pub struct RoomFigures {
     sold_out: bool,
 }
 
+/// An item's waiting room: its settings and figures.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoomBody {
@@ -103,6 +104,7 @@ impl RoomBody {
     }
 }
 
+/// `GET /admin/api/items/{id}/waiting-room`: the room's settings and what it is doing.
 #[utoipa::path(get, path = "/admin/api/items/{id}/waiting-room", operation_id = "getWaitingRoom", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     responses(
@@ -118,6 +120,8 @@ pub async fn waiting_room(
     Ok(HttpResponse::Ok().json(RoomBody::new(item, room.status(item)?)))
 }
 
+/// `PUT /admin/api/items/{id}/waiting-room`: changes the room's settings, merged over the
+/// stored ones.
 #[utoipa::path(put, path = "/admin/api/items/{id}/waiting-room", operation_id = "updateWaitingRoom", tag = "admin",
     params(("id" = i64, Path, description = "The item")),
     request_body = RoomRequest,

@@ -32,6 +32,7 @@ pub struct PolicyView {
     rules: Vec<RuleView>,
 }
 
+/// A rule as the dashboard shows and edits it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = Rule)]
@@ -73,6 +74,7 @@ impl PolicyView {
     }
 }
 
+/// Every policy in force.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Policies {
     policies: Vec<PolicyView>,
@@ -203,6 +205,7 @@ fn expected_version(req: &HttpRequest, body: Option<i64>) -> Result<Option<i64>,
     }
 }
 
+/// The query of `GET /admin/api/audit`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
@@ -210,6 +213,7 @@ pub struct AuditQuery {
     policy: Option<String>,
 }
 
+/// One change of a policy.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = AuditEntry)]
@@ -221,6 +225,7 @@ pub struct AuditView {
     new: PolicyView,
 }
 
+/// Policy changes, newest first.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Audit {
     entries: Vec<AuditView>,
