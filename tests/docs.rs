@@ -10,6 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use seckill::vocabulary::Word;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -282,68 +284,198 @@ fn every_metric_family_the_docs_name_exists() {
     );
 }
 
-/// The error codes the server declares (`ERROR_CODES`, the OpenAPI enum) are exactly
-/// the README's error table.
+/// The README's error table is `ErrorCode`, both ways: every code is a row's, every
+/// row's code is one, and each under its status (`ErrorCode::status`, which every answer
+/// with the code carries).
 #[test]
-fn every_error_code_is_in_the_readme_and_no_other() {
+fn the_readme_lists_every_error_code_under_its_status_and_no_other() {
+    use seckill::vocabulary::ErrorCode;
     let readme = read(&root().join("README.md"));
     // The table's rows: `| status | code(s) | when |`.
-    let table: BTreeSet<&str> = readme
-        .lines()
-        .filter_map(|l| {
-            let mut columns = l.split('|').skip(1);
-            let status = columns.next()?.trim();
-            (status.len() == 3 && status.chars().all(|c| c.is_ascii_digit()))
-                .then(|| columns.next())?
-        })
-        .flat_map(|codes| codes.split('`').skip(1).step_by(2))
-        .collect();
-    let declared: BTreeSet<&str> = seckill::http::api_error::ERROR_CODES
+    let mut table = BTreeSet::new();
+    let mut wrong = Vec::new();
+    for line in readme.lines() {
+        let mut columns = line.split('|').skip(1);
+        let (Some(status), Some(codes)) = (columns.next(), columns.next()) else {
+            continue;
+        };
+        let Ok(status) = status.trim().parse::<u16>() else {
+            continue;
+        };
+        for code in spans(codes) {
+            table.insert(code);
+            match ErrorCode::from_label(code) {
+                Ok(known) if known.status() == status => {}
+                Ok(known) => wrong.push(format!(
+                    "{code} under {status}, answered {}",
+                    known.status()
+                )),
+                Err(_) => wrong.push(format!("{code}: no such code")),
+            }
+        }
+    }
+    let declared: BTreeSet<&str> = ErrorCode::labels().collect();
+    let missing: Vec<_> = declared.difference(&table).collect();
+    assert!(
+        wrong.is_empty() && missing.is_empty(),
+        "the README's error table: {wrong:?}; codes it lacks: {missing:?}"
+    );
+}
+
+/// The OpenAPI document's `Error.code` is `ErrorCode`'s words, and every code a response's
+/// description cites (backticked, as `` `SOLD_OUT` ``) is one, an error's under its status.
+#[test]
+fn the_openapi_document_cites_each_error_code_under_its_status() {
+    use seckill::vocabulary::ErrorCode;
+    let document =
+        serde_json::to_value(seckill::http::openapi::document(true)).expect("serialises");
+    let enumerated: Vec<&str> = document["components"]["schemas"]["Error"]["properties"]["code"]
+        ["enum"]
+        .as_array()
+        .expect("Error.code is an enum")
         .iter()
-        .copied()
+        .filter_map(|code| code.as_str())
         .collect();
-    assert_eq!(table, declared);
+    assert_eq!(enumerated, ErrorCode::labels().collect::<Vec<_>>());
+    let mut cited = 0;
+    let mut wrong = Vec::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            for (status, response) in operation["responses"].as_object().into_iter().flatten() {
+                let description = response["description"].as_str().unwrap_or_default();
+                let codes = spans(description).into_iter().filter(|span| {
+                    span.len() > 2 && span.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                });
+                for code in codes {
+                    cited += 1;
+                    match ErrorCode::from_label(code) {
+                        Ok(known) if known.status().to_string() == *status => {}
+                        // A success may say what later calls answer (`SALE_ENDED` from then on).
+                        Ok(_) if status.starts_with('2') && status != "202" => {}
+                        _ => wrong.push(format!("{method} {path} {status}: `{code}`")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(cited > 20, "only {cited} codes read from the descriptions");
+    assert!(
+        wrong.is_empty(),
+        "codes the OpenAPI document cites under another status, or no code: {wrong:#?}"
+    );
+}
+
+/// A section `export const NAME = ` of a page script, to its closing `});`.
+fn script_section<'a>(script: &'a str, name: &str) -> &'a str {
+    let start = script
+        .find(&format!("export const {name} = "))
+        .unwrap_or_else(|| panic!("{name} in the script"));
+    let rest = &script[start..];
+    &rest[..rest.find("\n});").unwrap_or(rest.len())]
+}
+
+/// The spellings of a section's `word('spelling', …)` entries, each with the rest of its
+/// entry (its label and facts).
+fn words_of(section: &str) -> Vec<(&str, &str)> {
+    section
+        .split("word('")
+        .skip(1)
+        .filter_map(|entry| entry.split_once('\''))
+        .collect()
+}
+
+/// The static pages' scripts, but `words.js`: (path, text).
+fn page_scripts() -> Vec<(PathBuf, String)> {
+    fn scripts(dir: &Path, into: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                scripts(&path, into);
+            } else if path.extension().is_some_and(|e| e == "js")
+                && !path.ends_with("static/words.js")
+            {
+                into.push((path.clone(), read(&path)));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    scripts(&root().join("static"), &mut found);
+    found
 }
 
 /// The pages' shared words (`static/words.js`) are the server's: every outcome, order
-/// state, queue state and room order it spells is a word of `src/vocabulary.rs`, every
-/// error code it acts on is one of the README's error table.
+/// state, queue state and room order it spells is a word of `src/vocabulary.rs`.
+/// Its `ErrorCode` is a part of `vocabulary::ErrorCode` (each `NAME: 'NAME'`), but for
+/// the codes the pages make up themselves; every `ErrorCode.NAME` a page reads is in
+/// it, every one in it is read, and no other page script spells a server code.
 #[test]
 fn the_pages_spell_the_servers_words() {
+    use seckill::vocabulary::ErrorCode;
     let root = root();
     let words = read(&root.join("static/words.js"));
     let vocabulary = read(&root.join("src/vocabulary.rs"));
-    let readme = read(&root.join("README.md"));
-    let section = |name: &str| -> &str {
-        let start = words
-            .find(&format!("export const {name} = "))
-            .unwrap_or_else(|| panic!("{name} in static/words.js"));
-        let rest = &words[start..];
-        &rest[..rest.find("});").unwrap_or(rest.len())]
-    };
     let mut unknown = Vec::new();
     for name in ["Outcome", "OrderState", "QueueState", "RoomOrder"] {
-        for spelling in section(name).split("word('").skip(1) {
-            let spelling = spelling.split('\'').next().unwrap_or_default();
+        for (spelling, _) in words_of(script_section(&words, name)) {
             if !vocabulary.contains(&format!("=> \"{spelling}\",")) {
                 unknown.push(format!("{name}: {spelling}"));
             }
         }
     }
-    for line in section("ErrorCode").lines() {
-        let Some((code, _)) = line.trim().split_once(':') else {
+    // The codes no answer carries: api.js's for no answer at all.
+    let made_up = ["NETWORK"];
+    let mut listed = BTreeSet::new();
+    for line in script_section(&words, "ErrorCode").lines().skip(1) {
+        let Some((name, spelling)) = line.trim().split_once(':') else {
             continue;
         };
-        if code.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-            && code != "NETWORK"
-            && !readme.contains(&format!("`{code}`"))
-        {
-            unknown.push(format!("ErrorCode: {code}"));
+        if name.starts_with('/') || name.starts_with('*') {
+            continue;
+        }
+        listed.insert(name.to_string());
+        if spelling.trim() != format!("'{name}',") {
+            unknown.push(format!("ErrorCode: {name} is spelled {}", spelling.trim()));
+        }
+        if !made_up.contains(&name) && ErrorCode::from_label(name).is_err() {
+            unknown.push(format!("ErrorCode: {name}"));
         }
     }
     assert!(
+        listed.len() > 10,
+        "ErrorCode read from static/words.js: {listed:?}"
+    );
+    let mut read_by_pages = BTreeSet::new();
+    // words.js reads some itself (an outcome's code).
+    let own = words.replace(script_section(&words, "ErrorCode"), "");
+    let scripts = page_scripts();
+    for (path, script) in scripts
+        .iter()
+        .chain([(root.join("static/words.js"), own)].iter())
+    {
+        for (at, _) in script.match_indices("ErrorCode.") {
+            let name: String = script[at + "ErrorCode.".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            if !listed.contains(&name) {
+                unknown.push(format!("{}: ErrorCode.{name}", path.display()));
+            }
+            read_by_pages.insert(name);
+        }
+    }
+    for (path, script) in &scripts {
+        for code in ErrorCode::labels() {
+            if script.contains(&format!("'{code}'")) || script.contains(&format!("\"{code}\"")) {
+                unknown.push(format!("{} spells {code}", path.display()));
+            }
+        }
+    }
+    for name in listed.difference(&read_by_pages) {
+        unknown.push(format!("ErrorCode.{name} is read by no page"));
+    }
+    assert!(
         unknown.is_empty(),
-        "words the pages spell that the server does not: {unknown:?}"
+        "words the pages spell that the server does not (or elsewhere): {unknown:?}"
     );
 }
 
