@@ -642,22 +642,6 @@ fn deploy_readme_names_every_setting() {
     );
 }
 
-/// The keys of one `export const NAME = Object.freeze({ … })` of a page script: the
-/// spellings it lists at the object's first level.
-fn frozen_object_keys(script: &str, name: &str) -> BTreeSet<String> {
-    let start = script
-        .find(&format!("export const {name} = Object.freeze({{"))
-        .unwrap_or_else(|| panic!("{name} in the script"));
-    let rest = &script[start..];
-    let body = &rest[..rest.find("\n});").unwrap_or(rest.len())];
-    body.lines()
-        .filter_map(|line| line.strip_prefix("  "))
-        .filter(|line| !line.starts_with(' '))
-        .filter_map(|line| line.split_once(':').map(|(key, _)| key.trim().to_string()))
-        .filter(|key| key.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-        .collect()
-}
-
 /// The serde spelling of a fieldless value, or of the one field of a newtype variant.
 fn spelling<T: serde::Serialize>(value: T) -> String {
     match serde_json::to_value(value).expect("serialises") {
@@ -667,21 +651,33 @@ fn spelling<T: serde::Serialize>(value: T) -> String {
     }
 }
 
-/// The policy editor (`static/admin/policy.js`) spells the limiter's words and bounds
-/// for its selects and checks: every algorithm, fail mode, scope and key source it
-/// lists is the server's and every one of the server's is listed (both ways), and its
-/// rule cap, longest delay and rule-name pattern are the server's.
-#[test]
-fn the_policy_editor_spells_the_limiters_words_both_ways() {
-    use seckill::limiter::policy::{FailMode, KeySource, MAX_DELAY_MS, MAX_RULES};
-    use seckill::limiter::{Algorithm, Scope};
-    let root = root();
-    let script = read(&root.join("static/admin/policy.js"));
-    // Each list is written as a match, so a new variant does not compile until it is
-    // named here (and so checked against the page).
+/// The limiter's words the fail mode can be, written as a match so that a new variant
+/// does not compile until it is named here (and so checked against the docs and pages).
+fn fail_modes() -> BTreeSet<String> {
+    use seckill::limiter::policy::FailMode;
     let fail_mode = |mode: FailMode| match mode {
         FailMode::Open | FailMode::Closed | FailMode::Local => spelling(mode),
     };
+    [FailMode::Open, FailMode::Closed, FailMode::Local]
+        .into_iter()
+        .map(fail_mode)
+        .collect()
+}
+
+/// The policy editor's words (`static/words.js`, which `static/admin/policy.js` reads)
+/// are the limiter's: every algorithm, fail mode, scope and key source listed is the
+/// server's and every one of the server's is listed (both ways), the shaper is the
+/// algorithm that shapes, and its rule cap, longest delay, rule-name and literal-key
+/// patterns and the policies with fixed rules are the server's.
+#[test]
+fn the_policy_editor_spells_the_limiters_words_both_ways() {
+    use seckill::configuration::policies::{check_rule_set_change, defaults};
+    use seckill::limiter::policy::{KeySource, MAX_DELAY_MS, MAX_RULES};
+    use seckill::limiter::{Algorithm, Scope};
+    let root = root();
+    let script = read(&root.join("static/words.js"));
+    // Each list is written as a match, so a new variant does not compile until it is
+    // named here (and so checked against the page).
     let scope = |scope: Scope| match scope {
         Scope::Global | Scope::PerItem => spelling(scope),
     };
@@ -695,28 +691,22 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
     };
     let server: [(&str, BTreeSet<String>); 4] = [
         (
-            "ALGORITHMS",
+            "Algorithm",
             Algorithm::ALL
                 .iter()
                 .map(|a| a.as_str().to_string())
                 .collect(),
         ),
+        ("FailMode", fail_modes()),
         (
-            "FAIL_MODES",
-            [FailMode::Open, FailMode::Closed, FailMode::Local]
-                .into_iter()
-                .map(fail_mode)
-                .collect(),
-        ),
-        (
-            "SCOPES",
+            "Scope",
             [Scope::Global, Scope::PerItem]
                 .into_iter()
                 .map(scope)
                 .collect(),
         ),
         (
-            "KEY_SOURCES",
+            "KeySource",
             [
                 KeySource::User,
                 KeySource::Ip,
@@ -731,9 +721,27 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
         ),
     ];
     for (name, words) in server {
-        assert_eq!(frozen_object_keys(&script, name), words, "{name}");
+        let listed: BTreeSet<String> = words_of(script_section(&script, name))
+            .into_iter()
+            .map(|(spelling, _)| spelling.to_string())
+            .collect();
+        assert_eq!(listed, words, "{name}");
     }
-    assert!(script.contains(&format!("export const MAX_RULES = {MAX_RULES};")));
+    let shapers: BTreeSet<&str> = words_of(script_section(&script, "Algorithm"))
+        .into_iter()
+        .filter(|(_, entry)| entry.contains("shapes: true"))
+        .map(|(spelling, _)| spelling)
+        .collect();
+    let shaping: BTreeSet<&str> = Algorithm::ALL
+        .iter()
+        .filter(|a| a.shapes())
+        .map(|a| a.as_str())
+        .collect();
+    assert_eq!(shapers, shaping, "the algorithms with `shapes: true`");
+    assert!(
+        script.contains(&format!("export const MAX_RULES = {MAX_RULES};")),
+        "MAX_RULES is not {MAX_RULES}"
+    );
     let delay = MAX_DELAY_MS.to_string();
     let delay = format!(
         "{}_{}",
@@ -750,5 +758,28 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
     assert!(
         script.contains(&format!("export const RULE_NAME = /{pattern}/;")),
         "RULE_NAME is not {pattern}"
+    );
+    // A literal key is checked as a client id is: `X-Client-Id`'s pattern.
+    let limited = read(&root.join("src/http/routes/limited.rs"));
+    let pattern = limited
+        .split("pattern = r\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("X-Client-Id's pattern in src/http/routes/limited.rs");
+    assert!(
+        script.contains(&format!("export const LITERAL_KEY = /{pattern}/;")),
+        "LITERAL_KEY is not {pattern}"
+    );
+    let fixed: BTreeSet<String> = defaults()
+        .into_keys()
+        .filter(|policy| check_rule_set_change(policy).is_err())
+        .collect();
+    let listed: Vec<String> = fixed.iter().map(|p| format!("'{p}'")).collect();
+    assert!(
+        script.contains(&format!(
+            "export const FIXED_RULES = Object.freeze(new Set([{}]));",
+            listed.join(", ")
+        )),
+        "FIXED_RULES is not {fixed:?}"
     );
 }
