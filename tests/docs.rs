@@ -783,3 +783,215 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
         "FIXED_RULES is not {fixed:?}"
     );
 }
+
+/// The first figure `<threshold> / <window> <unit>` in `text` (`10 000 / 60 s`,
+/// `10 / 5 min`): the threshold and the window in milliseconds.
+fn first_limit(text: &str) -> Option<(u64, u64)> {
+    let number = |digits: &str| digits.replace(' ', "").parse::<u64>().ok();
+    for (at, _) in text.match_indices('/') {
+        let before = text[..at].trim_end();
+        let start = before
+            .rfind(|c: char| !(c.is_ascii_digit() || c == ' '))
+            .map_or(0, |i| i + 1);
+        let boundary = before[..start]
+            .chars()
+            .last()
+            .is_none_or(|c| !c.is_alphanumeric());
+        let Some(threshold) = number(before[start..].trim()).filter(|_| boundary) else {
+            continue;
+        };
+        let after = text[at + 1..].trim_start();
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        let Some(window) = number(&digits) else {
+            continue;
+        };
+        let unit: String = after[digits.len()..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect();
+        let scale = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1_000,
+            "min" => 60_000,
+            _ => continue,
+        };
+        return Some((threshold, window * scale));
+    }
+    None
+}
+
+/// The default policies' tables in the README and docs/limiter.md are
+/// `configuration::policies::defaults()`, both ways: a row per default policy and no
+/// other, each row's rules (a backticked name, then `threshold / window`) exactly the
+/// policy's, with their figures, its fail mode the one the row names and, where the row
+/// names an algorithm, the policy's. And every rule message and `RateLimit-Policy` quota
+/// a document quotes is a default rule's.
+#[test]
+fn the_docs_tables_of_default_limits_are_the_defaults() {
+    use seckill::configuration::policies::defaults;
+    use seckill::limiter::Algorithm;
+    let defaults = defaults();
+    let modes = fail_modes();
+    let words = |text: &str| -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map(str::to_ascii_lowercase)
+            .collect()
+    };
+    let mut wrong = Vec::new();
+    for doc in ["README.md", "docs/limiter.md"] {
+        let text = read(&root().join(doc));
+        let mut tables = 0;
+        let mut rows = BTreeSet::new();
+        let mut header: Option<Vec<String>> = None;
+        for line in text.lines().map(str::trim) {
+            let Some(line) = line.strip_prefix('|') else {
+                header = None;
+                continue;
+            };
+            let cells: Vec<&str> = line
+                .trim_end_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            let Some(columns) = &header else {
+                header = Some(cells.iter().map(|c| c.to_string()).collect());
+                let is_limits = cells.first() == Some(&"policy")
+                    && cells.iter().any(|c| c.starts_with("rules"));
+                tables += usize::from(is_limits);
+                if !is_limits {
+                    header = Some(Vec::new());
+                }
+                continue;
+            };
+            if columns.is_empty() || cells.iter().all(|c| c.starts_with("--")) {
+                continue;
+            }
+            let column = |name: &str| {
+                columns
+                    .iter()
+                    .position(|c| c.contains(name))
+                    .and_then(|i| cells.get(i))
+                    .copied()
+            };
+            let Some(name) = spans(cells[0]).first().copied() else {
+                wrong.push(format!("{doc}: a row names no policy: {line}"));
+                continue;
+            };
+            rows.insert(name.to_string());
+            let Some(policy) = defaults.get(name) else {
+                wrong.push(format!("{doc}: {name} is no default policy"));
+                continue;
+            };
+            let rules_cell = column("rules").unwrap_or_default();
+            let stated: BTreeSet<(String, u64, u64)> = rules_cell
+                .split('`')
+                .skip(1)
+                .collect::<Vec<_>>()
+                .chunks(2)
+                .filter_map(|pair| {
+                    let (threshold, window) = first_limit(pair.get(1)?)?;
+                    Some((pair[0].to_string(), threshold, window))
+                })
+                .collect();
+            let default: BTreeSet<(String, u64, u64)> = policy
+                .rules
+                .iter()
+                .map(|r| (r.name.clone(), r.threshold, r.window_ms))
+                .collect();
+            if stated != default {
+                wrong.push(format!(
+                    "{doc}: {name}'s rules are {default:?}, the row says {stated:?}"
+                ));
+            }
+            let named: BTreeSet<String> = words(column("Redis").unwrap_or_default())
+                .intersection(&modes)
+                .cloned()
+                .collect();
+            let mode = spelling(policy.fail_mode);
+            if named != BTreeSet::from([mode.clone()]) {
+                wrong.push(format!(
+                    "{doc}: {name} fails {mode}, the row names {named:?}"
+                ));
+            }
+            if let Some(cell) = column("algorithm") {
+                let cell = cell.to_ascii_lowercase();
+                let phrases: Vec<String> = Algorithm::ALL
+                    .iter()
+                    .map(|a| a.as_str().replace('_', " "))
+                    .filter(|phrase| cell.contains(phrase.as_str()))
+                    .collect();
+                let named: Vec<&String> = phrases
+                    .iter()
+                    .filter(|p| !phrases.iter().any(|q| q != *p && q.contains(p.as_str())))
+                    .collect();
+                let algorithm = policy.algorithm.as_str().replace('_', " ");
+                if named.iter().any(|p| **p != algorithm) {
+                    wrong.push(format!(
+                        "{doc}: {name} is {algorithm}, the row says {named:?}"
+                    ));
+                }
+            }
+        }
+        if tables != 1 {
+            wrong.push(format!(
+                "{doc}: {tables} tables of the default limits, not one"
+            ));
+        }
+        let policies: BTreeSet<String> = defaults.keys().cloned().collect();
+        if rows != policies {
+            wrong.push(format!(
+                "{doc}: its table lists {rows:?}, the defaults are {policies:?}"
+            ));
+        }
+    }
+    let rules: Vec<_> = defaults.values().flat_map(|p| &p.rules).collect();
+    for (doc, text) in documents() {
+        for quoted in text.split("\"dimension\":\"").skip(1) {
+            let Some((dimension, rest)) = quoted.split_once('"') else {
+                continue;
+            };
+            let Some(message) = rest
+                .strip_prefix(",\"message\":\"")
+                .and_then(|m| m.split('"').next())
+            else {
+                continue;
+            };
+            if !rules
+                .iter()
+                .any(|r| r.name == dimension && r.message == message)
+            {
+                wrong.push(format!(
+                    "{}: no default rule {dimension} says {message:?}",
+                    doc.display()
+                ));
+            }
+        }
+        for span in spans(&text).into_iter().filter(|s| s.contains(";q=")) {
+            let quotas: Vec<(String, u64, u64)> = span
+                .split(", ")
+                .filter_map(|quota| {
+                    let mut parts = quota.split(';');
+                    let name = parts.next()?.trim_matches('"').to_string();
+                    let q = parts.next()?.strip_prefix("q=")?.parse().ok()?;
+                    let w: u64 = parts.next()?.strip_prefix("w=")?.parse().ok()?;
+                    Some((name, q, w * 1_000))
+                })
+                .collect();
+            let one_policy = defaults.values().any(|p| {
+                quotas.iter().all(|(name, q, w)| {
+                    p.rules
+                        .iter()
+                        .any(|r| &r.name == name && r.threshold == *q && r.window_ms == *w)
+                })
+            });
+            if quotas.is_empty() || !one_policy {
+                wrong.push(format!(
+                    "{}: `{span}` is no default policy's quotas",
+                    doc.display()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the docs' default limits: {wrong:#?}");
+}
