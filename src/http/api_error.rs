@@ -4,9 +4,9 @@
 //! stable `code`, an [`ErrorCode`] (whose status is the code's, `ErrorCode::status`),
 //! except for a sale's and the waiting room's refusals: `ApiError::Sale` carries the
 //! [`SaleError`], whose code and message the sale decides (in one place beside its
-//! metric label), and `ApiError::Room` the [`RoomError`]. Bodies are always JSON `{"code": "...", "message":
-//! "..."}` (plus `field` for validation errors). Internal causes are logged here, once,
-//! and never sent to the client.
+//! metric label), and `ApiError::Room` the [`RoomError`]. Bodies are always JSON
+//! `{"code": "...", "message": "..."}` (plus `field` for validation errors). Internal
+//! causes are logged here, once, and never sent to the client.
 
 use std::borrow::Cow;
 
