@@ -315,6 +315,155 @@ words! {
     }
 }
 
+words! {
+    /// The stable `code` of every error answer (`{"code", "message"}`), spelled only
+    /// here: `ApiError`, `SaleError` and `RoomError` name a variant, the OpenAPI
+    /// document's enum is [`ErrorCode::ALL`], and `tests/docs.rs` holds the README's
+    /// error table and `static/words.js` to it. Clients switch on these: they never change.
+    ErrorCode {
+        /// The body is not JSON.
+        MalformedJson => "MALFORMED_JSON",
+        /// Well-formed but invalid; `field` names the culprit.
+        ValidationFailed => "VALIDATION_FAILED",
+        /// Missing or invalid credentials.
+        Unauthenticated => "UNAUTHENTICATED",
+        /// A purchase of an item with its waiting room on, without a valid pass.
+        NotAdmitted => "NOT_ADMITTED",
+        /// A waiting-room poll's ticket is not this shopper's for this item.
+        InvalidTicket => "INVALID_TICKET",
+        /// No such path (or page, or policy).
+        NotFound => "NOT_FOUND",
+        /// The path exists, the method does not.
+        MethodNotAllowed => "METHOD_NOT_ALLOWED",
+        /// A page's `If-Match` / `If-Unmodified-Since` does not hold.
+        PreconditionFailed => "PRECONDITION_FAILED",
+        /// A page's `Range` lies outside it.
+        RangeNotSatisfiable => "RANGE_NOT_SATISFIABLE",
+        /// The body did not arrive within the body deadline.
+        RequestTimeout => "REQUEST_TIMEOUT",
+        /// The body is over the size limit.
+        PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+        /// A body that is not `application/json`.
+        UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+        /// A purchase or an operator's change of an unknown item.
+        ItemNotFound => "ITEM_NOT_FOUND",
+        /// Before the item's sale window.
+        SaleNotStarted => "SALE_NOT_STARTED",
+        /// After the item's sale window, or after an operator ended it.
+        SaleEnded => "SALE_ENDED",
+        /// An operator paused the item.
+        SalePaused => "SALE_PAUSED",
+        /// The price changed after the purchase was admitted; nothing was bought.
+        PriceChanged => "PRICE_CHANGED",
+        /// One order per user per item.
+        AlreadyPurchased => "ALREADY_PURCHASED",
+        /// No stock left.
+        SoldOut => "SOLD_OUT",
+        /// Joining a waiting room before it opens.
+        QueueNotOpen => "QUEUE_NOT_OPEN",
+        /// Joining an item with no waiting room on, or whose sale has ended.
+        QueueClosed => "QUEUE_CLOSED",
+        /// The same `Idempotency-Key` is still being processed.
+        IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
+        /// Paying or cancelling an order the caller does not have.
+        OrderNotFound => "ORDER_NOT_FOUND",
+        /// Paying or cancelling an order that is not pending payment.
+        OrderState => "ORDER_STATE",
+        /// An item's stock lowered below what is sold or held.
+        StockTooLow => "STOCK_TOO_LOW",
+        /// Editing or ending an archived item.
+        ItemArchived => "ITEM_ARCHIVED",
+        /// Editing the end of a sale an operator ended.
+        EndedByOperator => "ENDED_BY_OPERATOR",
+        /// Another stock edit of the same item is running.
+        EditInProgress => "EDIT_IN_PROGRESS",
+        /// A policy edit made from an older version.
+        VersionConflict => "VERSION_CONFLICT",
+        /// The `Idempotency-Key` was used for another item.
+        IdempotencyMismatch => "IDEMPOTENCY_MISMATCH",
+        /// A limit refused (a limiter rule, or the sign-in lockout).
+        RateLimited => "RATE_LIMITED",
+        /// A waiting-room ticket polled past its bucket.
+        PollingTooFast => "POLLING_TOO_FAST",
+        /// Too many of this user's keyed purchases in flight.
+        TooManyPending => "TOO_MANY_PENDING",
+        /// The order's COMMIT is still running; it may yet land.
+        OrderPending => "ORDER_PENDING",
+        /// An unexpected failure; the cause is logged, never sent.
+        Internal => "INTERNAL",
+        /// The order was not committed; Redis was put back.
+        OrderFailed => "ORDER_FAILED",
+        /// Shed at the purchase path's concurrency limit.
+        Overloaded => "OVERLOADED",
+        /// The orders breaker is open.
+        OrdersUnavailable => "ORDERS_UNAVAILABLE",
+        /// Redis cannot be asked and the policy fails closed.
+        LimiterUnavailable => "LIMITER_UNAVAILABLE",
+        /// The waiting room's Redis did not answer.
+        QueueUnavailable => "QUEUE_UNAVAILABLE",
+        /// Readiness: a store is down.
+        NotReady => "NOT_READY",
+        /// A store needed for the answer could not be reached; nothing was changed.
+        StoreUnavailable => "STORE_UNAVAILABLE",
+    }
+}
+
+impl ErrorCode {
+    /// The spelling on the wire (see [`Word::label`]).
+    pub fn as_str(self) -> &'static str {
+        self.label()
+    }
+
+    /// The HTTP status every answer with this code carries, as a number (this layer
+    /// knows no HTTP types): one status per code, so the README's table can say it once.
+    pub fn status(self) -> u16 {
+        match self {
+            Self::OrderPending => 202,
+            Self::MalformedJson | Self::ValidationFailed => 400,
+            Self::Unauthenticated => 401,
+            Self::NotAdmitted | Self::InvalidTicket => 403,
+            Self::NotFound | Self::ItemNotFound | Self::OrderNotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::RequestTimeout => 408,
+            Self::SaleNotStarted
+            | Self::SaleEnded
+            | Self::SalePaused
+            | Self::PriceChanged
+            | Self::AlreadyPurchased
+            | Self::SoldOut
+            | Self::QueueNotOpen
+            | Self::QueueClosed
+            | Self::IdempotencyInProgress
+            | Self::OrderState
+            | Self::StockTooLow
+            | Self::ItemArchived
+            | Self::EndedByOperator
+            | Self::EditInProgress
+            | Self::VersionConflict => 409,
+            Self::PreconditionFailed => 412,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::RangeNotSatisfiable => 416,
+            Self::IdempotencyMismatch => 422,
+            Self::RateLimited | Self::PollingTooFast | Self::TooManyPending => 429,
+            Self::Internal => 500,
+            Self::OrderFailed
+            | Self::Overloaded
+            | Self::OrdersUnavailable
+            | Self::LimiterUnavailable
+            | Self::QueueUnavailable
+            | Self::NotReady
+            | Self::StoreUnavailable => 503,
+        }
+    }
+}
+
+impl serde::Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +481,7 @@ mod tests {
         assert!(distinct::<Outcome>() && distinct::<Decision>() && distinct::<OrderState>());
         assert!(distinct::<Repair>() && distinct::<ConnectionCut>());
         assert!(distinct::<RoomOrder>() && distinct::<QueueState>() && distinct::<PassOutcome>());
+        assert!(distinct::<ErrorCode>());
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, index);
         }

@@ -1,7 +1,8 @@
 // The words both pages share, each spelled once: the server's (src/vocabulary.rs: how a
 // purchase ended, where an order is in its life; the API's error codes the pages act
-// on) and the label a person reads for each. The pages compare against these objects and
-// show their labels; no other file spells them.
+// on; the limiter's words and bounds the policy editor offers) and the label a person
+// reads for each. The pages compare against these objects and show their labels; no
+// other file spells them. tests/docs.rs holds them to the server's.
 
 /** A word: its spelling on the wire (or in CSS), what a person reads, and more facts. */
 const word = (spelling, label, more = {}) => Object.freeze({ word: spelling, label, ...more });
@@ -24,7 +25,6 @@ export const ErrorCode = Object.freeze({
   STOCK_TOO_LOW: 'STOCK_TOO_LOW',
   EDIT_IN_PROGRESS: 'EDIT_IN_PROGRESS',
   ORDER_STATE: 'ORDER_STATE',
-  INTERNAL: 'INTERNAL',
   IDEMPOTENCY_IN_PROGRESS: 'IDEMPOTENCY_IN_PROGRESS',
   LIMITER_UNAVAILABLE: 'LIMITER_UNAVAILABLE',
   ORDER_FAILED: 'ORDER_FAILED',
@@ -154,3 +154,70 @@ export function inShop(item, now = Date.now()) {
   const phase = phaseOf(item, now);
   return phase !== Phase.ENDED && phase !== Phase.ARCHIVED;
 }
+
+/**
+ * The limiter's algorithms (limiter::Algorithm), in the editor's order, with what each
+ * does (shown beside its select). `shapes`: an admitted call may wait for its slot, so
+ * its rules have a max delay.
+ */
+export const Algorithm = Object.freeze({
+  SLIDING_WINDOW: word('sliding_window', 'Sliding window', {
+    hint: 'Exact: counts every call of the last window (one entry per call in Redis).',
+  }),
+  TOKEN_BUCKET: word('token_bucket', 'Token bucket', {
+    hint: 'A burst up to the threshold, then the threshold per window, refilled continuously.',
+  }),
+  FIXED_WINDOW: word('fixed_window', 'Fixed window', {
+    hint: 'One counter per window: the cheapest; up to twice the threshold across a window\u2019s edge.',
+  }),
+  SLIDING_WINDOW_COUNTER: word('sliding_window_counter', 'Sliding window counter', {
+    hint: 'This window\u2019s and the last one\u2019s counts, weighted by time: close to exact, two counters a key.',
+  }),
+  GCRA: word('gcra', 'GCRA', {
+    hint: 'The token bucket kept as one timestamp a key: the same burst and rate, less to store.',
+  }),
+  LEAKY_BUCKET: word('leaky_bucket', 'Leaky bucket', {
+    hint: 'A shaper: calls leave at an even rate; one admitted waits up to its rule\u2019s max delay for its slot.',
+    shapes: true,
+  }),
+});
+
+/** What the limiter does when it cannot ask Redis (a policy's fail mode), with what it means. */
+export const FailMode = Object.freeze({
+  CLOSED: word('closed', 'Refuse (fail closed)', { hint: 'While Redis is down, every call this policy guards is refused (503).' }),
+  OPEN: word('open', 'Allow (fail open)', { hint: 'While Redis is down, calls pass unlimited.' }),
+  LOCAL: word('local', 'Limit here (fallback limits)', {
+    hint: 'While Redis is down, each instance enforces its share of every limit (the threshold over the instances alive, rounded up).',
+  }),
+});
+
+/** A policy's scopes (limiter::Scope), with what each means (shown beside its select). */
+export const Scope = Object.freeze({
+  GLOBAL: word('global', 'Global', {
+    hint: 'One limit for the whole shop: all of this policy\u2019s keys live in one Redis slot.',
+  }),
+  PER_ITEM: word('per_item', 'Per item', {
+    hint: 'Each sale counts separately: its limiter keys live beside the item\u2019s stock.',
+  }),
+});
+
+/** What a rule counts by (limiter::KeySource). `literal` is one counter shared by every caller. */
+export const KeySource = Object.freeze({
+  USER: word('user', 'User id'),
+  IP: word('ip', 'Client address'),
+  NETWORK: word('network', 'Client network (IPv4 /24, IPv6 /48)'),
+  CLIENT_ID: word('client_id', 'Client id (X-Client-Id)'),
+  ROUTE: word('route', 'Route'),
+  LITERAL: word('literal', 'One shared counter (named)'),
+});
+
+/** A rule's name on the wire (the server's `RuleEdit.name`). */
+export const RULE_NAME = /^[a-z0-9_-]{1,32}$/;
+/** A literal key's value (the server's client id). */
+export const LITERAL_KEY = /^[A-Za-z0-9._:-]{1,64}$/;
+/** Rules in a policy, shadow rules included (the server's `MAX_RULES`). */
+export const MAX_RULES = 8;
+/** The longest a leaky bucket may hold a call (the server's `MAX_DELAY_MS`). */
+export const MAX_DELAY_MS = 60_000;
+/** Policies whose rules are fixed: the server refuses new ones (failed sign-ins are counted one way). */
+export const FIXED_RULES = Object.freeze(new Set(['admin_auth']));

@@ -10,6 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use seckill::vocabulary::Word;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -282,68 +284,198 @@ fn every_metric_family_the_docs_name_exists() {
     );
 }
 
-/// The error codes the server declares (`ERROR_CODES`, the OpenAPI enum) are exactly
-/// the README's error table.
+/// The README's error table is `ErrorCode`, both ways: every code is a row's, every
+/// row's code is one, and each under its status (`ErrorCode::status`, which every answer
+/// with the code carries).
 #[test]
-fn every_error_code_is_in_the_readme_and_no_other() {
+fn the_readme_lists_every_error_code_under_its_status_and_no_other() {
+    use seckill::vocabulary::ErrorCode;
     let readme = read(&root().join("README.md"));
     // The table's rows: `| status | code(s) | when |`.
-    let table: BTreeSet<&str> = readme
-        .lines()
-        .filter_map(|l| {
-            let mut columns = l.split('|').skip(1);
-            let status = columns.next()?.trim();
-            (status.len() == 3 && status.chars().all(|c| c.is_ascii_digit()))
-                .then(|| columns.next())?
-        })
-        .flat_map(|codes| codes.split('`').skip(1).step_by(2))
-        .collect();
-    let declared: BTreeSet<&str> = seckill::http::api_error::ERROR_CODES
+    let mut table = BTreeSet::new();
+    let mut wrong = Vec::new();
+    for line in readme.lines() {
+        let mut columns = line.split('|').skip(1);
+        let (Some(status), Some(codes)) = (columns.next(), columns.next()) else {
+            continue;
+        };
+        let Ok(status) = status.trim().parse::<u16>() else {
+            continue;
+        };
+        for code in spans(codes) {
+            table.insert(code);
+            match ErrorCode::from_label(code) {
+                Ok(known) if known.status() == status => {}
+                Ok(known) => wrong.push(format!(
+                    "{code} under {status}, answered {}",
+                    known.status()
+                )),
+                Err(_) => wrong.push(format!("{code}: no such code")),
+            }
+        }
+    }
+    let declared: BTreeSet<&str> = ErrorCode::labels().collect();
+    let missing: Vec<_> = declared.difference(&table).collect();
+    assert!(
+        wrong.is_empty() && missing.is_empty(),
+        "the README's error table: {wrong:?}; codes it lacks: {missing:?}"
+    );
+}
+
+/// The OpenAPI document's `Error.code` is `ErrorCode`'s words, and every code a response's
+/// description cites (backticked, as `` `SOLD_OUT` ``) is one, an error's under its status.
+#[test]
+fn the_openapi_document_cites_each_error_code_under_its_status() {
+    use seckill::vocabulary::ErrorCode;
+    let document =
+        serde_json::to_value(seckill::http::openapi::document(true)).expect("serialises");
+    let enumerated: Vec<&str> = document["components"]["schemas"]["Error"]["properties"]["code"]
+        ["enum"]
+        .as_array()
+        .expect("Error.code is an enum")
         .iter()
-        .copied()
+        .filter_map(|code| code.as_str())
         .collect();
-    assert_eq!(table, declared);
+    assert_eq!(enumerated, ErrorCode::labels().collect::<Vec<_>>());
+    let mut cited = 0;
+    let mut wrong = Vec::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            for (status, response) in operation["responses"].as_object().into_iter().flatten() {
+                let description = response["description"].as_str().unwrap_or_default();
+                let codes = spans(description).into_iter().filter(|span| {
+                    span.len() > 2 && span.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                });
+                for code in codes {
+                    cited += 1;
+                    match ErrorCode::from_label(code) {
+                        Ok(known) if known.status().to_string() == *status => {}
+                        // A success may say what later calls answer (`SALE_ENDED` from then on).
+                        Ok(_) if status.starts_with('2') && status != "202" => {}
+                        _ => wrong.push(format!("{method} {path} {status}: `{code}`")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(cited > 20, "only {cited} codes read from the descriptions");
+    assert!(
+        wrong.is_empty(),
+        "codes the OpenAPI document cites under another status, or no code: {wrong:#?}"
+    );
+}
+
+/// A section `export const NAME = ` of a page script, to its closing `});`.
+fn script_section<'a>(script: &'a str, name: &str) -> &'a str {
+    let start = script
+        .find(&format!("export const {name} = "))
+        .unwrap_or_else(|| panic!("{name} in the script"));
+    let rest = &script[start..];
+    &rest[..rest.find("\n});").unwrap_or(rest.len())]
+}
+
+/// The spellings of a section's `word('spelling', …)` entries, each with the rest of its
+/// entry (its label and facts).
+fn words_of(section: &str) -> Vec<(&str, &str)> {
+    section
+        .split("word('")
+        .skip(1)
+        .filter_map(|entry| entry.split_once('\''))
+        .collect()
+}
+
+/// The static pages' scripts, but `words.js`: (path, text).
+fn page_scripts() -> Vec<(PathBuf, String)> {
+    fn scripts(dir: &Path, into: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                scripts(&path, into);
+            } else if path.extension().is_some_and(|e| e == "js")
+                && !path.ends_with("static/words.js")
+            {
+                into.push((path.clone(), read(&path)));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    scripts(&root().join("static"), &mut found);
+    found
 }
 
 /// The pages' shared words (`static/words.js`) are the server's: every outcome, order
-/// state, queue state and room order it spells is a word of `src/vocabulary.rs`, every
-/// error code it acts on is one of the README's error table.
+/// state, queue state and room order it spells is a word of `src/vocabulary.rs`.
+/// Its `ErrorCode` is a part of `vocabulary::ErrorCode` (each `NAME: 'NAME'`), but for
+/// the codes the pages make up themselves; every `ErrorCode.NAME` a page reads is in
+/// it, every one in it is read, and no other page script spells a server code.
 #[test]
 fn the_pages_spell_the_servers_words() {
+    use seckill::vocabulary::ErrorCode;
     let root = root();
     let words = read(&root.join("static/words.js"));
     let vocabulary = read(&root.join("src/vocabulary.rs"));
-    let readme = read(&root.join("README.md"));
-    let section = |name: &str| -> &str {
-        let start = words
-            .find(&format!("export const {name} = "))
-            .unwrap_or_else(|| panic!("{name} in static/words.js"));
-        let rest = &words[start..];
-        &rest[..rest.find("});").unwrap_or(rest.len())]
-    };
     let mut unknown = Vec::new();
     for name in ["Outcome", "OrderState", "QueueState", "RoomOrder"] {
-        for spelling in section(name).split("word('").skip(1) {
-            let spelling = spelling.split('\'').next().unwrap_or_default();
+        for (spelling, _) in words_of(script_section(&words, name)) {
             if !vocabulary.contains(&format!("=> \"{spelling}\",")) {
                 unknown.push(format!("{name}: {spelling}"));
             }
         }
     }
-    for line in section("ErrorCode").lines() {
-        let Some((code, _)) = line.trim().split_once(':') else {
+    // The codes no answer carries: api.js's for no answer at all.
+    let made_up = ["NETWORK"];
+    let mut listed = BTreeSet::new();
+    for line in script_section(&words, "ErrorCode").lines().skip(1) {
+        let Some((name, spelling)) = line.trim().split_once(':') else {
             continue;
         };
-        if code.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-            && code != "NETWORK"
-            && !readme.contains(&format!("`{code}`"))
-        {
-            unknown.push(format!("ErrorCode: {code}"));
+        if name.starts_with('/') || name.starts_with('*') {
+            continue;
+        }
+        listed.insert(name.to_string());
+        if spelling.trim() != format!("'{name}',") {
+            unknown.push(format!("ErrorCode: {name} is spelled {}", spelling.trim()));
+        }
+        if !made_up.contains(&name) && ErrorCode::from_label(name).is_err() {
+            unknown.push(format!("ErrorCode: {name}"));
         }
     }
     assert!(
+        listed.len() > 10,
+        "ErrorCode read from static/words.js: {listed:?}"
+    );
+    let mut read_by_pages = BTreeSet::new();
+    // words.js reads some itself (an outcome's code).
+    let own = words.replace(script_section(&words, "ErrorCode"), "");
+    let scripts = page_scripts();
+    for (path, script) in scripts
+        .iter()
+        .chain([(root.join("static/words.js"), own)].iter())
+    {
+        for (at, _) in script.match_indices("ErrorCode.") {
+            let name: String = script[at + "ErrorCode.".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            if !listed.contains(&name) {
+                unknown.push(format!("{}: ErrorCode.{name}", path.display()));
+            }
+            read_by_pages.insert(name);
+        }
+    }
+    for (path, script) in &scripts {
+        for code in ErrorCode::labels() {
+            if script.contains(&format!("'{code}'")) || script.contains(&format!("\"{code}\"")) {
+                unknown.push(format!("{} spells {code}", path.display()));
+            }
+        }
+    }
+    for name in listed.difference(&read_by_pages) {
+        unknown.push(format!("ErrorCode.{name} is read by no page"));
+    }
+    assert!(
         unknown.is_empty(),
-        "words the pages spell that the server does not: {unknown:?}"
+        "words the pages spell that the server does not (or elsewhere): {unknown:?}"
     );
 }
 
@@ -510,22 +642,6 @@ fn deploy_readme_names_every_setting() {
     );
 }
 
-/// The keys of one `export const NAME = Object.freeze({ … })` of a page script: the
-/// spellings it lists at the object's first level.
-fn frozen_object_keys(script: &str, name: &str) -> BTreeSet<String> {
-    let start = script
-        .find(&format!("export const {name} = Object.freeze({{"))
-        .unwrap_or_else(|| panic!("{name} in the script"));
-    let rest = &script[start..];
-    let body = &rest[..rest.find("\n});").unwrap_or(rest.len())];
-    body.lines()
-        .filter_map(|line| line.strip_prefix("  "))
-        .filter(|line| !line.starts_with(' '))
-        .filter_map(|line| line.split_once(':').map(|(key, _)| key.trim().to_string()))
-        .filter(|key| key.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-        .collect()
-}
-
 /// The serde spelling of a fieldless value, or of the one field of a newtype variant.
 fn spelling<T: serde::Serialize>(value: T) -> String {
     match serde_json::to_value(value).expect("serialises") {
@@ -535,21 +651,33 @@ fn spelling<T: serde::Serialize>(value: T) -> String {
     }
 }
 
-/// The policy editor (`static/admin/policy.js`) spells the limiter's words and bounds
-/// for its selects and checks: every algorithm, fail mode, scope and key source it
-/// lists is the server's and every one of the server's is listed (both ways), and its
-/// rule cap, longest delay and rule-name pattern are the server's.
-#[test]
-fn the_policy_editor_spells_the_limiters_words_both_ways() {
-    use seckill::limiter::policy::{FailMode, KeySource, MAX_DELAY_MS, MAX_RULES};
-    use seckill::limiter::{Algorithm, Scope};
-    let root = root();
-    let script = read(&root.join("static/admin/policy.js"));
-    // Each list is written as a match, so a new variant does not compile until it is
-    // named here (and so checked against the page).
+/// The limiter's words the fail mode can be, written as a match so that a new variant
+/// does not compile until it is named here (and so checked against the docs and pages).
+fn fail_modes() -> BTreeSet<String> {
+    use seckill::limiter::policy::FailMode;
     let fail_mode = |mode: FailMode| match mode {
         FailMode::Open | FailMode::Closed | FailMode::Local => spelling(mode),
     };
+    [FailMode::Open, FailMode::Closed, FailMode::Local]
+        .into_iter()
+        .map(fail_mode)
+        .collect()
+}
+
+/// The policy editor's words (`static/words.js`, which `static/admin/policy.js` reads)
+/// are the limiter's: every algorithm, fail mode, scope and key source listed is the
+/// server's and every one of the server's is listed (both ways), the shaper is the
+/// algorithm that shapes, and its rule cap, longest delay, rule-name and literal-key
+/// patterns and the policies with fixed rules are the server's.
+#[test]
+fn the_policy_editor_spells_the_limiters_words_both_ways() {
+    use seckill::configuration::policies::{check_rule_set_change, defaults};
+    use seckill::limiter::policy::{KeySource, MAX_DELAY_MS, MAX_RULES};
+    use seckill::limiter::{Algorithm, Scope};
+    let root = root();
+    let script = read(&root.join("static/words.js"));
+    // Each list is written as a match, so a new variant does not compile until it is
+    // named here (and so checked against the page).
     let scope = |scope: Scope| match scope {
         Scope::Global | Scope::PerItem => spelling(scope),
     };
@@ -563,28 +691,22 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
     };
     let server: [(&str, BTreeSet<String>); 4] = [
         (
-            "ALGORITHMS",
+            "Algorithm",
             Algorithm::ALL
                 .iter()
                 .map(|a| a.as_str().to_string())
                 .collect(),
         ),
+        ("FailMode", fail_modes()),
         (
-            "FAIL_MODES",
-            [FailMode::Open, FailMode::Closed, FailMode::Local]
-                .into_iter()
-                .map(fail_mode)
-                .collect(),
-        ),
-        (
-            "SCOPES",
+            "Scope",
             [Scope::Global, Scope::PerItem]
                 .into_iter()
                 .map(scope)
                 .collect(),
         ),
         (
-            "KEY_SOURCES",
+            "KeySource",
             [
                 KeySource::User,
                 KeySource::Ip,
@@ -599,9 +721,27 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
         ),
     ];
     for (name, words) in server {
-        assert_eq!(frozen_object_keys(&script, name), words, "{name}");
+        let listed: BTreeSet<String> = words_of(script_section(&script, name))
+            .into_iter()
+            .map(|(spelling, _)| spelling.to_string())
+            .collect();
+        assert_eq!(listed, words, "{name}");
     }
-    assert!(script.contains(&format!("export const MAX_RULES = {MAX_RULES};")));
+    let shapers: BTreeSet<&str> = words_of(script_section(&script, "Algorithm"))
+        .into_iter()
+        .filter(|(_, entry)| entry.contains("shapes: true"))
+        .map(|(spelling, _)| spelling)
+        .collect();
+    let shaping: BTreeSet<&str> = Algorithm::ALL
+        .iter()
+        .filter(|a| a.shapes())
+        .map(|a| a.as_str())
+        .collect();
+    assert_eq!(shapers, shaping, "the algorithms with `shapes: true`");
+    assert!(
+        script.contains(&format!("export const MAX_RULES = {MAX_RULES};")),
+        "MAX_RULES is not {MAX_RULES}"
+    );
     let delay = MAX_DELAY_MS.to_string();
     let delay = format!(
         "{}_{}",
@@ -619,4 +759,239 @@ fn the_policy_editor_spells_the_limiters_words_both_ways() {
         script.contains(&format!("export const RULE_NAME = /{pattern}/;")),
         "RULE_NAME is not {pattern}"
     );
+    // A literal key is checked as a client id is: `X-Client-Id`'s pattern.
+    let limited = read(&root.join("src/http/routes/limited.rs"));
+    let pattern = limited
+        .split("pattern = r\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("X-Client-Id's pattern in src/http/routes/limited.rs");
+    assert!(
+        script.contains(&format!("export const LITERAL_KEY = /{pattern}/;")),
+        "LITERAL_KEY is not {pattern}"
+    );
+    let fixed: BTreeSet<String> = defaults()
+        .into_keys()
+        .filter(|policy| check_rule_set_change(policy).is_err())
+        .collect();
+    let listed: Vec<String> = fixed.iter().map(|p| format!("'{p}'")).collect();
+    assert!(
+        script.contains(&format!(
+            "export const FIXED_RULES = Object.freeze(new Set([{}]));",
+            listed.join(", ")
+        )),
+        "FIXED_RULES is not {fixed:?}"
+    );
+}
+
+/// The first figure `<threshold> / <window> <unit>` in `text` (`10 000 / 60 s`,
+/// `10 / 5 min`): the threshold and the window in milliseconds.
+fn first_limit(text: &str) -> Option<(u64, u64)> {
+    let number = |digits: &str| digits.replace(' ', "").parse::<u64>().ok();
+    for (at, _) in text.match_indices('/') {
+        let before = text[..at].trim_end();
+        let start = before
+            .rfind(|c: char| !(c.is_ascii_digit() || c == ' '))
+            .map_or(0, |i| i + 1);
+        let boundary = before[..start]
+            .chars()
+            .last()
+            .is_none_or(|c| !c.is_alphanumeric());
+        let Some(threshold) = number(before[start..].trim()).filter(|_| boundary) else {
+            continue;
+        };
+        let after = text[at + 1..].trim_start();
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        let Some(window) = number(&digits) else {
+            continue;
+        };
+        let unit: String = after[digits.len()..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect();
+        let scale = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1_000,
+            "min" => 60_000,
+            _ => continue,
+        };
+        return Some((threshold, window * scale));
+    }
+    None
+}
+
+/// The default policies' tables in the README and docs/limiter.md are
+/// `configuration::policies::defaults()`, both ways: a row per default policy and no
+/// other, each row's rules (a backticked name, then `threshold / window`) exactly the
+/// policy's, with their figures, its fail mode the one the row names and, where the row
+/// names an algorithm, the policy's. And every rule message and `RateLimit-Policy` quota
+/// a document quotes is a default rule's.
+#[test]
+fn the_docs_tables_of_default_limits_are_the_defaults() {
+    use seckill::configuration::policies::defaults;
+    use seckill::limiter::Algorithm;
+    let defaults = defaults();
+    let modes = fail_modes();
+    let words = |text: &str| -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map(str::to_ascii_lowercase)
+            .collect()
+    };
+    let mut wrong = Vec::new();
+    for doc in ["README.md", "docs/limiter.md"] {
+        let text = read(&root().join(doc));
+        let mut tables = 0;
+        let mut rows = BTreeSet::new();
+        let mut header: Option<Vec<String>> = None;
+        for line in text.lines().map(str::trim) {
+            let Some(line) = line.strip_prefix('|') else {
+                header = None;
+                continue;
+            };
+            let cells: Vec<&str> = line
+                .trim_end_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            let Some(columns) = &header else {
+                header = Some(cells.iter().map(|c| c.to_string()).collect());
+                let is_limits = cells.first() == Some(&"policy")
+                    && cells.iter().any(|c| c.starts_with("rules"));
+                tables += usize::from(is_limits);
+                if !is_limits {
+                    header = Some(Vec::new());
+                }
+                continue;
+            };
+            if columns.is_empty() || cells.iter().all(|c| c.starts_with("--")) {
+                continue;
+            }
+            let column = |name: &str| {
+                columns
+                    .iter()
+                    .position(|c| c.contains(name))
+                    .and_then(|i| cells.get(i))
+                    .copied()
+            };
+            let Some(name) = spans(cells[0]).first().copied() else {
+                wrong.push(format!("{doc}: a row names no policy: {line}"));
+                continue;
+            };
+            rows.insert(name.to_string());
+            let Some(policy) = defaults.get(name) else {
+                wrong.push(format!("{doc}: {name} is no default policy"));
+                continue;
+            };
+            let rules_cell = column("rules").unwrap_or_default();
+            let stated: BTreeSet<(String, u64, u64)> = rules_cell
+                .split('`')
+                .skip(1)
+                .collect::<Vec<_>>()
+                .chunks(2)
+                .filter_map(|pair| {
+                    let (threshold, window) = first_limit(pair.get(1)?)?;
+                    Some((pair[0].to_string(), threshold, window))
+                })
+                .collect();
+            let default: BTreeSet<(String, u64, u64)> = policy
+                .rules
+                .iter()
+                .map(|r| (r.name.clone(), r.threshold, r.window_ms))
+                .collect();
+            if stated != default {
+                wrong.push(format!(
+                    "{doc}: {name}'s rules are {default:?}, the row says {stated:?}"
+                ));
+            }
+            let named: BTreeSet<String> = words(column("Redis").unwrap_or_default())
+                .intersection(&modes)
+                .cloned()
+                .collect();
+            let mode = spelling(policy.fail_mode);
+            if named != BTreeSet::from([mode.clone()]) {
+                wrong.push(format!(
+                    "{doc}: {name} fails {mode}, the row names {named:?}"
+                ));
+            }
+            if let Some(cell) = column("algorithm") {
+                let cell = cell.to_ascii_lowercase();
+                let phrases: Vec<String> = Algorithm::ALL
+                    .iter()
+                    .map(|a| a.as_str().replace('_', " "))
+                    .filter(|phrase| cell.contains(phrase.as_str()))
+                    .collect();
+                let named: Vec<&String> = phrases
+                    .iter()
+                    .filter(|p| !phrases.iter().any(|q| q != *p && q.contains(p.as_str())))
+                    .collect();
+                let algorithm = policy.algorithm.as_str().replace('_', " ");
+                if named.iter().any(|p| **p != algorithm) {
+                    wrong.push(format!(
+                        "{doc}: {name} is {algorithm}, the row says {named:?}"
+                    ));
+                }
+            }
+        }
+        if tables != 1 {
+            wrong.push(format!(
+                "{doc}: {tables} tables of the default limits, not one"
+            ));
+        }
+        let policies: BTreeSet<String> = defaults.keys().cloned().collect();
+        if rows != policies {
+            wrong.push(format!(
+                "{doc}: its table lists {rows:?}, the defaults are {policies:?}"
+            ));
+        }
+    }
+    let rules: Vec<_> = defaults.values().flat_map(|p| &p.rules).collect();
+    for (doc, text) in documents() {
+        for quoted in text.split("\"dimension\":\"").skip(1) {
+            let Some((dimension, rest)) = quoted.split_once('"') else {
+                continue;
+            };
+            let Some(message) = rest
+                .strip_prefix(",\"message\":\"")
+                .and_then(|m| m.split('"').next())
+            else {
+                continue;
+            };
+            if !rules
+                .iter()
+                .any(|r| r.name == dimension && r.message == message)
+            {
+                wrong.push(format!(
+                    "{}: no default rule {dimension} says {message:?}",
+                    doc.display()
+                ));
+            }
+        }
+        for span in spans(&text).into_iter().filter(|s| s.contains(";q=")) {
+            let quotas: Vec<(String, u64, u64)> = span
+                .split(", ")
+                .filter_map(|quota| {
+                    let mut parts = quota.split(';');
+                    let name = parts.next()?.trim_matches('"').to_string();
+                    let q = parts.next()?.strip_prefix("q=")?.parse().ok()?;
+                    let w: u64 = parts.next()?.strip_prefix("w=")?.parse().ok()?;
+                    Some((name, q, w * 1_000))
+                })
+                .collect();
+            let one_policy = defaults.values().any(|p| {
+                quotas.iter().all(|(name, q, w)| {
+                    p.rules
+                        .iter()
+                        .any(|r| &r.name == name && r.threshold == *q && r.window_ms == *w)
+                })
+            });
+            if quotas.is_empty() || !one_policy {
+                wrong.push(format!(
+                    "{}: `{span}` is no default policy's quotas",
+                    doc.display()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the docs' default limits: {wrong:#?}");
 }

@@ -1,11 +1,12 @@
 //! The one error type of the HTTP boundary and its mapping to responses.
 //!
 //! Every failure a client can see is an [`ApiError`] variant, and this file decides its
-//! status code and its stable `code`, except for a sale's refusals: `ApiError::Sale`
-//! carries the [`SaleError`], whose code, status and message the sale decides (in one
-//! place beside its metric label). Bodies are always JSON `{"code": "...", "message":
-//! "..."}` (plus `field` for validation errors). Internal causes are logged here, once,
-//! and never sent to the client.
+//! stable `code`, an [`ErrorCode`] (whose status is the code's, `ErrorCode::status`),
+//! except for a sale's and the waiting room's refusals: `ApiError::Sale` carries the
+//! [`SaleError`], whose code and message the sale decides (in one place beside its
+//! metric label), and `ApiError::Room` the [`RoomError`]. Bodies are always JSON
+//! `{"code": "...", "message": "..."}` (plus `field` for validation errors). Internal
+//! causes are logged here, once, and never sent to the client.
 
 use std::borrow::Cow;
 
@@ -22,54 +23,7 @@ use crate::sale::room::RoomError;
 use crate::sale::ItemChangeError;
 use crate::sale::OrderError;
 use crate::sale::SaleError;
-use crate::vocabulary::OrderState;
-
-/// Every `code` an answer can carry, sorted: the OpenAPI document's enum, and the
-/// README's error table (`tests/docs.rs` holds the two together).
-pub const ERROR_CODES: &[&str] = &[
-    "ALREADY_PURCHASED",
-    "EDIT_IN_PROGRESS",
-    "ENDED_BY_OPERATOR",
-    "IDEMPOTENCY_IN_PROGRESS",
-    "IDEMPOTENCY_MISMATCH",
-    "INTERNAL",
-    "INVALID_TICKET",
-    "ITEM_ARCHIVED",
-    "ITEM_NOT_FOUND",
-    "LIMITER_UNAVAILABLE",
-    "MALFORMED_JSON",
-    "METHOD_NOT_ALLOWED",
-    "NOT_ADMITTED",
-    "NOT_FOUND",
-    "NOT_READY",
-    "ORDERS_UNAVAILABLE",
-    "ORDER_FAILED",
-    "ORDER_NOT_FOUND",
-    "ORDER_PENDING",
-    "ORDER_STATE",
-    "OVERLOADED",
-    "PAYLOAD_TOO_LARGE",
-    "POLLING_TOO_FAST",
-    "PRECONDITION_FAILED",
-    "PRICE_CHANGED",
-    "QUEUE_CLOSED",
-    "QUEUE_NOT_OPEN",
-    "QUEUE_UNAVAILABLE",
-    "RANGE_NOT_SATISFIABLE",
-    "RATE_LIMITED",
-    "REQUEST_TIMEOUT",
-    "SALE_ENDED",
-    "SALE_NOT_STARTED",
-    "SALE_PAUSED",
-    "SOLD_OUT",
-    "STOCK_TOO_LOW",
-    "STORE_UNAVAILABLE",
-    "TOO_MANY_PENDING",
-    "UNAUTHENTICATED",
-    "UNSUPPORTED_MEDIA_TYPE",
-    "VALIDATION_FAILED",
-    "VERSION_CONFLICT",
-];
+use crate::vocabulary::{ErrorCode, OrderState};
 
 /// Every way a request can fail, as the client sees it: each variant answers one status
 /// with one stable `code`.
@@ -182,11 +136,12 @@ impl ApiError {
 
 /// The body of every error answer. `code` is the stable part (the README's table);
 /// the other fields appear only with the codes that have them.
-#[derive(Default, Serialize, utoipa::ToSchema)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
 pub(crate) struct ErrorBody<'a> {
+    /// One of [`ErrorCode`]'s words: the OpenAPI document makes it their enum.
     #[schema(value_type = String, example = "SOLD_OUT")]
-    code: &'static str,
+    code: ErrorCode,
     /// Borrowed where the text exists already (a rule's message): a stampede's 429s
     /// are the commonest answer and should not format a copy each.
     #[schema(value_type = String)]
@@ -235,6 +190,27 @@ pub(crate) struct ErrorBody<'a> {
     state: Option<&'static str>,
 }
 
+impl ErrorBody<'_> {
+    fn new(code: ErrorCode) -> Self {
+        Self {
+            code,
+            message: Cow::Borrowed(""),
+            field: None,
+            down: None,
+            degraded: None,
+            dimension: None,
+            retry_after_ms: None,
+            order_id: None,
+            current_version: None,
+            opens_at: None,
+            price_cents: None,
+            min_stock: None,
+            queue: None,
+            state: None,
+        }
+    }
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         self.answer().status
@@ -261,7 +237,7 @@ struct Answer<'a> {
 
 impl ApiError {
     /// The stable, documented machine-readable code (the README's table).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         self.answer().body.code
     }
 
@@ -293,8 +269,12 @@ impl ApiError {
             headers,
         } = self.answer();
         // A body of strings and numbers always serializes; the fallback is for form.
-        let body = serde_json::to_string(&body)
-            .unwrap_or_else(|_| r#"{"code":"INTERNAL","message":"internal error"}"#.into());
+        let body = serde_json::to_string(&body).unwrap_or_else(|_| {
+            format!(
+                r#"{{"code":"{}","message":"internal error"}}"#,
+                ErrorCode::Internal.as_str()
+            )
+        });
         (status, headers, body)
     }
 
@@ -302,48 +282,49 @@ impl ApiError {
     /// place. The message is the error's text (`Display`), but for a limiter refusal,
     /// whose rule's message is borrowed: a stampede's 429s are the commonest answer.
     fn answer(&self) -> Answer<'_> {
-        use StatusCode as S;
-        let mut body = ErrorBody::default();
+        use ErrorCode as C;
+        // Its code is chosen by the match below.
+        let mut body = ErrorBody::new(C::Internal);
         let mut headers = HeaderMap::new();
-        let (status, code) = match self {
-            Self::MalformedJson(_) => (S::BAD_REQUEST, "MALFORMED_JSON"),
+        let code = match self {
+            Self::MalformedJson(_) => C::MalformedJson,
             Self::Validation { field, .. } => {
                 body.field = Some(field);
-                (S::BAD_REQUEST, "VALIDATION_FAILED")
+                C::ValidationFailed
             }
-            Self::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE"),
-            Self::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE"),
-            Self::RequestTimeout => (S::REQUEST_TIMEOUT, "REQUEST_TIMEOUT"),
-            Self::NotFound => (S::NOT_FOUND, "NOT_FOUND"),
-            Self::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"),
-            Self::PreconditionFailed => (S::PRECONDITION_FAILED, "PRECONDITION_FAILED"),
-            Self::RangeNotSatisfiable => (S::RANGE_NOT_SATISFIABLE, "RANGE_NOT_SATISFIABLE"),
+            Self::UnsupportedMediaType => C::UnsupportedMediaType,
+            Self::PayloadTooLarge { .. } => C::PayloadTooLarge,
+            Self::RequestTimeout => C::RequestTimeout,
+            Self::NotFound => C::NotFound,
+            Self::MethodNotAllowed => C::MethodNotAllowed,
+            Self::PreconditionFailed => C::PreconditionFailed,
+            Self::RangeNotSatisfiable => C::RangeNotSatisfiable,
             Self::Unauthenticated => {
                 headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                (S::UNAUTHORIZED, "UNAUTHENTICATED")
+                C::Unauthenticated
             }
             Self::RateLimited(refusal) => {
                 body.message = Cow::Borrowed(refusal.message());
                 body.dimension = Some(refusal.dimension());
                 body.retry_after_ms = Some(refusal.retry_after_ms());
                 refusal.write_headers(&mut headers);
-                (S::TOO_MANY_REQUESTS, "RATE_LIMITED")
+                C::RateLimited
             }
             Self::SignInLocked { retry_after_ms } => {
                 body.retry_after_ms = Some(*retry_after_ms);
                 if let Ok(value) = retry_after_ms.div_ceil(1000).to_string().parse() {
                     headers.insert(RETRY_AFTER, value);
                 }
-                (S::TOO_MANY_REQUESTS, "RATE_LIMITED")
+                C::RateLimited
             }
-            Self::LimiterUnavailable => (S::SERVICE_UNAVAILABLE, "LIMITER_UNAVAILABLE"),
+            Self::LimiterUnavailable => C::LimiterUnavailable,
             Self::VersionConflict { current } => {
                 body.current_version = Some(*current);
-                (S::CONFLICT, "VERSION_CONFLICT")
+                C::VersionConflict
             }
-            Self::IdempotencyInProgress => (S::CONFLICT, "IDEMPOTENCY_IN_PROGRESS"),
-            Self::IdempotencyMismatch => (S::UNPROCESSABLE_ENTITY, "IDEMPOTENCY_MISMATCH"),
-            Self::TooManyPending => (S::TOO_MANY_REQUESTS, "TOO_MANY_PENDING"),
+            Self::IdempotencyInProgress => C::IdempotencyInProgress,
+            Self::IdempotencyMismatch => C::IdempotencyMismatch,
+            Self::TooManyPending => C::TooManyPending,
             Self::Sale(error) => {
                 match error {
                     SaleError::OrderPending(order_id) => body.order_id = Some(*order_id),
@@ -360,8 +341,7 @@ impl ApiError {
                         headers.insert(RETRY_AFTER, value);
                     }
                 }
-                let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
-                (status, error.code())
+                error.code()
             }
             Self::Room(error) => {
                 match error {
@@ -380,50 +360,46 @@ impl ApiError {
                     }
                     _ => {}
                 }
-                let status = S::from_u16(error.status()).unwrap_or(S::INTERNAL_SERVER_ERROR);
-                (status, error.code())
+                error.code()
             }
             Self::ItemChange(error) => match error {
                 ItemChangeError::StockTooLow { min } => {
                     body.min_stock = Some(*min);
-                    (S::CONFLICT, "STOCK_TOO_LOW")
+                    C::StockTooLow
                 }
-                ItemChangeError::EditInProgress => (S::CONFLICT, "EDIT_IN_PROGRESS"),
-                ItemChangeError::Refused(ChangeRefused::NotFound) => {
-                    (S::NOT_FOUND, "ITEM_NOT_FOUND")
-                }
-                ItemChangeError::Refused(ChangeRefused::Archived) => (S::CONFLICT, "ITEM_ARCHIVED"),
-                ItemChangeError::Refused(ChangeRefused::EndedByOperator) => {
-                    (S::CONFLICT, "ENDED_BY_OPERATOR")
-                }
-                ItemChangeError::Refused(ChangeRefused::StockMoved) => {
-                    (S::CONFLICT, "EDIT_IN_PROGRESS")
-                }
+                ItemChangeError::EditInProgress => C::EditInProgress,
+                ItemChangeError::Refused(ChangeRefused::NotFound) => C::ItemNotFound,
+                ItemChangeError::Refused(ChangeRefused::Archived) => C::ItemArchived,
+                ItemChangeError::Refused(ChangeRefused::EndedByOperator) => C::EndedByOperator,
+                ItemChangeError::Refused(ChangeRefused::StockMoved) => C::EditInProgress,
                 ItemChangeError::Refused(ChangeRefused::Failed(_)) => {
                     // The cause is logged (`parts`), never sent.
                     body.message = Cow::Borrowed("internal error");
-                    (S::INTERNAL_SERVER_ERROR, "INTERNAL")
+                    C::Internal
                 }
             },
-            Self::OrderNotFound => (S::NOT_FOUND, "ORDER_NOT_FOUND"),
+            Self::OrderNotFound => C::OrderNotFound,
             Self::OrderState(state) => {
                 body.state = Some(state.as_str());
-                (S::CONFLICT, "ORDER_STATE")
+                C::OrderState
             }
             Self::NotReady { down, degraded } => {
                 body.down = Some(down);
                 body.degraded = (!degraded.is_empty()).then_some(degraded.as_slice());
-                (S::SERVICE_UNAVAILABLE, "NOT_READY")
+                C::NotReady
             }
             Self::Internal(cause) if crate::store::is_unreachable(cause) => {
                 // The cause is logged (`parts`), never sent.
                 body.message = Cow::Borrowed("a store cannot be reached; try again shortly");
                 headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                (S::SERVICE_UNAVAILABLE, "STORE_UNAVAILABLE")
+                C::StoreUnavailable
             }
-            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),
+            Self::Internal(_) => C::Internal,
         };
         body.code = code;
+        // Every status is its code's: one status per code, as the README's table says.
+        let status =
+            StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if body.message.is_empty() {
             body.message = Cow::Owned(self.to_string());
         }

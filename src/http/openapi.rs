@@ -18,7 +18,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response,
 use utoipa::{Modify, OpenApi};
 
 use crate::http::routes;
-use crate::vocabulary::OrderState;
+use crate::vocabulary::{ErrorCode, OrderState, Word};
 
 /// Routes behind a limiter policy: their answers carry the rate-limit headers, and they
 /// can be refused (429 `RATE_LIMITED`) or find the limiter away (503).
@@ -121,12 +121,8 @@ impl Modify for Shared {
         // The words a client may switch on, as enums: generated clients get types.
         let states: Vec<&str> = OrderState::ALL.iter().map(|s| s.as_str()).collect();
         enumerate(components, "Order", "state", &states);
-        enumerate(
-            components,
-            "Error",
-            "code",
-            crate::http::api_error::ERROR_CODES,
-        );
+        let codes: Vec<&str> = ErrorCode::labels().collect();
+        enumerate(components, "Error", "code", &codes);
         for (path, item) in document.paths.paths.iter_mut() {
             for operation in [
                 &mut item.get,

@@ -1,7 +1,7 @@
 //! Every way a purchase can end, spelled once.
 //!
-//! A refusal is a [`SaleError`]; its API code, HTTP status, message and metric label are
-//! all decided here, so the HTTP layer (`ApiError::Sale`) and the
+//! A refusal is a [`SaleError`]; its API code (and so its HTTP status,
+//! `ErrorCode::status`), message and metric label are all decided here, so the HTTP layer (`ApiError::Sale`) and the
 //! `seckill_sale_outcomes_total` series cannot drift apart from the domain. Store-level
 //! answers (`Reservation`, `CommitError`) are mapped into it where the purchase flow
 //! reads them. Clients and dashboards depend on these words: they never change.
@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::records::ItemRefusal;
 use crate::metrics::Metrics;
 use crate::tally::{Counted, Counter};
+use crate::vocabulary::ErrorCode;
 pub use crate::vocabulary::Outcome;
 use uuid::Uuid;
 
@@ -84,36 +85,20 @@ impl SaleError {
     }
 
     /// The stable, documented machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::ItemNotFound => "ITEM_NOT_FOUND",
-            Self::NotStarted => "SALE_NOT_STARTED",
-            Self::Ended => "SALE_ENDED",
-            Self::Paused => "SALE_PAUSED",
-            Self::AlreadyPurchased => "ALREADY_PURCHASED",
-            Self::SoldOut => "SOLD_OUT",
-            Self::PriceChanged { .. } => "PRICE_CHANGED",
-            Self::NotAdmitted { .. } => "NOT_ADMITTED",
-            Self::OrderFailed(_) => "ORDER_FAILED",
-            Self::OrderPending(_) => "ORDER_PENDING",
-            Self::Overloaded => "OVERLOADED",
-            Self::OrdersUnavailable { .. } => "ORDERS_UNAVAILABLE",
-        }
-    }
-
-    /// The HTTP status, as a number: the sale knows nothing of HTTP types.
-    pub fn status(&self) -> u16 {
-        match self {
-            Self::ItemNotFound => 404,
-            Self::NotStarted
-            | Self::Ended
-            | Self::Paused
-            | Self::AlreadyPurchased
-            | Self::SoldOut
-            | Self::PriceChanged { .. } => 409,
-            Self::NotAdmitted { .. } => 403,
-            Self::OrderFailed(_) | Self::Overloaded | Self::OrdersUnavailable { .. } => 503,
-            Self::OrderPending(_) => 202,
+            Self::ItemNotFound => ErrorCode::ItemNotFound,
+            Self::NotStarted => ErrorCode::SaleNotStarted,
+            Self::Ended => ErrorCode::SaleEnded,
+            Self::Paused => ErrorCode::SalePaused,
+            Self::AlreadyPurchased => ErrorCode::AlreadyPurchased,
+            Self::SoldOut => ErrorCode::SoldOut,
+            Self::PriceChanged { .. } => ErrorCode::PriceChanged,
+            Self::NotAdmitted { .. } => ErrorCode::NotAdmitted,
+            Self::OrderFailed(_) => ErrorCode::OrderFailed,
+            Self::OrderPending(_) => ErrorCode::OrderPending,
+            Self::Overloaded => ErrorCode::Overloaded,
+            Self::OrdersUnavailable { .. } => ErrorCode::OrdersUnavailable,
         }
     }
 

@@ -4,7 +4,7 @@
 // saves, adds and removes.
 import { el, fieldError, keepInOrder } from '../dom.js';
 import { formatNumber } from '../format.js';
-import { ALGORITHMS, FAIL_MODES, FIXED_RULES, KEY_SOURCES, MAX_DELAY_MS, SCOPES, SHAPER, scopeOf } from './policy.js';
+import { ALGORITHMS, FAIL_MODES, FIXED_RULES, KEY_SOURCES, LITERAL, MAX_DELAY_MS, SCOPES, SHAPER, scopeOf } from './policy.js';
 import { errorLine, options, wholeNumber } from './policy-fields.js';
 import { addRuleForm, newRuleInput, showMaxDelay, showRoom } from './rule-add.js';
 
@@ -15,7 +15,7 @@ function keyText(key) {
   if (typeof key === 'string') return KEY_SOURCES[key]?.label || key.replace('_', ' ');
   if (key && typeof key === 'object') {
     const [kind, value] = Object.entries(key)[0] || [];
-    return kind === 'literal' ? `shared “${value}”` : `${kind} ${value ?? ''}`.trim();
+    return kind === LITERAL ? `shared “${value}”` : `${kind} ${value ?? ''}`.trim();
   }
   return String(key);
 }

@@ -4,7 +4,7 @@
 // (policy-form.js) holds it as `refs.add`; the panel (policies.js) sends what it reads.
 import { el } from '../dom.js';
 import { formatNumber } from '../format.js';
-import { KEY_SOURCES, LITERAL_KEY, MAX_DELAY_MS, MAX_RULES, RULE_NAME, ruleKey } from './policy.js';
+import { KEY_SOURCES, LITERAL, LITERAL_KEY, MAX_DELAY_MS, MAX_RULES, RULE_NAME, ruleKey } from './policy.js';
 import { errorLine, options, wholeNumber } from './policy-fields.js';
 
 /** Whether the policy has room for another rule: the form says so, and its button. */
@@ -15,7 +15,7 @@ export function showRoom(add, policy) {
 }
 
 function showLiteral(add) {
-  add.literalField.hidden = add.keySource.value !== 'literal';
+  add.literalField.hidden = add.keySource.value !== LITERAL;
 }
 
 /** Shows the max delay field only while the policy's algorithm is the shaper. */
@@ -131,7 +131,7 @@ export function newRule(policy, refs) {
   }
   const source = add.keySource.value;
   const literal = add.literal.value.trim();
-  if (source === 'literal' && !LITERAL_KEY.test(literal)) {
+  if (source === LITERAL && !LITERAL_KEY.test(literal)) {
     problems.push([add.literal, 'Name the shared counter: 1-64 of A-Z a-z 0-9 . _ : -.']);
   }
   const windowMs = wholeNumber(add.windowMs);
@@ -152,6 +152,6 @@ export function newRule(policy, refs) {
 
 /** The input of the add-rule form that holds a field of the new rule; null for none. */
 export function newRuleInput(add, field) {
-  if (field === 'key') return add.keySource.value === 'literal' ? add.literal : add.keySource;
+  if (field === 'key') return add.keySource.value === LITERAL ? add.literal : add.keySource;
   return { name: add.name, windowMs: add.windowMs, threshold: add.threshold, message: add.message, shadow: add.shadow, maxDelayMs: add.maxDelayMs }[field] || null;
 }

@@ -1,10 +1,11 @@
-//! Every refusal of the waiting room, spelled once: code, status and message, like
+//! Every refusal of the waiting room, spelled once: code (and so status) and message, like
 //! [`crate::sale::SaleError`] for purchases.
 
 use chrono::{DateTime, Utc};
 
 use super::room_config::InvalidRoom;
 use crate::sale::SaleError;
+use crate::vocabulary::ErrorCode;
 
 /// Why a join, poll or room setting was refused; each is one API error, its code and status
 /// below.
@@ -40,28 +41,17 @@ pub enum RoomError {
 }
 
 impl RoomError {
-    /// The error's stable `code` in the JSON body.
-    pub fn code(&self) -> &'static str {
+    /// The error's stable `code` in the JSON body, which also picks its status
+    /// ([`ErrorCode::status`]).
+    pub fn code(&self) -> ErrorCode {
         match self {
             Self::Sale(error) => error.code(),
-            Self::NotOpen(_) => "QUEUE_NOT_OPEN",
-            Self::Closed => "QUEUE_CLOSED",
-            Self::InvalidTicket => "INVALID_TICKET",
-            Self::InvalidSettings(_) => "VALIDATION_FAILED",
-            Self::PollingTooFast { .. } => "POLLING_TOO_FAST",
-            Self::Unavailable(_) => "QUEUE_UNAVAILABLE",
-        }
-    }
-
-    /// Its HTTP status.
-    pub fn status(&self) -> u16 {
-        match self {
-            Self::Sale(error) => error.status(),
-            Self::NotOpen(_) | Self::Closed => 409,
-            Self::InvalidTicket => 403,
-            Self::InvalidSettings(_) => 400,
-            Self::PollingTooFast { .. } => 429,
-            Self::Unavailable(_) => 503,
+            Self::NotOpen(_) => ErrorCode::QueueNotOpen,
+            Self::Closed => ErrorCode::QueueClosed,
+            Self::InvalidTicket => ErrorCode::InvalidTicket,
+            Self::InvalidSettings(_) => ErrorCode::ValidationFailed,
+            Self::PollingTooFast { .. } => ErrorCode::PollingTooFast,
+            Self::Unavailable(_) => ErrorCode::QueueUnavailable,
         }
     }
 }
