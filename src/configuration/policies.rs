@@ -122,8 +122,11 @@ pub enum NotAllowed {
     /// A rule keyed on a source the policy's routes do not supply ([`KEY_SOURCES`]).
     #[error("policy {policy:?} cannot key a rule on {key}: its routes supply only {supplied}")]
     Key {
+        /// The policy the rule was for.
         policy: String,
+        /// The source's word (`client_id`).
         key: &'static str,
+        /// The words of the sources its routes do supply, for the message.
         supplied: String,
     },
     /// The admin sign-in's script reads one rule: its rules are edited, never added or

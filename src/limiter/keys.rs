@@ -124,6 +124,7 @@ pub enum ClientKey<'a> {
 pub struct Caller<'a> {
     /// The signed-in user, where the route has one.
     pub user: Option<UserId>,
+    /// The client's address, as `http::forwarded` believes it.
     pub ip: ClientIp,
     /// What a `client_id` rule counts by; `None` where the route supplies no client.
     pub client_id: Option<ClientKey<'a>>,
