@@ -10,7 +10,7 @@ use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use serde_json::json;
 use sqlx::PgPool;
 
-use seckill_test_support::{json, spawn_app, spawn_app_from, spawn_app_with};
+use seckill_test_support::{json, spawn_app, spawn_app_with};
 
 /// A new rule named `name`, keyed on `key`, for a policy edit.
 fn new_rule(name: &str, key: serde_json::Value) -> serde_json::Value {
@@ -116,9 +116,7 @@ async fn every_source_a_policys_row_lists_is_supplied_by_its_route(db: PgPool) {
 const KEY_SOURCES_MIGRATION: i64 = 20261204000002;
 
 #[sqlx::test(migrations = false)]
-async fn a_stored_rule_on_an_unsupplied_source_is_rewritten_once_to_ip_with_an_audit_row(
-    db: PgPool,
-) {
+async fn a_stored_rule_on_an_unsupplied_source_is_rewritten_to_ip_with_an_audit_row(db: PgPool) {
     let previous = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir("migrations").unwrap() {
         let path = entry.unwrap().path();
@@ -196,8 +194,4 @@ async fn a_stored_rule_on_an_unsupplied_source_is_rewritten_once_to_ip_with_an_a
             ..device
         }
     );
-
-    // Once: a restart runs no migration again and changes nothing.
-    let restarted = spawn_app_from(app.settings.clone()).await;
-    assert_eq!(restarted.policy(SECKILL_POLICY).await["version"], 2);
 }
