@@ -168,7 +168,11 @@ fn only_the_http_layer_knows_actix() {
 /// goes through (`http::rate_limit::caller`, which takes the route from the router), and
 /// the limiter's unit tests. A route that spells its own would spell its route again and
 /// could leave out a key source its policy's row promises.
-const CALLER_BUILDERS: &[&str] = &["limiter/keys.rs", "http/rate_limit.rs", "configuration/tests.rs"];
+const CALLER_BUILDERS: &[&str] = &[
+    "limiter/keys.rs",
+    "http/rate_limit.rs",
+    "configuration/tests.rs",
+];
 
 #[test]
 fn routes_build_their_caller_through_the_one_builder() {
