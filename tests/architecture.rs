@@ -164,6 +164,31 @@ fn only_the_http_layer_knows_actix() {
     );
 }
 
+/// Where a `Caller` may be built: the limiter's own file, the one builder every route
+/// goes through (`http::rate_limit::caller`, which takes the route from the router), and
+/// the limiter's unit tests. A route that spells its own would spell its route again and
+/// could leave out a key source its policy's row promises.
+const CALLER_BUILDERS: &[&str] = &[
+    "limiter/keys.rs",
+    "http/rate_limit.rs",
+    "configuration/tests.rs",
+];
+
+#[test]
+fn routes_build_their_caller_through_the_one_builder() {
+    let (src, sources) = sources();
+    let offenders: Vec<String> = sources
+        .iter()
+        .filter(|s| !CALLER_BUILDERS.contains(&relative(&src, &s.path).as_str()))
+        .filter(|s| s.text.lines().any(|line| code(line).contains("Caller {")))
+        .map(|s| s.path.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "a Caller built outside http::rate_limit::caller: {offenders:#?}"
+    );
+}
+
 #[test]
 fn a_type_keeps_its_inherent_impl_in_one_file() {
     let (src, sources) = sources();

@@ -446,10 +446,11 @@ impl Settings {
 
     /// Refuses a configured policy that its callers cannot support: a `per_item` scope
     /// every check of its policy would answer with a 500, a shaper composed with a
-    /// reservation, a rule keyed on what its callers do not carry (see
-    /// [`policies::check_scope`]).
-    pub fn check_policy_scopes(&self) -> Result<(), policies::NotAllowed> {
-        policies::check_scopes(&self.limiter.policies)
+    /// reservation, a `user` rule where nobody signs in; rewrites to `ip`, with a
+    /// warning, a rule on another source its routes do not supply, as it counted before
+    /// (see [`policies::settle`]).
+    pub fn settle_policies(&mut self) -> Result<(), policies::NotAllowed> {
+        policies::settle(&mut self.limiter.policies)
     }
 
     /// The policies the rules table is seeded with (see `policies::seeds`).

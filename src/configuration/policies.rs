@@ -47,6 +47,69 @@ pub const LIMITED_PER_NETWORK: u64 = 10_000;
 /// only ones that may be `per_item`: any other policy's check could only fail.
 const PARTITIONED: [&str; 1] = [SECKILL_POLICY];
 
+/// A literal rule's source in [`KEY_SOURCES`] (its value is the rule's own).
+const LITERAL: KeySource = KeySource::Literal(String::new());
+
+/// The key sources each policy's routes supply (`http::rate_limit::caller` builds their
+/// callers), and so the only ones its rules may key on: a rule on another source is
+/// refused (the admin API's 400 names its `key`), never keyed on something else. The
+/// sale, the orders and the queue have a signed-in user and no client id; `limited` is
+/// open to anyone and has a client id (its address when it sends none); the admin
+/// lockout's script counts per address whatever its rule says. A policy not listed here
+/// is checked by no route (the engine's tests): any source.
+pub const KEY_SOURCES: [(&str, &[KeySource]); 5] = [
+    (
+        SECKILL_POLICY,
+        &[
+            LITERAL,
+            KeySource::User,
+            KeySource::Ip,
+            KeySource::Network,
+            KeySource::Route,
+        ],
+    ),
+    (
+        ORDERS_READ_POLICY,
+        &[
+            LITERAL,
+            KeySource::User,
+            KeySource::Ip,
+            KeySource::Network,
+            KeySource::Route,
+        ],
+    ),
+    (
+        QUEUE_JOIN_POLICY,
+        &[
+            LITERAL,
+            KeySource::User,
+            KeySource::Ip,
+            KeySource::Network,
+            KeySource::Route,
+        ],
+    ),
+    (
+        LIMITED_POLICY,
+        &[
+            LITERAL,
+            KeySource::ClientId,
+            KeySource::Ip,
+            KeySource::Network,
+            KeySource::Route,
+        ],
+    ),
+    (ADMIN_AUTH_POLICY, &[KeySource::Ip]),
+];
+
+/// The sources `policy`'s routes supply (see [`KEY_SOURCES`]); `None` for a policy no
+/// route checks.
+pub fn key_sources(policy: &str) -> Option<&'static [KeySource]> {
+    KEY_SOURCES
+        .iter()
+        .find(|(name, _)| *name == policy)
+        .map(|(_, sources)| *sources)
+}
+
 /// What a policy's callers cannot support, whatever the engine would accept.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum NotAllowed {
@@ -57,15 +120,15 @@ pub enum NotAllowed {
     /// reservation in one script call, which cannot wait for a departure slot.
     #[error("policy {0:?} cannot use leaky_bucket while per_item: its admission reserves stock in the same script call, which cannot wait for a departure slot")]
     Shaper(String),
-    /// A rule keyed on something the policy's callers do not always carry.
-    #[error("policy {policy:?} cannot key a rule on {key}: {why}")]
+    /// A rule keyed on a source the policy's routes do not supply ([`KEY_SOURCES`]).
+    #[error("policy {policy:?} cannot key a rule on {key}: its routes supply only {supplied}")]
     Key {
-        /// The policy.
+        /// The policy the rule was for.
         policy: String,
-        /// The key source, as the settings spell it.
+        /// The source's word (`client_id`).
         key: &'static str,
-        /// Why the policy's callers cannot supply it.
-        why: &'static str,
+        /// The words of the sources its routes do supply, for the message.
+        supplied: String,
     },
     /// The admin sign-in's script reads one rule: its rules are edited, never added or
     /// removed.
@@ -83,20 +146,22 @@ pub fn check_scope(policy: &str, scope: Scope, algorithm: Algorithm) -> Result<(
     }
 }
 
-/// Refuses a rule keyed on something `policy`'s callers may not carry: `/api/limited`
-/// is open to anyone, so a `user` rule there would turn every anonymous call into an
-/// error. Every other policy's routes need a signed-in user, or key on the address.
+/// Refuses a rule keyed on a source `policy`'s routes do not supply (see
+/// [`KEY_SOURCES`]): such a rule could only fail every check, or count by something
+/// its author did not write.
 pub fn check_key(policy: &str, key: &KeySource) -> Result<(), NotAllowed> {
-    match key {
-        KeySource::User if policy == LIMITED_POLICY || policy == ADMIN_AUTH_POLICY => {
-            Err(NotAllowed::Key {
-                policy: policy.into(),
-                key: "user",
-                why: "its callers are not signed in",
-            })
-        }
-        _ => Ok(()),
+    let Some(supplied) = key_sources(policy) else {
+        return Ok(());
+    };
+    if supplied.iter().any(|source| source.same_source(key)) {
+        return Ok(());
     }
+    let words: Vec<_> = supplied.iter().map(KeySource::as_str).collect();
+    Err(NotAllowed::Key {
+        policy: policy.into(),
+        key: key.as_str(),
+        supplied: words.join(", "),
+    })
 }
 
 /// Whether rules may be added to or removed from `policy` (see
@@ -261,16 +326,34 @@ pub fn defaults() -> BTreeMap<String, PolicyConfig> {
     policies
 }
 
-/// Refuses, at start-up, a configured policy its callers cannot support (see
-/// [`check_scope`] and [`check_key`]).
-pub(super) fn check_scopes(configured: &BTreeMap<String, PolicyConfig>) -> Result<(), NotAllowed> {
-    configured.iter().try_for_each(|(name, policy)| {
+/// Settles, at start-up, the configured policies against what their callers support:
+/// refuses a scope they cannot key (see [`check_scope`]) and a `user` rule where no user
+/// is signed in (refused before there was a key-source table: it never counted
+/// anything); rewrites, with a warning, a rule on another source its routes do not
+/// supply to `ip`, which is what such a rule counted by before this table existed (a
+/// `client_id` rule fell back to the address, the admin lockout counts per address), so
+/// an upgrade changes nothing live. The same rule stored in Postgres was rewritten by
+/// the migration `20261204000002_unsupplied_key_sources.sql`; a settings file cannot be
+/// migrated, so its copy is rewritten here at each start until its author fixes it.
+pub(super) fn settle(configured: &mut BTreeMap<String, PolicyConfig>) -> Result<(), NotAllowed> {
+    for (name, policy) in configured.iter_mut() {
         check_scope(name, policy.scope, policy.algorithm)?;
-        policy
-            .rules
-            .iter()
-            .try_for_each(|rule| check_key(name, &rule.key))
-    })
+        for rule in &mut policy.rules {
+            let Err(refused) = check_key(name, &rule.key) else {
+                continue;
+            };
+            if rule.key == KeySource::User {
+                return Err(refused);
+            }
+            tracing::warn!(
+                policy = %name, rule = %rule.name, key = rule.key.as_str(),
+                "a rule keyed on a source its policy's routes do not supply counts by ip, as it did: \
+                 set its key to \"ip\" in the settings file"
+            );
+            rule.key = KeySource::Ip;
+        }
+    }
+    Ok(())
 }
 
 /// The policies the rules table is seeded with: the configured ones, plus the
@@ -292,9 +375,14 @@ mod tests {
     #[test]
     fn only_the_sale_may_be_per_item() {
         let mut policies = defaults();
-        assert_eq!(check_scopes(&policies), Ok(()));
+        assert_eq!(settle(&mut policies), Ok(()));
+        assert_eq!(
+            policies,
+            defaults(),
+            "the defaults key only on what is supplied"
+        );
         policies.get_mut(SECKILL_POLICY).expect("seckill").scope = Scope::PerItem;
-        assert_eq!(check_scopes(&policies), Ok(()));
+        assert_eq!(settle(&mut policies), Ok(()));
         for name in [
             LIMITED_POLICY,
             ADMIN_AUTH_POLICY,
@@ -303,7 +391,7 @@ mod tests {
         ] {
             let mut policies = defaults();
             policies.get_mut(name).expect(name).scope = Scope::PerItem;
-            assert_eq!(check_scopes(&policies), Err(NotAllowed::Scope(name.into())));
+            assert_eq!(settle(&mut policies), Err(NotAllowed::Scope(name.into())));
         }
     }
 
@@ -320,5 +408,55 @@ mod tests {
         assert_eq!(check_key(LIMITED_POLICY, &KeySource::Ip), Ok(()));
         assert!(check_key(LIMITED_POLICY, &KeySource::User).is_err());
         assert_eq!(check_key(SECKILL_POLICY, &KeySource::User), Ok(()));
+    }
+
+    #[test]
+    fn a_rule_on_a_source_its_routes_do_not_supply_is_refused_by_name() {
+        assert_eq!(
+            check_key(SECKILL_POLICY, &KeySource::ClientId),
+            Err(NotAllowed::Key {
+                policy: SECKILL_POLICY.into(),
+                key: "client_id",
+                supplied: "literal, user, ip, network, route".into(),
+            })
+        );
+        assert_eq!(check_key(LIMITED_POLICY, &KeySource::ClientId), Ok(()));
+        assert!(check_key(ADMIN_AUTH_POLICY, &KeySource::Network).is_err());
+        assert_eq!(
+            check_key(ORDERS_READ_POLICY, &KeySource::Literal("x".into())),
+            Ok(())
+        );
+        // A policy no route checks (the engine's own tests) takes any source.
+        assert_eq!(check_key("p", &KeySource::ClientId), Ok(()));
+    }
+
+    #[test]
+    fn a_settings_files_rule_on_an_unsupplied_source_counts_by_ip_as_it_did_and_user_is_still_refused(
+    ) {
+        let mut policies = defaults();
+        let rule = |key| RuleConfig::new("device", key, 60_000, 2, "one device, two tries");
+        let seckill = policies.get_mut(SECKILL_POLICY).expect("seckill");
+        seckill.rules.push(rule(KeySource::ClientId));
+        let admin_auth = policies.get_mut(ADMIN_AUTH_POLICY).expect("admin_auth");
+        admin_auth.rules[0].key = KeySource::Network;
+        assert_eq!(settle(&mut policies), Ok(()));
+        assert_eq!(policies[SECKILL_POLICY].rules[3], rule(KeySource::Ip));
+        assert_eq!(policies[ADMIN_AUTH_POLICY], defaults()[ADMIN_AUTH_POLICY]);
+
+        let mut policies = defaults();
+        let limited = policies.get_mut(LIMITED_POLICY).expect("limited");
+        limited.rules.push(rule(KeySource::User));
+        assert!(matches!(
+            settle(&mut policies),
+            Err(NotAllowed::Key { key: "user", .. })
+        ));
+    }
+
+    #[test]
+    fn every_policy_the_app_seeds_has_a_row_of_key_sources() {
+        for name in defaults().keys() {
+            assert!(key_sources(name).is_some(), "{name}");
+        }
+        assert_eq!(KEY_SOURCES.len(), defaults().len());
     }
 }

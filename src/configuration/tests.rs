@@ -1,8 +1,6 @@
 //! Settings: defaults, secrets in `Debug`, production safety, timeouts; the app's
 //! policies: valid, and keyed as documented.
 
-use std::borrow::Cow;
-
 use secrecy::SecretString;
 
 use super::policies::{
@@ -10,7 +8,7 @@ use super::policies::{
 };
 use super::*;
 use crate::domain::{ClientId, ClientIp, UserId};
-use crate::limiter::keys::redis_key;
+use crate::limiter::keys::{redis_key, ClientKey};
 use crate::limiter::policy::{Algorithm, FailMode, Policy, PolicyError, PolicySet};
 use crate::limiter::{Caller, Rejection};
 
@@ -225,7 +223,7 @@ fn keys_follow_the_documented_scheme() {
         user: Some(UserId::try_from(42).unwrap()),
         ip: ClientIp::new("10.0.0.7".parse().unwrap()),
         client_id: None,
-        route: Cow::Borrowed("/seckill"),
+        route: "/seckill".into(),
         partition: None,
     };
     let keys: Vec<_> = seckill
@@ -245,7 +243,7 @@ fn keys_follow_the_documented_scheme() {
     let limited = &limited_policy.rules[0];
     let id = ClientId::parse("alice").unwrap();
     let with_id = Caller {
-        client_id: Some(&id),
+        client_id: Some(ClientKey::Id(&id)),
         ..caller.clone()
     };
     assert_eq!(
@@ -259,17 +257,33 @@ fn keys_follow_the_documented_scheme() {
         .unwrap(),
         "p:{limited}:token_bucket:client:id:alice"
     );
+    // `/api/limited`'s fallback is its guard's to choose; a caller without a client
+    // (any other route's) is refused, not keyed on its address.
+    let by_address = Caller {
+        client_id: Some(ClientKey::Address),
+        ..caller.clone()
+    };
     assert_eq!(
         redis_key(
             "p",
             limited_policy,
             Algorithm::TokenBucket,
             limited,
-            &caller
+            &by_address
         )
         .unwrap(),
         "p:{limited}:token_bucket:client:ip:10.0.0.7"
     );
+    assert!(matches!(
+        redis_key(
+            "p",
+            limited_policy,
+            Algorithm::TokenBucket,
+            limited,
+            &caller
+        ),
+        Err(Rejection::Misconfigured(_))
+    ));
     let anonymous = Caller {
         user: None,
         ..caller

@@ -12,7 +12,7 @@
 //!
 //! Routes without it pay nothing. Routes that must validate their input before spending
 //! quota (the sale) call [`Limiter::check`] themselves, after validation, with a
-//! [`Caller`] from [`caller_from_request`].
+//! [`Caller`] from [`caller`], the one way a route builds one.
 
 use std::borrow::Cow;
 use std::future::{ready, Ready};
@@ -27,29 +27,32 @@ use super::api_error::ApiError;
 use super::auth::bearer_token;
 use super::forwarded::{client_id, client_ip};
 use super::rate_limit_headers::RateLimitHeaders;
-use crate::domain::{ClientId, ClientIp, UserId};
+use crate::domain::UserId;
 use crate::identity::TokenKeys;
+use crate::limiter::keys::ClientKey;
 use crate::limiter::{Admission, Algorithm, Caller, Limiter};
 
-/// Builds a [`Caller`] for `Limiter::check` from the request and what the handler knows.
-pub fn caller_from_request<'a>(
+/// The one way a route builds its [`Caller`]: the address from [`client_ip`], the
+/// route's pattern from the router (`match_pattern`), and what the route
+/// knows: its signed-in user and its client. What a policy's rules may key on is what
+/// its routes pass here (`configuration::policies::KEY_SOURCES`); a `per_item` policy's
+/// partition is the sale's to name (`Caller::in_partition`).
+pub fn caller<'a>(
     req: &'a HttpRequest,
-    ip: ClientIp,
-    client_id: Option<&'a ClientId>,
     user: Option<UserId>,
-) -> Caller<'a> {
-    let route = req
-        .match_pattern()
-        .map(Cow::Owned)
-        .unwrap_or(Cow::Borrowed("unmatched"));
-    Caller {
+    client_id: Option<ClientKey<'a>>,
+) -> Result<Caller<'a>, ApiError> {
+    Ok(Caller {
         user,
-        ip,
+        ip: client_ip(req)?,
         client_id,
-        route,
-        // A route's guard knows no item: only `global` policies guard routes.
+        // By the matched resource's index: no path matched again, no regex.
+        route: req
+            .match_pattern()
+            .map(Cow::Owned)
+            .unwrap_or(Cow::Borrowed("unmatched")),
         partition: None,
-    }
+    })
 }
 
 /// Middleware applying one policy to every request of the wrapped resource.
@@ -84,14 +87,16 @@ impl RateLimit {
             Some(param) => requested_algorithm(req, param)?,
             None => None,
         };
-        let ip = client_ip(req)?;
         let client_id = client_id(req)?;
         // A user rule keys on the bearer token's user when there is a valid one.
         let user = req
             .app_data::<web::Data<TokenKeys>>()
             .zip(bearer_token(req))
             .and_then(|(keys, token)| keys.verify(token).ok());
-        let caller = caller_from_request(req, ip, client_id.as_ref(), user);
+        // `/api/limited`'s documented fallback, on this route only: without a (believed)
+        // `X-Client-Id`, the client is its address.
+        let client = client_id.as_ref().map_or(ClientKey::Address, ClientKey::Id);
+        let caller = caller(req, user, Some(client))?;
         Ok(limiter.check(self.policy, algorithm, &caller).await?)
     }
 }

@@ -34,7 +34,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use super::policy::{Algorithm, KeySource, Policy, Rule};
+use super::policy::{Algorithm, Policy, Rule};
 use super::Rejection;
 use crate::domain::{ClientId, ClientIp, UserId};
 
@@ -67,25 +67,92 @@ impl Partition {
     }
 }
 
-/// Who is asking, as far as the limiter cares.
+/// Where a rule's key value comes from. Which sources a policy's rules may use is the
+/// application's to say (what its routes supply: `configuration::policies::KEY_SOURCES`);
+/// a [`Caller`] without the value a rule needs is refused, never keyed on something
+/// else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeySource {
+    /// One shared key: the whole endpoint, across all instances.
+    Literal(String),
+    /// The authenticated user id.
+    User,
+    /// The client IP (see `http::forwarded` for whom we believe).
+    Ip,
+    /// The client IP's network: its /24, or an IPv6 client's /48 (`ClientIp::network`),
+    /// for a limit on everyone in it.
+    Network,
+    /// `X-Client-Id` ([`ClientKey`]: on `/api/limited`, its address when there is none).
+    ClientId,
+    /// The matched route pattern.
+    Route,
+}
+
+impl KeySource {
+    /// The source's word, as settings and the admin API spell it (a literal: `literal`),
+    /// for messages that name it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Literal(_) => "literal",
+            Self::User => "user",
+            Self::Ip => "ip",
+            Self::Network => "network",
+            Self::ClientId => "client_id",
+            Self::Route => "route",
+        }
+    }
+
+    /// Whether `self` and `other` are the same source (a literal's value aside).
+    pub fn same_source(&self, other: &KeySource) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+/// What a `client_id` rule counts a caller by.
+#[derive(Debug, Clone, Copy)]
+pub enum ClientKey<'a> {
+    /// The caller's own `X-Client-Id`.
+    Id(&'a ClientId),
+    /// Its address, standing in for a missing (or unbelieved) `X-Client-Id`:
+    /// `/api/limited`'s documented fallback, which its guard chooses; no other route
+    /// supplies a client.
+    Address,
+}
+
+/// Who is asking, as far as the limiter cares. A route builds it in one place,
+/// `http::rate_limit::caller`.
 #[derive(Debug, Clone)]
 pub struct Caller<'a> {
-    /// The authenticated user, for `user` rules; `None` before sign-in.
+    /// The signed-in user, where the route has one.
     pub user: Option<UserId>,
-    /// The client address (see `http::forwarded` for whom we believe).
+    /// The client's address, as `http::forwarded` believes it.
     pub ip: ClientIp,
-    /// `X-Client-Id`, where the route reads it; `client_id` rules fall back to `ip` without
-    /// it.
-    pub client_id: Option<&'a ClientId>,
-    /// The matched route pattern (ours, never the raw path).
+    /// What a `client_id` rule counts by; `None` where the route supplies no client.
+    pub client_id: Option<ClientKey<'a>>,
+    /// The matched route's pattern, from the router (ours, never the raw path).
     pub route: Cow<'a, str>,
     /// What a `per_item` policy counts under (the sale: its item); `None` where the
     /// caller has no such thing, and then only `global` policies may be checked.
     pub partition: Option<Partition>,
 }
 
-/// The Redis key of `rule` for `caller`: under the policy's hash tag (or the partition's),
-/// with the algorithm in it so a change of algorithm starts fresh counts.
+impl Caller<'_> {
+    /// The same caller counted under `partition`: the sale names its item itself, so its
+    /// limiter keys share the slot of the item's own (see the module docs).
+    /// Borrows the route, so the sale's every purchase copies no string.
+    pub fn in_partition(&self, partition: Option<Partition>) -> Caller<'_> {
+        Caller {
+            user: self.user,
+            ip: self.ip,
+            client_id: self.client_id,
+            route: Cow::Borrowed(&self.route),
+            partition,
+        }
+    }
+}
+
+/// The Redis key of `rule` of `policy` for `caller` (see the module docs).
 pub fn redis_key(
     prefix: &str,
     policy: &Policy,
@@ -119,13 +186,26 @@ pub fn redis_key(
         // `net:` and the prefix length: never an address's own key.
         KeySource::Network => write!(key, "net:{}", caller.ip.network()),
         KeySource::ClientId => match caller.client_id {
-            Some(id) => write!(key, "id:{id}"),
+            Some(ClientKey::Id(id)) => write!(key, "id:{id}"),
             // Prefixed so a client id can never pose as someone's IP.
-            None => write!(key, "ip:{}", caller.ip),
+            Some(ClientKey::Address) => write!(key, "ip:{}", caller.ip),
+            None => return Err(unsupplied(policy, rule)),
         },
         KeySource::Route => write!(key, "{}", caller.route),
     };
     Ok(key)
+}
+
+/// A rule keyed on a source its caller does not supply: the policy's key-source table
+/// let through what its route does not build (see [`KeySource`]); refused, never keyed
+/// on something else.
+fn unsupplied(policy: &Policy, rule: &Rule) -> Rejection {
+    Rejection::Misconfigured(format!(
+        "policy {:?} keys rule {:?} on {}, which its caller does not supply",
+        policy.name,
+        rule.name,
+        rule.key.as_str()
+    ))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use super::clock::ClockSource;
-pub use super::keys::Scope;
+pub use super::keys::{KeySource, Scope};
 
 /// How a policy's rules count. Each is one script in `lua/` with the same contract (see
 /// `backend`); `docs/limiting.md` compares them on one trace.
@@ -97,25 +97,6 @@ pub enum FailMode {
     /// (see `limiter::fallback_limits`). For routes whose limit is a protection (the admin
     /// lockout) or a promise to other callers.
     Local,
-}
-
-/// Where a rule's key value comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum KeySource {
-    /// One shared key: the whole endpoint, across all instances.
-    Literal(String),
-    /// The authenticated user id.
-    User,
-    /// The client IP (see `http::forwarded` for whom we believe).
-    Ip,
-    /// The client IP's network: its /24, or an IPv6 client's /48 (`ClientIp::network`),
-    /// for a limit on everyone in it.
-    Network,
-    /// `X-Client-Id`, falling back to the client IP.
-    ClientId,
-    /// The matched route pattern.
-    Route,
 }
 
 /// A rule as written in settings. Token-bucket (and GCRA) parameters default to the

@@ -199,10 +199,7 @@ impl Purchases {
     ) -> Result<Purchase, PurchaseFailure> {
         // The item is what a `per_item` policy counts under: its limiter keys then
         // share the slot of the item's own keys (see `limiter::keys`).
-        let caller = Caller {
-            partition: limiter_partition(item.id),
-            ..caller.clone()
-        };
+        let caller = caller.in_partition(limiter_partition(item.id));
         // With `per_item` the policy's keys share the item's slot, so the reservation
         // runs in the limiter's own call after an admission: one round trip, not two.
         // The overload guards come before the reservation, so they are asked before

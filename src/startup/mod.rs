@@ -37,10 +37,10 @@ pub struct Application {
 impl Application {
     /// Checks the settings, connects to the stores, applies migrations, loads the rules
     /// and the items, and binds the listener.
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         safety::production(&settings)?;
         safety::timeouts(&settings)?;
-        settings.check_policy_scopes()?;
+        settings.settle_policies()?;
         let (services, commit_queue) = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services, commit_queue);
         let listener = bind(&settings.host, settings.port, settings.listen_backlog)

@@ -16,6 +16,7 @@ mod hardening;
 mod health;
 mod identity;
 mod item_admin;
+mod key_sources;
 mod life_cycle;
 mod limiter_engine;
 mod limiter_http;

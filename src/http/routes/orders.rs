@@ -10,11 +10,11 @@ use uuid::Uuid;
 
 use crate::configuration::policies::ORDERS_READ_POLICY;
 use crate::http::auth::Shopper;
-use crate::http::forwarded::client_ip;
 use crate::http::idempotency::Idempotent;
+use crate::http::rate_limit::caller;
 use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::ApiError;
-use crate::limiter::{Caller, Limiter};
+use crate::limiter::Limiter;
 use crate::sale::records::Order;
 use crate::sale::Orders;
 
@@ -115,13 +115,7 @@ pub async fn my_orders(
     orders: web::Data<Orders>,
     limiter: web::Data<Limiter>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = Caller {
-        user: Some(shopper.0),
-        ip: client_ip(&req)?,
-        client_id: None,
-        route: "/api/orders/mine".into(),
-        partition: None,
-    };
+    let caller = caller(&req, Some(shopper.0), None)?;
     let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
     let mine = orders.of_user(shopper.0).await?;
     let mut response = HttpResponse::Ok().json(OrderList::new(&mine));

@@ -7,11 +7,11 @@ use serde::Serialize;
 
 use crate::configuration::policies::QUEUE_JOIN_POLICY;
 use crate::http::auth::Shopper;
-use crate::http::forwarded::client_ip;
+use crate::http::rate_limit::caller;
 use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::routes::items::item_id;
 use crate::http::ApiError;
-use crate::limiter::{Caller, Limiter};
+use crate::limiter::Limiter;
 use crate::sale::room::{Answer, PollBudget, WaitingRoom, POLL_EVERY_SECS};
 
 /// The header a poll carries its ticket in: a header, so tickets stay out of access logs.
@@ -110,13 +110,7 @@ pub async fn join(
     limiter: web::Data<Limiter>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
-    let caller = Caller {
-        user: Some(shopper.0),
-        ip: client_ip(&req)?,
-        client_id: None,
-        route: "/api/items/{id}/queue".into(),
-        partition: None,
-    };
+    let caller = caller(&req, Some(shopper.0), None)?;
     let admission = limiter.check(QUEUE_JOIN_POLICY, None, &caller).await?;
     let answer = room.join(item, shopper.0).await?;
     let mut response = HttpResponse::Ok().json(QueueBody::from(answer));

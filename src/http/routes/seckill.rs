@@ -8,12 +8,11 @@ use validator::Validate;
 use super::orders::OrderBody;
 use crate::domain::UserId;
 use crate::http::auth::Shopper;
-use crate::http::forwarded::client_ip;
 use crate::http::idempotency::{Attempt, Idempotent, Recover, Reply};
+use crate::http::rate_limit::caller;
 use crate::http::rate_limit_headers::RateLimitHeaders;
 use crate::http::ApiError;
 use crate::http::JsonBody;
-use crate::limiter::Caller;
 use crate::sale::item::ItemId;
 use crate::sale::room::WaitingRoom;
 use crate::sale::{Orders, Outcome, Purchase, PurchaseFailure, Purchases, Replayable, SaleError};
@@ -65,14 +64,7 @@ pub async fn purchase(
     let user = shopper.0;
     let item_id = ItemId::try_from(body.0.item_id)
         .map_err(|e| ApiError::validation("itemId", e.to_string()))?;
-    let caller = Caller {
-        user: Some(user),
-        ip: client_ip(&req)?,
-        client_id: None,
-        route: "/seckill".into(),
-        // The sale names its item itself (`Purchases::purchase`).
-        partition: None,
-    };
+    let caller = caller(&req, Some(user), None)?;
     let item = purchases.precheck(item_id)?;
     // Sortable by time: the order inserts append to the primary-key index.
     let order_id = Uuid::now_v7();

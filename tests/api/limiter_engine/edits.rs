@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use seckill::limiter::keys::ClientKey;
 use seckill::limiter::policy::{KeySource, PolicyConfig};
-use seckill::limiter::{Algorithm, FailMode, Scope};
+use seckill::limiter::{Algorithm, Caller, FailMode, Scope};
 
 use super::{caller, engine, engine_with_denial_cache, refused, rule};
 
@@ -242,9 +243,13 @@ async fn a_rule_added_back_under_its_name_with_another_key_source_starts_fresh()
     // Keyed on the client: without an `X-Client-Id`, its address (`ip:10.0.0.1`).
     let by_client = vec![rule("extra", KeySource::ClientId, 60_000, 1)];
     let engine = engine_with_denial_cache(Algorithm::SlidingWindow, by_client, 0).await;
-    assert!(engine.check(&caller(1)).await.is_ok());
+    let by_address = Caller {
+        client_id: Some(ClientKey::Address),
+        ..caller(1)
+    };
+    assert!(engine.check(&by_address).await.is_ok());
     assert!(
-        engine.check(&caller(1)).await.is_err(),
+        engine.check(&by_address).await.is_err(),
         "the client's one call"
     );
     // Removed, and added back as a literal that spells the same value: a literal's

@@ -37,6 +37,7 @@ use seckill::http::routes::session::SessionRequest;
 use seckill::http::{ApiError, JsonBody};
 use seckill::identity::{TokenKeys, TokenRules};
 use seckill::limiter::keys::redis_key;
+use seckill::limiter::keys::ClientKey;
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{Algorithm, Caller, FailMode, Partition, Policy, Rejection, Scope};
 use seckill::rules::edit::PolicyEdit;
@@ -368,7 +369,7 @@ pub fn check_limiter_key(input: &KeyInput) {
     let caller = Caller {
         user: UserId::try_from(input.user).ok(),
         ip: ClientIp::new(input.peer),
-        client_id: client_id.as_ref(),
+        client_id: Some(client_id.as_ref().map_or(ClientKey::Address, ClientKey::Id)),
         route: ROUTE.into(),
         partition: Partition::new(input.partition.into()),
     };
