@@ -238,9 +238,11 @@ class Soak:
             self.at(slot.at)
             self.inject(slot.fault)
         self.at(AFTER[0])
-        after_from = now_ms()
+        # Written now, to the load's planned end: loadgen reads the windows as soon as its
+        # load ends, before a line written at the end could reach it (bash's schedule
+        # wrote it then, and the window never made the report).
+        self.window(Quiet.AFTER.value, now_ms(), self.t0 + round(self.s.seconds * 1000 * AFTER[1]))
         self.at(AFTER[1])
-        self.window(Quiet.AFTER.value, after_from, now_ms())
         self.rss_point(RssLabel.END, 0)
         self.rss_point(RssLabel.END, 1)
 
