@@ -47,7 +47,11 @@ def main(argv: list[str]) -> int:
     j.add_argument("out", type=Path)
     a = p.parse_args(argv)
     if a.command == "judge":
-        return 0 if write(a.out, sys.stdout) else 1
+        try:
+            return 0 if write(a.out, sys.stdout) else 1
+        except FileNotFoundError as e:
+            log(f"error: {a.out} is not a soak's output: {e.filename} is missing")
+            return 2
     try:
         settings = Settings.from_env()
     except SettingsError as e:
