@@ -191,6 +191,28 @@ async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool)
     );
 }
 
+/// Settings that leave the `admin_auth` policy out still get the lockout, failing
+/// `local` like the policy they would have written: without Redis the address gets the
+/// default 10 guesses, counted in process, and then not even the right token gets in.
+/// (Issue 34: it failed open, comparing every guess.)
+#[sqlx::test]
+async fn without_redis_a_missing_admin_auth_policy_fails_local(db: PgPool) {
+    let mut redis = OwnRedis::start().await;
+    let app = spawn_app_with(&db, |s| {
+        use_own_redis(s, redis.url());
+        s.limiter.policies.remove("admin_auth");
+    })
+    .await;
+    redis.stop();
+    for _ in 0..10 {
+        assert_eq!(app.sign_in("10.57.1.1", "guess").await.status(), 401);
+    }
+    let locked = app.sign_in("10.57.1.1", ADMIN_TOKEN).await;
+    assert_eq!(locked.status(), 429, "locked out, right token or not");
+    assert_eq!(json(locked).await["code"], "RATE_LIMITED");
+    assert_eq!(token_comparisons(&app).await, 10.0);
+}
+
 /// With `local` (the default) the lockout holds without Redis: each of two instances
 /// counts refused tokens per address in process, at its share of the threshold (4 over
 /// 2: 2 each), so the fleet compares 4 wrong tokens from one address, as with Redis.
