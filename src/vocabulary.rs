@@ -413,6 +413,23 @@ mod tests {
     }
 
     #[test]
+    fn a_fail_mode_is_spelled_once_for_the_settings_and_for_the_mode_it_decides_in() {
+        for mode in FailMode::ALL {
+            assert_eq!(serde_json::to_value(mode).unwrap(), mode.label());
+            let read: FailMode = serde_json::from_value(mode.label().into()).unwrap();
+            assert_eq!(read, *mode);
+            assert_eq!(LimiterMode::Failing(*mode).label(), mode.label());
+        }
+        let modes: Vec<_> = LimiterMode::labels().collect();
+        assert_eq!(modes, ["redis", "open", "closed", "local"]);
+        let unknown = serde_json::from_value::<FailMode>("maybe".into()).unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "unknown variant `maybe`, expected one of `open`, `closed`, `local`"
+        );
+    }
+
+    #[test]
     fn a_breaker_state_is_its_place_in_the_list() {
         // `seckill_orders_breaker_state` reads 0, 1, 2 in this order.
         assert!(distinct::<BreakerState>());
