@@ -58,9 +58,11 @@ pub trait LimitBackend: Send + Sync + 'static {
 
 /// One decision to ask a backend for.
 pub struct LimitRequest<'a> {
+    /// The algorithm deciding (the policy's, or the one a request chose).
     pub algorithm: Algorithm,
     /// `keys[i]` is `rules[i]`'s.
     pub keys: &'a [String],
+    /// The policy's rules, enforced ones first.
     pub rules: &'a [Rule],
     /// The first `enforced` rules are enforced, the rest shadow rules.
     pub enforced: usize,
