@@ -47,7 +47,7 @@ macro_rules! words {
             pub const ALL: &'static [Self] = &[$(Self::$variant,)+];
 
             /// The word's one spelling.
-            pub fn label(self) -> &'static str {
+            pub const fn label(self) -> &'static str {
                 match self {
                     $(Self::$variant => $label,)+
                 }
@@ -115,16 +115,105 @@ words! {
 }
 
 words! {
-    /// How a policy is deciding: the `mode` label of `seckill_limiter_mode`.
-    LimiterMode {
-        /// In Redis, shared by every instance: the normal way.
-        Redis => "redis",
-        /// In process, each rule at this instance's share (fail mode `local`).
-        Local => "local",
-        /// Redis cannot be asked and the policy lets everything through.
+    /// What the limiter does when it cannot ask Redis: a policy's `fail_mode` in the
+    /// settings, the API and the policy editor, and (as [`LimiterMode::Failing`]) the
+    /// `mode` label of `seckill_limiter_mode` while it applies.
+    FailMode {
+        /// Let the request through, count it, log it (once per burst). For routes where an
+        /// outage of the limiter must not become an outage of the service.
         Open => "open",
-        /// Redis cannot be asked and the policy refuses everything.
+        /// Refuse with 503 `LIMITER_UNAVAILABLE`. For routes that cannot work without
+        /// Redis anyway (the sale).
         Closed => "closed",
+        /// Keep limiting in process: each rule at this instance's share of its threshold
+        /// (see `limiter::fallback_limits`). For routes whose limit is a protection (the
+        /// admin lockout) or a promise to other callers.
+        Local => "local",
+    }
+}
+
+/// A policy whose settings do not say fails open (the serde default of `fail_mode`).
+impl Default for FailMode {
+    fn default() -> Self {
+        Self::Open
+    }
+}
+
+/// The spellings, for serde's error on an unknown one.
+const FAIL_MODE_LABELS: [&str; FailMode::ALL.len()] = {
+    let mut labels = [""; FailMode::ALL.len()];
+    let mut i = 0;
+    while i < labels.len() {
+        labels[i] = FailMode::ALL[i].label();
+        i += 1;
+    }
+    labels
+};
+
+impl serde::Serialize for FailMode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FailMode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::from_label(&word)
+            .map_err(|_| serde::de::Error::unknown_variant(&word, &FAIL_MODE_LABELS))
+    }
+}
+
+impl utoipa::PartialSchema for FailMode {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("What the limiter does when it cannot ask Redis."))
+            .enum_values(Some(FAIL_MODE_LABELS))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for FailMode {}
+
+/// How a policy is deciding: the `mode` label of `seckill_limiter_mode`. An
+/// observation, where [`FailMode`] is configuration: while Redis answers, `redis`;
+/// while it cannot be asked, the fail mode in force, spelled as the fail mode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimiterMode {
+    /// In Redis, shared by every instance: the normal way.
+    Redis,
+    /// Redis cannot be asked: the policy's fail mode decides (`local` also for the
+    /// admin lockout counting in process).
+    Failing(FailMode),
+}
+
+impl LimiterMode {
+    /// `redis`, then each fail mode in [`FailMode::ALL`]'s order.
+    pub const ALL: &'static [Self] = &{
+        let mut all = [Self::Redis; 1 + FailMode::ALL.len()];
+        let mut i = 0;
+        while i < FailMode::ALL.len() {
+            all[i + 1] = Self::Failing(FailMode::ALL[i]);
+            i += 1;
+        }
+        all
+    };
+
+    /// The mode's one spelling: `redis`, or the fail mode's.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Redis => "redis",
+            Self::Failing(mode) => mode.label(),
+        }
+    }
+}
+
+impl Word for LimiterMode {
+    const ALL: &'static [Self] = LimiterMode::ALL;
+
+    fn label(self) -> &'static str {
+        LimiterMode::label(self)
     }
 }
 
@@ -480,6 +569,7 @@ mod tests {
     fn every_set_spells_each_word_once_and_lists_it_in_order() {
         assert!(distinct::<Outcome>() && distinct::<Decision>() && distinct::<OrderState>());
         assert!(distinct::<Repair>() && distinct::<ConnectionCut>());
+        assert!(distinct::<FailMode>() && distinct::<LimiterMode>());
         assert!(distinct::<RoomOrder>() && distinct::<QueueState>() && distinct::<PassOutcome>());
         assert!(distinct::<ErrorCode>());
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
@@ -496,6 +586,23 @@ mod tests {
         assert!(distinct::<ItemAction>());
         assert_eq!(ItemAction::from_label("end"), Ok(ItemAction::End));
         assert!(ItemAction::from_label("reopen").is_err());
+    }
+
+    #[test]
+    fn a_fail_mode_is_spelled_once_for_the_settings_and_for_the_mode_it_decides_in() {
+        for mode in FailMode::ALL {
+            assert_eq!(serde_json::to_value(mode).unwrap(), mode.label());
+            let read: FailMode = serde_json::from_value(mode.label().into()).unwrap();
+            assert_eq!(read, *mode);
+            assert_eq!(LimiterMode::Failing(*mode).label(), mode.label());
+        }
+        let modes: Vec<_> = LimiterMode::labels().collect();
+        assert_eq!(modes, ["redis", "open", "closed", "local"]);
+        let unknown = serde_json::from_value::<FailMode>("maybe".into()).unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "unknown variant `maybe`, expected one of `open`, `closed`, `local`"
+        );
     }
 
     #[test]

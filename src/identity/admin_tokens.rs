@@ -22,7 +22,7 @@ use crate::configuration::policies::{
     ADMIN_AUTH_FAILURES, ADMIN_AUTH_POLICY, ADMIN_AUTH_WINDOW_MS,
 };
 use crate::domain::ClientIp;
-use crate::limiter::{BurstLog, FailMode, Limiter};
+use crate::limiter::{FailMode, Failover, Limiter};
 use crate::metrics::Metrics;
 use crate::vocabulary::LimiterMode;
 use crate::vocabulary::TokenComparison;
@@ -70,10 +70,6 @@ pub struct AdminGuard {
     /// `admin_token_comparisons_total{outcome="accepted"}` and `{outcome="refused"}`.
     accepted: IntCounter,
     refused: IntCounter,
-    /// `limiter_fail_open_total{policy="admin_auth"}`.
-    fail_open: IntCounter,
-    fail_open_log: BurstLog,
-    local_log: BurstLog,
 }
 
 /// Where an attempt holds its place while its token is compared.
@@ -117,17 +113,13 @@ impl AdminGuard {
             lockout,
             accepted: comparisons(TokenComparison::Accepted.label()),
             refused: comparisons(TokenComparison::Refused.label()),
-            fail_open: metrics
-                .limiter_fail_open
-                .with_label_values(&[ADMIN_AUTH_POLICY]),
-            fail_open_log: BurstLog::new("admin tokens compared without the lockout"),
-            local_log: BurstLog::new("admin lockout counted in process"),
         }
     }
 
     /// The lockout the `admin_auth` policy asks for: its first rule's threshold and
     /// window; `None` when an operator disabled it; the defaults when the settings
-    /// leave the policy out (a missing policy must not mean unlimited guessing).
+    /// leave the policy out (a missing policy must not mean unlimited guessing), failing
+    /// `local` like the policy the settings would have written.
     fn lockout_policy(&self) -> Option<LockoutPolicy> {
         match self.limiter.policy(ADMIN_AUTH_POLICY) {
             Some(policy) if !policy.enabled => None,
@@ -143,7 +135,7 @@ impl AdminGuard {
                     failures: ADMIN_AUTH_FAILURES,
                     window_ms: ADMIN_AUTH_WINDOW_MS,
                 },
-                fail_mode: FailMode::Open,
+                fail_mode: FailMode::Local,
             }),
         }
     }
@@ -182,36 +174,31 @@ impl AdminGuard {
                     .note_mode(ADMIN_AUTH_POLICY, LimiterMode::Redis);
                 return Err(SignInError::Locked { retry_after_ms });
             }
-            // Like any limiter policy: open compares without a place (the token still
-            // has to be right), closed refuses, local counts the address's failures in
-            // process at this instance's share.
-            Err(e) => match policy.fail_mode {
-                FailMode::Open => {
-                    self.limiter.note_mode(ADMIN_AUTH_POLICY, LimiterMode::Open);
-                    self.fail_open.inc();
-                    self.fail_open_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
-                    Place::None
-                }
-                FailMode::Closed => {
-                    self.limiter
-                        .note_mode(ADMIN_AUTH_POLICY, LimiterMode::Closed);
-                    return Err(SignInError::LockoutUnavailable);
-                }
-                FailMode::Local => {
-                    self.local_log.warn(ADMIN_AUTH_POLICY, &e.to_string());
+            // The limiter's failure path: open compares without a place (the token
+            // still has to be right), closed refuses, local counts the address's
+            // failures in process at this instance's share.
+            Err(e) => {
+                let limits = policy.limits;
+                let local = || {
                     let key = format!("admin_auth:lockout:{ip}");
-                    let limits = policy.limits;
-                    match self.limiter.take_locally(
-                        ADMIN_AUTH_POLICY,
-                        &key,
-                        limits.failures,
-                        limits.window_ms,
-                    ) {
-                        Ok(taken_ms) => Place::InProcess { key, taken_ms },
-                        Err(retry_after_ms) => return Err(SignInError::Locked { retry_after_ms }),
+                    self.limiter
+                        .take_locally(ADMIN_AUTH_POLICY, &key, limits.failures, limits.window_ms)
+                        .map(|taken_ms| Place::InProcess { key, taken_ms })
+                };
+                match self.limiter.fail_over(
+                    ADMIN_AUTH_POLICY,
+                    policy.fail_mode,
+                    &e.to_string(),
+                    local,
+                ) {
+                    Failover::Admit => Place::None,
+                    Failover::Refuse => return Err(SignInError::LockoutUnavailable),
+                    Failover::Local(Ok(place)) => place,
+                    Failover::Local(Err(retry_after_ms)) => {
+                        return Err(SignInError::Locked { retry_after_ms })
                     }
                 }
-            },
+            }
         };
         let admin = self.compare(presented);
         match place {

@@ -29,9 +29,153 @@
 //!   how it converts (the token bucket keeps tokens, GCRA and the shaper keep time,
 //!   the counters keep counts).
 
+use std::future::Future;
+use std::sync::Arc;
+
 use redis::{Script, ScriptInvocation};
 
 use super::policy::{Algorithm, Rule};
+use crate::metrics::{Metrics, RedisPurpose};
+use crate::store::redis_store::RedisCallError;
+use crate::store::RedisStore;
+
+/// What decides a request against the counts every instance shares: the Redis scripts
+/// ([`RedisBackend`]) in production, a double in a test. It is envoy ratelimit's
+/// `RateLimitCache` cut to its `DoLimit`: its `Flush` waits for writes a cache makes after
+/// answering, and a script writes nothing after its reply.
+///
+/// The limiter is generic over it rather than holding a `dyn`: the refusal path pays
+/// nothing for the seam.
+pub trait LimitBackend: Send + Sync + 'static {
+    /// Decides `request`, all or nothing, in one call (the contract above), and runs its
+    /// follow-up after an admission where the backend can: the follow-up's reply comes
+    /// back with the decision, `None` when it did not run.
+    fn do_limit<'a>(
+        &'a self,
+        request: LimitRequest<'a>,
+    ) -> impl Future<Output = Result<(Reply, Option<redis::Value>), BackendError>> + Send + 'a;
+}
+
+/// One decision to ask a backend for.
+pub struct LimitRequest<'a> {
+    /// The algorithm deciding (the policy's, or the one a request chose).
+    pub algorithm: Algorithm,
+    /// `keys[i]` is `rules[i]`'s.
+    pub keys: &'a [String],
+    /// The policy's rules, enforced ones first.
+    pub rules: &'a [Rule],
+    /// The first `enforced` rules are enforced, the rest shadow rules.
+    pub enforced: usize,
+    /// Now in ms on the app's clock; `None` to read the store's.
+    pub now_ms: Option<i64>,
+    /// A request id unique across instances (the sliding log's member).
+    pub member: &'a str,
+    /// How many hits the request counts for (envoy's `hits_addend`).
+    pub cost: Cost,
+    /// A script to run in the same call after an admission; the limiter passes one only
+    /// where it shares the keys' slot (a `per_item` policy).
+    pub then: Option<&'a Then<'a>>,
+}
+
+/// How many hits a request counts for (envoy's `hits_addend`). One for every request
+/// today, which is all the scripts record: a constructor for more comes with the scripts
+/// that weigh a request (the edge's costs), so no caller can ask for what they ignore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cost(u32);
+
+impl Cost {
+    /// One request, one hit.
+    pub const ONE: Self = Self(1);
+
+    /// The hits, for a backend that weighs them.
+    pub fn hits(self) -> u32 {
+        self.0
+    }
+}
+
+/// Why a backend gave no decision: the policy's fail mode answers instead.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The call failed or timed out (already counted by `RedisStore::call`).
+    #[error(transparent)]
+    Call(#[from] RedisCallError),
+    /// An answer that is not a decision (counted as a Redis error of the limiter).
+    #[error("unexpected limiter script reply")]
+    UnexpectedReply,
+}
+
+/// The scripts on the deployment's Redis: the backend of every running limiter.
+pub struct RedisBackend {
+    redis: RedisStore,
+    scripts: ScriptBackend,
+    metrics: Arc<Metrics>,
+}
+
+impl RedisBackend {
+    /// The scripts, called on `redis`.
+    pub fn new(redis: RedisStore, metrics: Arc<Metrics>) -> Self {
+        Self {
+            redis,
+            scripts: ScriptBackend::default(),
+            metrics,
+        }
+    }
+
+    /// The store it calls (the limiter's heartbeat beats into it too).
+    pub fn redis(&self) -> &RedisStore {
+        &self.redis
+    }
+
+    /// The compiled scripts.
+    pub fn scripts(&self) -> &ScriptBackend {
+        &self.scripts
+    }
+}
+
+impl LimitBackend for RedisBackend {
+    async fn do_limit<'a>(
+        &'a self,
+        request: LimitRequest<'a>,
+    ) -> Result<(Reply, Option<redis::Value>), BackendError> {
+        let LimitRequest {
+            algorithm,
+            keys,
+            rules,
+            enforced,
+            now_ms,
+            member,
+            // One hit: the only cost there is yet (see `Cost`), and what the scripts record.
+            cost: _,
+            then,
+        } = request;
+        let decided = match then {
+            None => {
+                let invocation = self
+                    .scripts
+                    .invocation(algorithm, keys, rules, enforced, now_ms, member);
+                let raw = self
+                    .redis
+                    .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
+                    .await?;
+                decode(&raw, rules.len()).map(|reply| (reply, None))
+            }
+            Some(then) => {
+                let invocation = ScriptBackend::invocation_then(
+                    algorithm, keys, rules, enforced, now_ms, member, then,
+                );
+                let raw = self
+                    .redis
+                    .call::<Vec<redis::Value>>(RedisPurpose::Limiter, &invocation)
+                    .await?;
+                decode_with_follow_up(raw, rules.len())
+            }
+        };
+        decided.ok_or_else(|| {
+            self.metrics.redis_error(RedisPurpose::Limiter);
+            BackendError::UnexpectedReply
+        })
+    }
+}
 
 /// One compiled script per algorithm (indexed by `Algorithm as usize`).
 pub struct ScriptBackend {

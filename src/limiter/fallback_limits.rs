@@ -40,7 +40,6 @@ use super::installed::Enforced;
 use super::outcome::{record, refuse_locally};
 use super::policy::Rule;
 use super::{Admission, Algorithm, Refusal, Rejection};
-use crate::vocabulary::LimiterMode;
 
 /// Counters per key: sixteen sub-windows cover a window, plus the one it starts in.
 pub const SLOTS: usize = 17;
@@ -394,7 +393,6 @@ pub(super) fn decide_policy(
         })
         .collect();
     let keys: Vec<&str> = keys[..policy.enforced].iter().map(String::as_str).collect();
-    enforced.decided_in(LimiterMode::Local);
     match limits.decide(&policy.name, &keys, &shares, now_ms) {
         Verdict::Admitted {
             rule,

@@ -8,13 +8,16 @@
 //!
 //! - [`policy`]: rules and policies as data, checked once.
 //! - [`keys`]: how a rule and a caller become a Redis key.
-//! - [`backend`]: the Lua scripts (`lua/`) and their calling convention.
+//! - [`backend`]: what decides against the shared counts ([`LimitBackend`]): the Lua
+//!   scripts (`lua/`) and their calling convention.
 //! - [`clock`]: Redis time, app time, or a manual clock for tests.
 //! - [`denial`]: refusals Redis made, answered again locally until they expire; `local`
 //!   consults and teaches it around each decision.
 //! - [`fallback_limits`]: the limits a policy failing `local` enforces in process while Redis
 //!   cannot be asked, each rule at this instance's share; [`peers`] counts the
 //!   instances that share it; [`key_table`] bounds what is kept per key in process.
+//! - [`failover`]: what a failed backend call does, by the policy's fail mode (the admin
+//!   lockout's failures take the same path).
 //! - `installed` (the policies in force with their metric series), `outcome` (what a
 //!   check answers), `burst_log` (one warning per outage, not per request).
 //!
@@ -27,6 +30,7 @@ pub mod backend;
 mod burst_log;
 pub mod clock;
 pub mod denial;
+pub mod failover;
 pub mod fallback_limits;
 mod installed;
 pub mod key_table;
@@ -45,13 +49,15 @@ use tracing::Instrument;
 
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
-use backend::ScriptBackend;
-pub use backend::{FollowUp, Then};
-pub(crate) use burst_log::BurstLog;
+pub use backend::{
+    BackendError, Cost, FollowUp, LimitBackend, LimitRequest, RedisBackend, Reply, Then,
+};
 pub use clock::{Clock, ManualClock};
 use denial::{DenialCache, Seen};
+pub use failover::Failover;
+use failover::FailurePath;
 use fallback_limits::FallbackLimits;
-use installed::Installed;
+use installed::{Enforced, Installed};
 pub use keys::{Caller, Partition, Scope};
 use local::whole_ms;
 use outcome::{record, refuse_locally};
@@ -61,11 +67,14 @@ pub use policy::{Algorithm, FailMode, LimiterSettings, Policy, PolicySet};
 
 use crate::vocabulary::LimiterMode;
 
-/// The rate limiter: decides a request against a policy in one script call, and what
-/// Redis's absence means for it (its fail mode). One per process, shared by every worker.
-pub struct Limiter {
-    redis: RedisStore,
-    backend: ScriptBackend,
+/// The engine; `B` decides against the shared counts ([`RedisBackend`] but in a test).
+pub struct Limiter<B = RedisBackend> {
+    backend: B,
+    /// The deployment's key prefix, which every rule's key starts with.
+    prefix: Box<str>,
+    /// How long a request waits on another's probe of the same keys (the backend
+    /// call's own timeout).
+    probe_timeout: Duration,
     /// Swapped whole when rules change; a request decides with one snapshot.
     installed: ArcSwap<Installed>,
     clock: Clock,
@@ -77,37 +86,67 @@ pub struct Limiter {
     /// counter: unique across instances without a random number per request.
     instance_tag: u64,
     sequence: AtomicU64,
-    fail_open_log: BurstLog,
-    fail_closed_log: BurstLog,
+    failures: FailurePath,
     /// Counts for the policies failing `local`, kept only while Redis is away.
     fallback: FallbackLimits,
-    fallback_log: BurstLog,
     peers: Peers,
     heartbeat: Duration,
 }
 
 impl Limiter {
-    /// The limiter with `settings`' policies; refuses a policy that fails its checks.
+    /// The engine on the deployment's Redis, with the policies of `settings`.
     pub fn new(
         redis: RedisStore,
+        settings: &LimiterSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, policy::PolicyError> {
+        let prefix = redis.prefix().to_owned();
+        let probe_timeout = redis.timeout(RedisPurpose::Limiter);
+        let backend = RedisBackend::new(redis, Arc::clone(&metrics));
+        Self::with_backend(backend, &prefix, probe_timeout, settings, metrics)
+    }
+
+    /// The compiled scripts (their SHA1s for `redis-benchmark`).
+    pub fn backend(&self) -> &backend::ScriptBackend {
+        self.backend.scripts()
+    }
+
+    /// Beats into Redis every heartbeat period, forever, so the fallback limits know
+    /// how many instances share each threshold (a failed beat keeps the last count).
+    pub async fn beat(self: Arc<Self>) {
+        let period = self.heartbeat;
+        crate::background::every("limiter heartbeat", period, move || {
+            let limiter = Arc::clone(&self);
+            async move { limiter.peers.beat(limiter.backend.redis(), period).await }
+        })
+        .await
+    }
+}
+
+impl<B: LimitBackend> Limiter<B> {
+    /// The engine on any backend: keys start with `prefix`, and a request waits at most
+    /// `probe_timeout` on another's probe of its keys.
+    pub fn with_backend(
+        backend: B,
+        prefix: &str,
+        probe_timeout: Duration,
         settings: &LimiterSettings,
         metrics: Arc<Metrics>,
     ) -> Result<Self, policy::PolicyError> {
         let policies = PolicySet::parse(&settings.policies)?;
         let instance_tag = uuid::Uuid::new_v4().as_u64_pair().0;
         Ok(Self {
-            redis,
-            backend: ScriptBackend::default(),
+            backend,
+            prefix: prefix.into(),
+            probe_timeout,
             installed: ArcSwap::from_pointee(Installed::new(policies, 0, &metrics)),
             clock: Clock::from_source(settings.clock),
             denials: DenialCache::new(settings.denial_cache_slots),
             epoch: Instant::now(),
             instance_tag,
             sequence: AtomicU64::new(0),
-            fail_open_log: BurstLog::new("failing open"),
-            fail_closed_log: BurstLog::new("failing closed"),
+            failures: FailurePath::new(),
             fallback: FallbackLimits::new(settings.fallback_keys),
-            fallback_log: BurstLog::new("deciding locally (fallback limits)"),
             peers: Peers::new(
                 instance_tag,
                 settings.fleet_floor,
@@ -156,22 +195,6 @@ impl Limiter {
             .collect()
     }
 
-    /// The algorithms' scripts, for callers that compose a follow-up with them.
-    pub fn backend(&self) -> &ScriptBackend {
-        &self.backend
-    }
-
-    /// Beats into Redis every heartbeat period, forever, so the fallback limits know
-    /// how many instances share each threshold (a failed beat keeps the last count).
-    pub async fn beat(self: Arc<Self>) {
-        let period = self.heartbeat;
-        crate::background::every("limiter heartbeat", period, move || {
-            let limiter = Arc::clone(&self);
-            async move { limiter.peers.beat(&limiter.redis, period).await }
-        })
-        .await
-    }
-
     /// Instances sharing the limits, as the last heartbeat Redis answered counted them,
     /// at least the fleet floor.
     pub fn instances(&self) -> u64 {
@@ -189,7 +212,6 @@ impl Limiter {
         threshold: u64,
         window_ms: u64,
     ) -> Result<u64, u64> {
-        self.note_mode(policy_name, LimiterMode::Local);
         let share = fallback_limits::Share::of(threshold, window_ms, self.peers.alive());
         let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
         match self.fallback.take(policy_name, key, share, now_ms) {
@@ -209,6 +231,23 @@ impl Limiter {
         if let Some(enforced) = self.installed.load().policies.get(policy_name) {
             enforced.decided_in(mode);
         }
+    }
+
+    /// What `fail_mode` makes of `failure`, a failed Redis call of `policy_name`'s, for a
+    /// caller that keeps its own counts in Redis (the admin lockout): the limiter's own
+    /// failure path, with its metrics, its mode and its logs; `local` counts in process
+    /// (with [`Self::take_locally`]).
+    pub fn fail_over<T>(
+        &self,
+        policy_name: &str,
+        fail_mode: FailMode,
+        failure: &str,
+        local: impl FnOnce() -> T,
+    ) -> Failover<T> {
+        let installed = self.installed.load();
+        let enforced = installed.policies.get(policy_name).map(|e| &**e);
+        self.failures
+            .fail_over(enforced, policy_name, fail_mode, failure, local)
     }
 
     /// Decides `policy` for `caller`, with the policy's own algorithm unless `algorithm`
@@ -277,6 +316,8 @@ impl Limiter {
         decided
     }
 
+    /// The decision in its steps: the denial cache's answer, else the backend's, else
+    /// the fail mode's.
     async fn decide(
         &self,
         policy_name: &str,
@@ -284,65 +325,21 @@ impl Limiter {
         caller: &Caller<'_>,
         then: Option<&Then<'_>>,
     ) -> Result<(Admission, Option<redis::Value>), Rejection> {
-        let (enforced, generation) = {
-            let installed = self.installed.load();
-            let enforced = installed
-                .policies
-                .get(policy_name)
-                .cloned()
-                .ok_or_else(|| {
-                    Rejection::Misconfigured(format!("unknown policy {policy_name:?}"))
-                })?;
-            (enforced, installed.generation)
-        };
+        let (enforced, generation) = self.enforced(policy_name)?;
         let policy = &enforced.policy;
         let algorithm = algorithm.unwrap_or(policy.algorithm);
         if !policy.enabled {
-            return Ok((
-                Admission {
-                    policy: Arc::clone(policy),
-                    algorithm,
-                    quota_left: None,
-                    delayed_ms: 0,
-                },
-                None,
-            ));
+            return Ok((unlimited(policy, algorithm), None));
         }
-        // The first live denial refuses at once, before the remaining keys are even
-        // built: the cheapest answer of a stampede. Its wait is that rule's own, which
-        // is never later than the longest Redis would give.
-        let now = self.clock.local_us(self.epoch);
-        let mut keys = Vec::with_capacity(policy.rules.len());
-        let mut contended = false;
-        for (index, rule) in policy.rules.iter().enumerate() {
-            let key = keys::redis_key(self.redis.prefix(), policy, algorithm, rule, caller)?;
-            match self.denials.seen(&key, now, generation) {
-                Seen::Refused { wait_us } => {
-                    let wait = whole_ms(wait_us);
-                    return Err(refuse_locally(
-                        Refusal {
-                            policy: Arc::clone(policy),
-                            algorithm,
-                            rule: index,
-                            own_wait_ms: wait,
-                            longest_wait_ms: wait,
-                            local: true,
-                        },
-                        &enforced,
-                    ));
-                }
-                Seen::Probing(_) | Seen::Expired => contended = true,
-                Seen::Unknown => {}
-            }
-            keys.push(key);
-        }
+        let (keys, contended) =
+            self.keys_unless_denied(&enforced, algorithm, caller, generation)?;
         let probes = if contended {
             // Boxed: waiting on another request's probe is rare, and its future would
             // otherwise enlarge every check's.
             Box::pin(local::consult(
                 &self.denials,
                 || self.clock.local_us(self.epoch),
-                self.redis.timeout(RedisPurpose::Limiter),
+                self.probe_timeout,
                 &enforced,
                 algorithm,
                 &keys,
@@ -360,44 +357,25 @@ impl Limiter {
             self.instance_tag,
             self.sequence.fetch_add(1, Ordering::Relaxed)
         );
-        let rules = policy.rules.len();
         let started = Instant::now();
-        // Composed with the caller's follow-up only where all the keys share a slot.
-        let reply = match then.filter(|_| policy.scope == Scope::PerItem) {
-            None => {
-                let invocation = self.backend.invocation(
-                    algorithm,
-                    &keys,
-                    &policy.rules,
-                    policy.enforced,
-                    now_ms,
-                    &member,
-                );
-                self.redis
-                    .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
-                    .await
-                    .map(|raw| backend::decode(&raw, rules).map(|reply| (reply, None)))
-            }
-            Some(then) => {
-                let invocation = ScriptBackend::invocation_then(
-                    algorithm,
-                    &keys,
-                    &policy.rules,
-                    policy.enforced,
-                    now_ms,
-                    &member,
-                    then,
-                );
-                self.redis
-                    .call::<Vec<redis::Value>>(RedisPurpose::Limiter, &invocation)
-                    .await
-                    .map(|raw| backend::decode_with_follow_up(raw, rules))
-            }
-        };
+        let reply = self
+            .backend
+            .do_limit(LimitRequest {
+                algorithm,
+                keys: &keys,
+                rules: &policy.rules,
+                enforced: policy.enforced,
+                now_ms,
+                member: &member,
+                cost: Cost::ONE,
+                // Composed with the caller's follow-up only where all the keys share a
+                // slot.
+                then: then.filter(|_| policy.scope == Scope::PerItem),
+            })
+            .await;
         enforced.latency[algorithm as usize].observe(started.elapsed().as_secs_f64());
-
-        let failure = match reply {
-            Ok(Some((reply, followed))) => {
+        match reply {
+            Ok((reply, followed)) => {
                 // When the waits started: the send, less how far into its millisecond
                 // the clock that counted them was.
                 let started_us = sent_us - app_late_us - reply.late_us;
@@ -417,48 +395,230 @@ impl Limiter {
                     let slot_us = started_us + admission.delayed_ms as i64 * 1000;
                     self.clock.hold_until(self.epoch, slot_us).await;
                 }
-                return Ok((admission, followed));
+                Ok((admission, followed))
             }
-            Ok(None) => {
-                self.metrics.redis_error(RedisPurpose::Limiter);
-                "unexpected limiter script reply".to_string()
+            Err(failure) => self.failed(&enforced, algorithm, &keys, &failure),
+        }
+    }
+
+    /// The policy in force under `policy_name`, and the generation of the rules.
+    fn enforced(&self, policy_name: &str) -> Result<(Arc<Enforced>, u64), Rejection> {
+        let installed = self.installed.load();
+        let enforced = installed
+            .policies
+            .get(policy_name)
+            .cloned()
+            .ok_or_else(|| Rejection::Misconfigured(format!("unknown policy {policy_name:?}")))?;
+        Ok((enforced, installed.generation))
+    }
+
+    /// The caller's keys, rule by rule, unless the denial cache already refuses one, and
+    /// whether another request is probing one of them.
+    ///
+    /// The first live denial refuses at once, before the remaining keys are even
+    /// built: the cheapest answer of a stampede. Its wait is that rule's own, which is
+    /// never later than the longest Redis would give.
+    fn keys_unless_denied(
+        &self,
+        enforced: &Enforced,
+        algorithm: Algorithm,
+        caller: &Caller<'_>,
+        generation: u64,
+    ) -> Result<(Vec<String>, bool), Rejection> {
+        let policy = &enforced.policy;
+        let now = self.clock.local_us(self.epoch);
+        let mut keys = Vec::with_capacity(policy.rules.len());
+        let mut contended = false;
+        for (index, rule) in policy.rules.iter().enumerate() {
+            let key = keys::redis_key(&self.prefix, policy, algorithm, rule, caller)?;
+            match self.denials.seen(&key, now, generation) {
+                Seen::Refused { wait_us } => {
+                    let wait = whole_ms(wait_us);
+                    return Err(refuse_locally(
+                        Refusal {
+                            policy: Arc::clone(policy),
+                            algorithm,
+                            rule: index,
+                            own_wait_ms: wait,
+                            longest_wait_ms: wait,
+                            local: true,
+                        },
+                        enforced,
+                    ));
+                }
+                Seen::Probing(_) | Seen::Expired => contended = true,
+                Seen::Unknown => {}
             }
-            Err(e) => e.to_string(),
+            keys.push(key);
+        }
+        Ok((keys, contended))
+    }
+
+    /// The backend gave no decision: the policy's fail mode answers.
+    fn failed(
+        &self,
+        enforced: &Enforced,
+        algorithm: Algorithm,
+        keys: &[String],
+        failure: &BackendError,
+    ) -> Result<(Admission, Option<redis::Value>), Rejection> {
+        let policy = &enforced.policy;
+        let local = || {
+            let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
+            fallback_limits::decide_policy(
+                &self.fallback,
+                enforced,
+                algorithm,
+                keys,
+                self.peers.alive(),
+                now_ms,
+            )
         };
-        match policy.fail_mode {
-            FailMode::Open => {
-                enforced.decided_in(LimiterMode::Open);
-                enforced.fail_open.inc();
-                self.fail_open_log.warn(&policy.name, &failure);
-                Ok((
-                    Admission {
-                        policy: Arc::clone(policy),
-                        algorithm,
-                        quota_left: None,
-                        delayed_ms: 0,
-                    },
-                    None,
-                ))
+        let failure = failure.to_string();
+        match self.failures.fail_over(
+            Some(enforced),
+            &policy.name,
+            policy.fail_mode,
+            &failure,
+            local,
+        ) {
+            Failover::Admit => Ok((unlimited(policy, algorithm), None)),
+            Failover::Refuse => Err(Rejection::Unavailable),
+            Failover::Local(decided) => decided.map(|admission| (admission, None)),
+        }
+    }
+}
+
+/// An admission that counted nothing: a disabled policy's, or an open one's without
+/// Redis.
+fn unlimited(policy: &Arc<Policy>, algorithm: Algorithm) -> Admission {
+    Admission {
+        policy: Arc::clone(policy),
+        algorithm,
+        quota_left: None,
+        delayed_ms: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::backend::{BackendError, LimitBackend, LimitRequest, Reply};
+    use super::policy::{KeySource, PolicyConfig, RuleConfig};
+    use super::{Algorithm, Caller, FailMode, Limiter, LimiterSettings, Rejection, Scope};
+    use crate::domain::ClientIp;
+    use crate::metrics::Metrics;
+
+    /// A backend that never decides, as Redis during an outage, and counts the asks.
+    #[derive(Default)]
+    struct Unanswering(AtomicUsize);
+
+    impl LimitBackend for Unanswering {
+        fn do_limit<'a>(
+            &'a self,
+            _: LimitRequest<'a>,
+        ) -> impl Future<Output = Result<(Reply, Option<redis::Value>), BackendError>> + Send + 'a
+        {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            std::future::ready(Err(BackendError::UnexpectedReply))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_backend_leaves_each_policy_to_its_fail_mode() {
+        let mode_names = [
+            (FailMode::Open, "open"),
+            (FailMode::Closed, "closed"),
+            (FailMode::Local, "local"),
+        ];
+        let policies: BTreeMap<String, PolicyConfig> = mode_names
+            .iter()
+            .map(|&(fail_mode, name)| {
+                let rule = RuleConfig::new("ip", KeySource::Ip, 60_000, 2, "slow down");
+                let config = PolicyConfig {
+                    algorithm: Algorithm::FixedWindow,
+                    fail_mode,
+                    enabled: true,
+                    scope: Scope::Global,
+                    rules: vec![rule],
+                };
+                (name.to_string(), config)
+            })
+            .collect();
+        let settings = LimiterSettings {
+            policies,
+            ..LimiterSettings::default()
+        };
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        let limiter = Limiter::with_backend(
+            Unanswering::default(),
+            "test",
+            Duration::from_millis(250),
+            &settings,
+            Arc::clone(&metrics),
+        )
+        .expect("valid policies");
+        let caller = Caller {
+            user: None,
+            ip: ClientIp::new([10, 0, 0, 1].into()),
+            client_id: None,
+            route: "/test".into(),
+            partition: None,
+        };
+        let mut answers = Vec::new();
+        for (_, name) in mode_names {
+            for _ in 0..3 {
+                answers.push(match limiter.check(name, None, &caller).await {
+                    Ok(admission) => format!(
+                        "{name}: admitted, left {:?}",
+                        admission.quota_left.map(|left| left.remaining)
+                    ),
+                    Err(Rejection::Refused(refusal)) => {
+                        format!("{name}: refused by rule {}", refusal.rule)
+                    }
+                    Err(other) => format!("{name}: {other}"),
+                });
             }
-            FailMode::Closed => {
-                enforced.decided_in(LimiterMode::Closed);
-                enforced.fail_closed.inc();
-                self.fail_closed_log.warn(&policy.name, &failure);
-                Err(Rejection::Unavailable)
-            }
-            FailMode::Local => {
-                self.fallback_log.warn(&policy.name, &failure);
-                let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
-                fallback_limits::decide_policy(
-                    &self.fallback,
-                    &enforced,
-                    algorithm,
-                    &keys,
-                    self.peers.alive(),
-                    now_ms,
-                )
-                .map(|admission| (admission, None))
-            }
+        }
+        assert_eq!(
+            answers,
+            [
+                "open: admitted, left None",
+                "open: admitted, left None",
+                "open: admitted, left None",
+                "closed: the rate limiter is unavailable",
+                "closed: the rate limiter is unavailable",
+                "closed: the rate limiter is unavailable",
+                // This instance's share of 2 (one instance): 2, then refused.
+                "local: admitted, left Some(1)",
+                "local: admitted, left Some(0)",
+                "local: refused by rule 0",
+            ]
+        );
+        assert_eq!(
+            limiter.backend.0.load(Ordering::Relaxed),
+            9,
+            "every check asked"
+        );
+        assert_eq!(
+            metrics.limiter_fail_open.with_label_values(&["open"]).get(),
+            3
+        );
+        assert_eq!(
+            metrics
+                .limiter_fail_closed
+                .with_label_values(&["closed"])
+                .get(),
+            3
+        );
+        for (_, name) in mode_names {
+            let mode = |mode: &str| metrics.limiter_mode.with_label_values(&[name, mode]).get();
+            assert_eq!((mode("redis"), mode(name)), (0, 1), "{name}");
         }
     }
 }

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub use super::clock::ClockSource;
 pub use super::keys::{KeySource, Scope};
+/// Spelled with the other shared words, which the limiter's observed mode derives from.
+pub use crate::vocabulary::FailMode;
 
 /// How a policy's rules count. Each is one script in `lua/` with the same contract (see
 /// `backend`); `docs/limiting.md` compares them on one trace.
@@ -80,23 +82,6 @@ impl FromStr for Algorithm {
     fn from_str(s: &str) -> Result<Self, ()> {
         Self::ALL.into_iter().find(|a| a.as_str() == s).ok_or(())
     }
-}
-
-/// What the limiter does when it cannot ask Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FailMode {
-    /// Let the request through, count it, log it (once per burst). For routes where an
-    /// outage of the limiter must not become an outage of the service.
-    #[default]
-    Open,
-    /// Refuse with 503 `LIMITER_UNAVAILABLE`. For routes that cannot work without
-    /// Redis anyway (the sale).
-    Closed,
-    /// Keep limiting in process: each rule at this instance's share of its threshold
-    /// (see `limiter::fallback_limits`). For routes whose limit is a protection (the admin
-    /// lockout) or a promise to other callers.
-    Local,
 }
 
 /// A rule as written in settings. Token-bucket (and GCRA) parameters default to the

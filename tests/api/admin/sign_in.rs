@@ -8,9 +8,11 @@ use futures_util::StreamExt;
 
 use seckill::domain::ClientIp;
 use seckill::identity::lockout::{LockoutLimits, Reservation, SignInLockout};
-use seckill::limiter::{Clock, FailMode};
+use seckill::identity::{AdminGuard, AdminTokens, SignInError};
+use seckill::limiter::{Clock, FailMode, Limiter, LimiterSettings};
 use seckill::metrics::Metrics;
 use seckill::store::RedisStore;
+use secrecy::SecretString;
 use sqlx::PgPool;
 
 use seckill_test_support::{
@@ -188,6 +190,46 @@ async fn without_redis_admin_tokens_are_compared_without_the_lockout(db: PgPool)
         app.metric_sum(r#"seckill_limiter_fail_open_total{policy="admin_auth"}"#)
             .await,
         2.0
+    );
+}
+
+/// A limiter without the `admin_auth` policy (the app seeds it from its defaults, so only
+/// a stored row deleted by hand gets here) still gets the lockout, failing `local` like
+/// the default policy: without Redis an address gets the default 10 guesses, counted in
+/// process, and then not even the right token gets in. (Issue 34: it failed open, and
+/// compared every guess.)
+#[tokio::test]
+async fn without_redis_a_missing_admin_auth_policy_fails_local() {
+    let mut own = OwnRedis::start().await;
+    let mut settings = redis_test_settings();
+    use_own_redis(&mut settings, own.url());
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let redis = RedisStore::connect(
+        &seckill::startup::redis_options(&settings),
+        Arc::clone(&metrics),
+    )
+    .await
+    .unwrap();
+    let no_policies = LimiterSettings::default();
+    let limiter = Limiter::new(redis.clone(), &no_policies, Arc::clone(&metrics)).unwrap();
+    assert!(limiter.policy("admin_auth").is_none());
+    let guard = AdminGuard::new(
+        AdminTokens::parse(&SecretString::from(ADMIN_TOKEN)),
+        Arc::new(limiter),
+        SignInLockout::new(redis, Clock::Redis, AdminGuard::ATTEMPT_LEASE),
+        &metrics,
+    );
+    own.stop();
+    let ip = ClientIp::new("10.57.1.1".parse().unwrap());
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        answers.push(guard.authenticate(ip, Some("guess")).await.unwrap_err());
+    }
+    assert_eq!(answers, [SignInError::Refused; 10]);
+    let locked = guard.authenticate(ip, Some(ADMIN_TOKEN)).await.unwrap_err();
+    assert!(
+        matches!(locked, SignInError::Locked { retry_after_ms } if retry_after_ms > 0),
+        "{locked:?}"
     );
 }
 
