@@ -209,7 +209,7 @@ fn unsupplied(policy: &Policy, rule: &Rule) -> Rejection {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::limiter::policy::{PolicyConfig, RuleConfig};
 
@@ -229,7 +229,8 @@ mod tests {
         Policy::parse("p", &config).expect("a valid policy")
     }
 
-    fn caller(partition: Option<&str>) -> Caller<'static> {
+    /// A signed-in caller from one address, for the limiter's unit tests.
+    pub(crate) fn caller(partition: Option<&str>) -> Caller<'static> {
         Caller {
             user: UserId::try_from(42).ok(),
             ip: ClientIp::new([10, 0, 0, 7].into()),

@@ -510,8 +510,7 @@ mod tests {
 
     use super::backend::{BackendError, LimitBackend, LimitRequest, Reply};
     use super::policy::{KeySource, PolicyConfig, RuleConfig};
-    use super::{Algorithm, Caller, FailMode, Limiter, LimiterSettings, Rejection, Scope};
-    use crate::domain::ClientIp;
+    use super::{Algorithm, FailMode, Limiter, LimiterSettings, Rejection, Scope};
     use crate::metrics::Metrics;
 
     /// A backend that never decides, as Redis during an outage, and counts the asks.
@@ -563,13 +562,7 @@ mod tests {
             Arc::clone(&metrics),
         )
         .expect("valid policies");
-        let caller = Caller {
-            user: None,
-            ip: ClientIp::new([10, 0, 0, 1].into()),
-            client_id: None,
-            route: "/test".into(),
-            partition: None,
-        };
+        let caller = super::keys::tests::caller(None);
         let mut answers = Vec::new();
         for (_, name) in mode_names {
             for _ in 0..3 {
