@@ -3,7 +3,10 @@
 # or make databases: scripts/services.sh and its parts in scripts/services/, e2e.sh,
 # check-deploy.sh, bench.sh, bench-limiter-script.sh, soak.sh, memory-*.sh and
 # loadtest/jmeter/run.sh. One copy of each, so a fix to how we start, wait for or stop
-# something reaches every script.
+# something reaches every script. The one exception: the soak's program starts its own
+# redis-server and app instances (scripts/soak/processes.py), because it must be their
+# parent to kill and restart them mid-run; a change to start_redis_server or start_app
+# goes there too.
 # Source it after defining `log` (progress to stderr) and `die` (log and exit).
 
 # The checkout this file belongs to (target/, migrations/ are found from it).

@@ -7,22 +7,44 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures_util::StreamExt;
 
+/// Creates the load's item, on sale from a minute ago for an hour; its id.
 pub async fn create_item(
     client: &reqwest::Client,
     target: &str,
     stock: i64,
     admin_token: &str,
 ) -> anyhow::Result<i64> {
-    let now = chrono::Utc::now();
+    let starts_at = chrono::Utc::now() - chrono::Duration::minutes(1);
+    create_item_starting(
+        client,
+        target,
+        admin_token,
+        "loadgen item",
+        stock,
+        starts_at,
+    )
+    .await
+}
+
+/// Creates an item named `name` (`POST /admin/api/items`) whose sale runs from
+/// `starts_at` for an hour, at 1.00; its id.
+pub async fn create_item_starting(
+    client: &reqwest::Client,
+    target: &str,
+    admin_token: &str,
+    name: &str,
+    stock: i64,
+    starts_at: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<i64> {
     let response = client
         .post(format!("{target}/admin/api/items"))
         .bearer_auth(admin_token)
         .json(&serde_json::json!({
-            "name": "loadgen item",
+            "name": name,
             "priceCents": 100,
             "stock": stock,
-            "startsAt": now - chrono::Duration::minutes(1),
-            "endsAt": now + chrono::Duration::hours(1),
+            "startsAt": starts_at,
+            "endsAt": starts_at + chrono::Duration::hours(1),
         }))
         .send()
         .await

@@ -74,27 +74,15 @@ impl Site {
 
     /// Creates an item whose sale runs from `starts_at` for an hour; its id.
     pub async fn create_item(&self, stock: i64, starts_at: DateTime<Utc>) -> anyhow::Result<i64> {
-        let response = self
-            .client
-            .post(format!("{}/admin/api/items", self.targets[0]))
-            .bearer_auth(&self.admin_token)
-            .json(&serde_json::json!({
-                "name": "waiting-room bench",
-                "priceCents": 100,
-                "stock": stock,
-                "startsAt": starts_at,
-                "endsAt": starts_at + chrono::Duration::hours(1),
-            }))
-            .send()
-            .await
-            .context("creating the item")?;
-        anyhow::ensure!(
-            response.status() == 201,
-            "creating the item: {}",
-            response.status()
-        );
-        let body: serde_json::Value = response.json().await?;
-        body["id"].as_i64().context("item id in the answer")
+        loadtest_core::setup::create_item_starting(
+            &self.client,
+            &self.targets[0],
+            &self.admin_token,
+            "waiting-room bench",
+            stock,
+            starts_at,
+        )
+        .await
     }
 
     /// Turns `item`'s room on with these settings (`PUT /admin/api/items/{item}/waiting-room`).
