@@ -448,7 +448,7 @@ impl Settings {
     /// every check of its policy would answer with a 500, a shaper composed with a
     /// reservation, a `user` rule where nobody signs in; rewrites to `ip`, with a
     /// warning, a rule on another source its routes do not supply, as it counted before
-    /// (see [`policies::settle`]).
+    /// (see `policies::settle`).
     pub fn settle_policies(&mut self) -> Result<(), policies::NotAllowed> {
         policies::settle(&mut self.limiter.policies)
     }
