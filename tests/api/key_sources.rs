@@ -117,21 +117,8 @@ const KEY_SOURCES_MIGRATION: i64 = 20261204000002;
 
 #[sqlx::test(migrations = false)]
 async fn a_stored_rule_on_an_unsupplied_source_is_rewritten_to_ip_with_an_audit_row(db: PgPool) {
-    let previous = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("migrations").unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let version: i64 = name.split('_').next().unwrap().parse().unwrap();
-        if version < KEY_SOURCES_MIGRATION {
-            std::fs::copy(&path, previous.path().join(&name)).unwrap();
-        }
-    }
-    sqlx::migrate::Migrator::new(previous.path())
-        .await
-        .unwrap()
-        .run(&db)
-        .await
-        .unwrap();
+    // The previous release's schema, from the migrations before this one's.
+    seckill_test_support::migrate_before(&db, KEY_SOURCES_MIGRATION).await;
     // As the previous release let an operator store them: a `client_id` rule on the
     // sale (it counted per address), the lockout's rule on the network (per address
     // too), and `limited`'s own `client_id` rule, which its route supplies.

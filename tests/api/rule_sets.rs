@@ -204,21 +204,7 @@ const OFFERED_RULES_MIGRATION: i64 = 20261202000004;
 #[sqlx::test(migrations = false)]
 async fn an_upgrade_adds_a_new_default_rule_once_and_keeps_what_an_operator_changed(db: PgPool) {
     // The previous release's schema, from the migrations before this one's.
-    let previous = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("migrations").unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let version: i64 = name.split('_').next().unwrap().parse().unwrap();
-        if version < OFFERED_RULES_MIGRATION {
-            std::fs::copy(&path, previous.path().join(&name)).unwrap();
-        }
-    }
-    sqlx::migrate::Migrator::new(previous.path())
-        .await
-        .unwrap()
-        .run(&db)
-        .await
-        .unwrap();
+    seckill_test_support::migrate_before(&db, OFFERED_RULES_MIGRATION).await;
     // ...and its rows: `seckill` as that release seeded it (before it had an `ip` rule,
     // for this test), then edited by an operator (the user rule's threshold).
     let mut old = seckill::configuration::policies::defaults()["seckill"].clone();

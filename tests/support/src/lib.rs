@@ -29,7 +29,7 @@ pub use settings::{
     ADMIN_TOKEN,
 };
 pub use stores::{
-    item_keys, pg_orders, pg_remaining, redis_connection, until_nothing_pending,
+    item_keys, migrate_before, pg_orders, pg_remaining, redis_connection, until_nothing_pending,
     until_redis_agrees_with_postgres,
 };
 pub use test_app::{spawn_app, spawn_app_from, spawn_app_with, TestApp};

@@ -107,3 +107,32 @@ pub async fn until_redis_agrees_with_postgres(
     )
     .await
 }
+
+/// Migrates `db` with the migrations older than `version` only: the schema of the release
+/// before that migration, so an upgrade test can write that release's rows and then start
+/// the app, which runs the rest.
+pub async fn migrate_before(db: &PgPool, version: i64) {
+    let previous = tempfile::tempdir().expect("a temporary folder");
+    let all = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations");
+    for entry in std::fs::read_dir(all).expect("the migrations folder") {
+        let path = entry.expect("a migration").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a migration's name");
+        let own: i64 = name
+            .split('_')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a migration's version");
+        if own < version {
+            std::fs::copy(&path, previous.path().join(name)).expect("a copied migration");
+        }
+    }
+    sqlx::migrate::Migrator::new(previous.path())
+        .await
+        .expect("the earlier migrations")
+        .run(db)
+        .await
+        .expect("the earlier schema");
+}
