@@ -7,6 +7,8 @@
 //!   [`telemetry`]: the log format and level, from the settings.
 //! - [`http`]: the HTTP layer, the only one that knows actix: handlers, extractors, the
 //!   one error type and its mapping to responses, the rate-limit guard.
+//! - [`history`]: the decision stream folded into Postgres minute by minute, and what
+//!   operators read from it (history, reports per sale, offenders).
 //! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime;
 //!   [`stats`]: live counters summed over all instances, for the dashboard; [`sale`]:
 //!   items, the purchase flow, orders, the waiting room, and keeping Redis honest.
@@ -27,6 +29,7 @@
 pub mod background;
 pub mod configuration;
 pub mod domain;
+pub mod history;
 pub mod http;
 pub mod identity;
 pub mod limiter;

@@ -327,6 +327,39 @@ families! {
         &["outcome"],
     )
     .seeded(PassOutcome::labels().map(|outcome| [outcome]));
+    /// What the history lost before Postgres: `record` (a second's record that found
+    /// the stream at its cap, or could not be written), `sample` (a sampled refusal past
+    /// the per-second bound).
+    history_dropped: IntCounterVec = family(
+        "history_dropped_total",
+        "History records and refusal samples dropped before the fold",
+        &["what"],
+    )
+    .seeded([["record"], ["sample"]]);
+    /// The stream's length as this instance's flush last read it: records appended
+    /// and not folded yet.
+    history_backlog: IntGauge =
+        family("history_backlog", "History records waiting in the stream to be folded", &[]);
+    /// The stream's cap (`history.stream_max_len`): the backlog alert's denominator.
+    history_backlog_cap: IntGauge =
+        family("history_backlog_cap", "The history stream's cap, in records", &[]);
+    /// Records this instance's fold added to Postgres (a redelivered one is not).
+    history_folded: IntCounter =
+        family("history_folded_total", "History records folded into Postgres", &[]);
+    /// The offenders of the last hour by label (`shared_address`, `scripted_account`,
+    /// `burst_source`, `queue_farmer`), as this instance last classified them: counts
+    /// only, never a user or an address.
+    offenders: IntGaugeVec = family(
+        "offenders",
+        "Offenders of the last hour by classification label",
+        &["label"],
+    );
+    /// Requests answered 403 `BLOCKED` by an operator's block, by policy.
+    blocked: IntCounterVec = family(
+        "blocked_total",
+        "Requests refused by an operator's block",
+        &["policy"],
+    );
 }
 
 /// The registry, every family ([`Families`], reached through `Deref`: `metrics.x` is

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["main", "startup", "telemetry"],
     &["http"],
+    &["history"],
     &["rules", "stats", "sale"],
     &["identity"],
     &["configuration"],

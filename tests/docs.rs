@@ -159,6 +159,10 @@ fn every_setting_the_docs_name_is_one_or_a_script_knob() {
         &read(&root.join("src/limiter/policy.rs")),
         "LimiterSettings",
     );
+    let history = struct_fields(
+        &read(&root.join("src/configuration/history_settings.rs")),
+        "HistorySettings",
+    );
     // Knobs of the scripts and the compose file are SECKILL_ names too.
     let knobs = [
         tree_text(&root.join("scripts")),
@@ -174,6 +178,7 @@ fn every_setting_the_docs_name_is_one_or_a_script_knob() {
             let field = name["SECKILL_".len()..].to_ascii_lowercase();
             let known = match field.split_once("__") {
                 Some(("limiter", rest)) => limiter.contains(rest),
+                Some(("history", rest)) => history.contains(rest),
                 Some(_) => false,
                 None => settings.contains(&field),
             };
@@ -612,7 +617,7 @@ fn the_code_map_names_every_source_file_and_only_files_that_exist() {
 
 /// deploy/README.md's table holds every setting the configuration reads: each field of
 /// `Settings` as `SECKILL_<FIELD>`, each of `LimiterSettings` as
-/// `SECKILL_LIMITER__<FIELD>`. The policies (`limiter.policies`) are a table of tables,
+/// `SECKILL_LIMITER__<FIELD>` and `SECKILL_HISTORY__<FIELD>`. The policies (`limiter.policies`) are a table of tables,
 /// documented in prose there and in docs/limiter.md, not a variable.
 #[test]
 fn deploy_readme_names_every_setting() {
@@ -624,16 +629,26 @@ fn deploy_readme_names_every_setting() {
         &read(&root.join("src/limiter/policy.rs")),
         "LimiterSettings",
     );
+    let history = struct_fields(
+        &read(&root.join("src/configuration/history_settings.rs")),
+        "HistorySettings",
+    );
     assert!(settings.contains("port") && limiter.contains("timeout_ms"));
+    assert!(history.contains("sample_every"));
     let names = settings
         .iter()
-        .filter(|field| *field != "limiter")
+        .filter(|field| !["limiter", "history"].contains(&field.as_str()))
         .map(|field| format!("SECKILL_{}", field.to_ascii_uppercase()))
         .chain(
             limiter
                 .iter()
                 .filter(|field| *field != "policies")
                 .map(|field| format!("SECKILL_LIMITER__{}", field.to_ascii_uppercase())),
+        )
+        .chain(
+            history
+                .iter()
+                .map(|field| format!("SECKILL_HISTORY__{}", field.to_ascii_uppercase())),
         );
     let missing: Vec<String> = names.filter(|name| !documented.contains(name)).collect();
     assert!(

@@ -16,6 +16,7 @@
 //! - [`safety`]: settings refused at start-up (production safety, timeouts); it reads
 //!   [`Settings`], so `startup` calls it rather than a method of `Settings`.
 
+pub mod history_settings;
 pub mod policies;
 pub mod safety;
 #[cfg(test)]
@@ -29,6 +30,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 pub use crate::limiter::LimiterSettings;
+pub use history_settings::HistorySettings;
 pub use safety::{named_secrets, UnsafeSetting};
 
 /// The JWT secret used when none is configured. Fine on a laptop; refused in production.
@@ -187,6 +189,11 @@ pub struct Settings {
     /// settings file has a `[limiter.policies]` table, which replaces them whole.
     pub limiter: LimiterSettings,
 
+    // The sale's memory.
+    /// The decision stream, its fold into Postgres, the offenders and the blocks
+    /// (docs/history.md).
+    pub history: HistorySettings,
+
     // The sale: orders, reservations and their repair, idempotency.
     /// Longest a purchase waits for the committer to start its order, and longest a
     /// batch may take before its outcome counts as unknown (then Postgres is asked about
@@ -341,6 +348,7 @@ impl Default for Settings {
             admin_token: SecretString::from(""),
 
             limiter: policies::limiter_settings(),
+            history: HistorySettings::default(),
 
             order_commit_timeout_ms: 5_000,
             commit_batch_max: 256,

@@ -17,6 +17,7 @@
 //! instances setting it in the same second write the same or a fresher value).
 
 mod bucket_fields;
+pub mod record;
 pub mod series;
 
 use std::collections::BTreeMap;
