@@ -2,12 +2,13 @@
 # (anchors merged, variables filled in with their defaults), whose path is argv[1]: the
 # services, nginx's fixed address outside the dynamic range, the apps' environment (trust
 # only nginx, production settings, same stores for both), healthy dependencies, ports on
-# loopback only, Redis append-only, the mounts, and nginx's upstreams.
+# loopback only, Redis append-only, the mounts, nginx's upstreams, and the Alertmanager
+# (configured at start from optional settings, cluster listener off, Prometheus's target).
 # Run by scripts/check-deploy.sh (compose.sh, check_compose_semantics) from the repository root.
 import ipaddress, re, sys, yaml
 c = yaml.safe_load(open(sys.argv[1]))
 s = c["services"]
-assert set(s) >= {"redis", "postgres", "app1", "app2", "nginx", "prometheus", "grafana"}, sorted(s)
+assert set(s) >= {"redis", "postgres", "app1", "app2", "nginx", "prometheus", "alertmanager", "grafana"}, sorted(s)
 
 net = c["networks"]["seckill"]["ipam"]["config"][0]
 subnet, dyn = ipaddress.ip_network(net["subnet"]), ipaddress.ip_network(net["ip_range"])
@@ -80,4 +81,26 @@ assert mounts("nginx")["/etc/nginx/nginx.conf"].endswith("/deploy/nginx/nginx.co
 conf = open("deploy/nginx/nginx.conf").read()
 for app in ("app1", "app2"):
     assert re.search(rf"^\s*server {app}:8080\b", conf, re.M), f"nginx upstream lacks {app}:8080"
-print(f"apps trust only nginx ({nginx_ip}); all ports on 127.0.0.1; redis append-only")
+
+# The Alertmanager: its configuration generated at start by configure.sh from settings
+# that all default to empty (so the stack starts without them), the cluster listener off,
+# only its UI published (on loopback, checked above), Prometheus sending to it.
+am = s["alertmanager"]
+assert am["image"].startswith("prom/alertmanager:v"), am["image"]
+assert mounts("alertmanager")["/etc/alertmanager"].endswith("/deploy/alertmanager"), mounts("alertmanager")
+assert "configure.sh >/alertmanager/alertmanager.yml" in am["entrypoint"][2], am["entrypoint"]
+assert "--config.file=/alertmanager/alertmanager.yml" in am["command"], am["command"]
+assert "--cluster.listen-address=" in am["command"], am["command"]
+assert [p[1:] for p in published("alertmanager")] == [("9093", "9093")], published("alertmanager")
+ae = env("alertmanager")
+optional = ("ALERTMANAGER_WEBHOOK_URL", "ALERTMANAGER_EMAIL_TO", "ALERTMANAGER_EMAIL_FROM",
+            "ALERTMANAGER_SMARTHOST", "ALERTMANAGER_SMTP_USERNAME", "ALERTMANAGER_SMTP_PASSWORD")
+assert all(ae[k] == "" for k in optional), ae
+assert ae["ALERTMANAGER_SMTP_REQUIRE_TLS"] == "true", ae
+configure = open("deploy/alertmanager/configure.sh").read()
+assert all(k in configure for k in optional + ("ALERTMANAGER_SMTP_REQUIRE_TLS",)), "configure.sh reads another setting"
+prom = yaml.safe_load(open("deploy/prometheus/prometheus.yml"))
+ams = [t for a in prom["alerting"]["alertmanagers"] for sc in a["static_configs"] for t in sc["targets"]]
+assert ams == ["alertmanager:9093"], ams
+print(f"apps trust only nginx ({nginx_ip}); all ports on 127.0.0.1; redis append-only; "
+      "alertmanager configured at start, settings optional, cluster off")
