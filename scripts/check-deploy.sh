@@ -3,9 +3,15 @@
 # Docker engine, with the real tools where Debian has them:
 #
 #   - promtool: the Prometheus config, the alert rules and their unit tests;
+#   - amtool: the Alertmanager configuration deploy/alertmanager/configure.sh generates,
+#     without settings, with a webhook, with e-mail and with both (valid, routed as
+#     documented), and that amtool fails on a broken one; the e-mail templates rendered;
+#     every alert's runbook section in deploy/README.md;
 #   - a real Prometheus, started here on loopback with the shipped config rendered for
 #     this machine, scrapes a running seckill (target `up == 1`), and evaluates every
 #     dashboard query (so a PromQL typo in the dashboard fails here, not in Grafana);
+#   - a real Alertmanager, started as the compose service's entrypoint starts it, receives
+#     that Prometheus's firing alert;
 #   - the dashboard and Grafana provisioning files (JSON/YAML, datasource uid, metric
 #     names, mount paths);
 #   - docker-compose 1.29: `config -q`, also with `--profile cluster`, and that it refuses
@@ -17,16 +23,17 @@
 #   SECKILL_BIN=path/to/seckill   binary to scrape (default target/debug/seckill, built
 #                                 with `cargo build --bin seckill` only when missing)
 #
-# Installs missing Debian packages (prometheus, docker-compose, nginx-light) as root or
-# through sudo, without letting their services start. Everything it starts listens on
-# 127.0.0.1 only and is stopped on exit. Prints one line per check and ends with
-# `N passed, N failed`; exits non-zero when a check failed.
+# Installs missing Debian packages (prometheus, prometheus-alertmanager, docker-compose,
+# nginx-light) as root or through sudo, without letting their services start. Everything
+# it starts listens on 127.0.0.1 only and is stopped on exit. Prints one line per check
+# and ends with `N passed, N failed`; exits non-zero when a check failed.
 #
 # This file is the driver: its settings, the clean-up and the list of checks. The checks
 # live in scripts/check-deploy/, one file per group: packages.sh (and the apt guard),
-# monitoring.sh (promtool, dashboard, Grafana), live.sh (a running seckill scraped by a
-# real Prometheus), compose.sh (docker-compose), nginx.sh, dockerfile.sh; runner.sh runs
-# each check bounded and prints its line.
+# monitoring.sh (promtool, dashboard, Grafana), alerting.sh (amtool, the runbooks),
+# live.sh (a running seckill scraped by a real Prometheus, alerting a real Alertmanager),
+# compose.sh (docker-compose), nginx.sh, dockerfile.sh; runner.sh runs each check
+# bounded and prints its line.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,6 +79,8 @@ trap 'exit 130' INT TERM
 . "$ROOT/scripts/check-deploy/packages.sh"
 # shellcheck source=scripts/check-deploy/monitoring.sh
 . "$ROOT/scripts/check-deploy/monitoring.sh"
+# shellcheck source=scripts/check-deploy/alerting.sh
+. "$ROOT/scripts/check-deploy/alerting.sh"
 # shellcheck source=scripts/check-deploy/live.sh
 . "$ROOT/scripts/check-deploy/live.sh"
 # shellcheck source=scripts/check-deploy/compose.sh
@@ -87,9 +96,14 @@ run "promtool check rules"                 check_promtool_rules
 run "promtool test rules (alert tests)"    check_promtool_tests
 run "dashboard JSON"                       check_dashboard
 run "grafana provisioning"                 check_grafana_provisioning
+run "amtool check-config (every variant)"  check_amtool_configs
+run "amtool template render"               check_amtool_templates
+run "alert runbooks"                       check_alert_runbooks
 # Generous: builds target/debug/seckill when it is missing.
 run "seckill instance ready"               check_app_ready 1500
+run "alertmanager starts (compose's way)"  check_alertmanager_ready
 run "prometheus scrapes seckill (up == 1)" check_prometheus_scrape
+run "alerts reach the alertmanager"        check_alerts_reach_alertmanager
 run "dashboard queries evaluate"           check_dashboard_queries
 run "docker-compose config -q"             check_compose_config
 run "docker-compose requires secrets"      check_compose_requires_secrets

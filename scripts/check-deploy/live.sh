@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # scripts/check-deploy.sh: the live checks. A seckill instance of our own (own database,
-# own Redis key prefix), a real Prometheus on loopback with the shipped config pointed at
-# it (target up, alert rules loaded), every dashboard query evaluated by that
-# Prometheus; and, for the exit trap, deleting the instance's Redis keys.
+# own Redis key prefix), the Alertmanager as the compose service starts it, a real
+# Prometheus on loopback with the shipped config pointed at both (target up, alert rules
+# loaded, a firing alert reaching the Alertmanager), every dashboard query evaluated by
+# that Prometheus; and, for the exit trap, deleting the instance's Redis keys.
 
 check_app_ready() {
   local bin prefix db_url
@@ -42,6 +43,66 @@ check_app_ready() {
   echo "seckill ($bin) ready on $APP_URL, database ${db_url##*/}"
 }
 
+# The Alertmanager as the compose stack starts it: the `alertmanager` service's entrypoint
+# and command, read from the configuration compose renders, run here with their paths
+# moved to this machine (the mounted deploy/alertmanager, a data folder of its own,
+# Debian's binary) and the listener on loopback. So configure.sh's output without
+# settings, and the way the entrypoint hands it to Alertmanager, are what starts.
+check_alertmanager_ready() {
+  local dir=$TMP/alertmanager-live am_port
+  mkdir -p "$dir/data"
+  am_port=$(free_port)
+  : >"$TMP/empty.env"
+  env "${COMPOSE_SECRETS[@]}" docker-compose --env-file "$TMP/empty.env" -f docker-compose.yml \
+    --project-directory "$ROOT" config >"$dir/compose.yml"
+  AM_DIR="$dir/data" AM_PORT=$am_port AM_BIN=$(command -v prometheus-alertmanager) ROOT="$ROOT" \
+    $PY - "$dir/compose.yml" >"$dir/argv" <<'EOF'
+import os, re, sys, yaml
+am = yaml.safe_load(open(sys.argv[1]))["services"]["alertmanager"]
+entry, command = am["entrypoint"], am["command"]
+assert entry[:2] == ["/bin/sh", "-ec"], entry
+# compose's rendering writes a literal $ as $$; the container's shell sees one.
+script = entry[2].replace("$$", "$")
+assert "/bin/sh /etc/alertmanager/configure.sh >/alertmanager/alertmanager.yml" in script, script
+root = os.environ["ROOT"]
+assert any(v.startswith(root + "/deploy/alertmanager:/etc/alertmanager") for v in am["volumes"]), am["volumes"]
+moves = [("/etc/alertmanager", root + "/deploy/alertmanager"),
+         ("/bin/alertmanager", os.environ["AM_BIN"]), ("/alertmanager", os.environ["AM_DIR"])]
+def here(text):
+    # Whole paths only (/alertmanager, not the end of /etc/alertmanager or of
+    # alertmanager.yml's folder's name), through placeholders so a moved path is not
+    # moved again.
+    for i, (a, _) in enumerate(moves):
+        text = re.sub(r"(?<![\w./-])" + re.escape(a) + r"(?![\w.-])", f"\0{i}\0", text)
+    for i, (_, b) in enumerate(moves):
+        text = text.replace(f"\0{i}\0", b)
+    return text
+args = [here(a) for a in command]
+assert "--web.listen-address=:9093" in args and "--cluster.listen-address=" in args, args
+port = os.environ["AM_PORT"]
+args = [f"--web.listen-address=127.0.0.1:{port}" if a == "--web.listen-address=:9093" else a for a in args]
+for a in ["/bin/sh", "-ec", here(script), entry[3]] + args:
+    sys.stdout.write(a + "\0")
+EOF
+  local argv=()
+  mapfile -d '' argv <"$dir/argv"
+  [ ${#argv[@]} -gt 4 ] || { echo "no command read from the compose service"; return 1; }
+  env -u ALERTMANAGER_WEBHOOK_URL -u ALERTMANAGER_EMAIL_TO "${argv[@]}" >"$dir/alertmanager.log" 2>&1 &
+  local am_pid=$!
+  echo "$am_pid" >>"$PIDFILE"
+  # shellcheck disable=SC2317 # called through wait_for
+  ready() { curl -fsS --max-time 2 "http://127.0.0.1:$am_port/-/ready"; }
+  wait_for "Alertmanager on 127.0.0.1:$am_port ready" "$READY_DEADLINE" "$am_pid" ready \
+    || { tail -n 20 "$dir/alertmanager.log"; return 1; }
+  # It generated the configuration it runs on, and listens on nothing else (the cluster
+  # listener is off: its status says so).
+  grep -q '^# Written by deploy/alertmanager/configure.sh' "$dir/data/alertmanager.yml"
+  curl -fsS --max-time 2 "http://127.0.0.1:$am_port/api/v2/status" | jq -e '.cluster.status == "disabled"' >/dev/null \
+    || { echo "the Alertmanager's cluster listener is on"; return 1; }
+  state_set AM_PORT "$am_port"
+  echo "Alertmanager (the compose entrypoint, no settings) ready on 127.0.0.1:$am_port, cluster off"
+}
+
 check_prometheus_scrape() {
   local app_port prom_port dir=$TMP/prometheus
   # Prometheus scrapes the probe listener (the shipped config names it, 8081).
@@ -53,7 +114,12 @@ check_prometheus_scrape() {
   # The shipped config, pointed at this machine: both app targets -> the running
   # instance, Prometheus's own target -> this Prometheus, and 1 s intervals so the
   # check is quick. Everything else (rule_files, job names, metrics_path) is kept.
-  APP="127.0.0.1:$app_port" PROM="127.0.0.1:$prom_port" $PY - deploy/prometheus/prometheus.yml "$dir/prometheus.yml" <<'EOF'
+  # The shipped alerting section, pointed at the Alertmanager started above (when it
+  # did), and a rule that always fires, for check_alerts_reach_alertmanager.
+  printf '%s\n' 'groups:' '  - name: check-deploy' '    rules:' '      - alert: CheckDeployWatchdog' \
+    '        expr: vector(1)' '        labels: {severity: info}' >"$dir/watchdog.yml"
+  APP="127.0.0.1:$app_port" PROM="127.0.0.1:$prom_port" AM="$(state_get AM_PORT)" \
+    $PY - deploy/prometheus/prometheus.yml "$dir/prometheus.yml" <<'EOF'
 import os, sys, yaml
 cfg = yaml.safe_load(open(sys.argv[1]))
 cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
@@ -65,11 +131,20 @@ jobs["seckill"]["static_configs"] = [{"targets": [os.environ["APP"]]}]
 if "prometheus" in jobs:
     jobs["prometheus"]["static_configs"] = [{"targets": [os.environ["PROM"]]}]
 assert cfg["rule_files"] == ["alerts.yml"], cfg["rule_files"]
+ams = [t for a in cfg["alerting"]["alertmanagers"] for sc in a["static_configs"] for t in sc["targets"]]
+assert ams == ["alertmanager:9093"], ams
+if os.environ["AM"]:
+    cfg["alerting"]["alertmanagers"] = [{"static_configs": [{"targets": ["127.0.0.1:" + os.environ["AM"]]}]}]
+    cfg["rule_files"].append("watchdog.yml")
+else:
+    del cfg["alerting"]
 yaml.safe_dump(cfg, open(sys.argv[2], "w"), sort_keys=False)
 EOF
   promtool check config "$dir/prometheus.yml" >/dev/null
+  # A firing alert is resent every second, not every minute: the first send goes out
+  # before Prometheus has discovered the Alertmanager (its discovery settles after ~5 s).
   prometheus --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
-    --web.listen-address="127.0.0.1:$prom_port" >"$dir/prometheus.log" 2>&1 &
+    --web.listen-address="127.0.0.1:$prom_port" --rules.alert.resend-delay=1s >"$dir/prometheus.log" 2>&1 &
   local prom_pid=$!
   echo "$prom_pid" >>"$PIDFILE"
   state_set PROM_PORT "$prom_port"
@@ -86,6 +161,24 @@ EOF
   groups=$(curl -fsS --max-time 2 "http://127.0.0.1:$prom_port/api/v1/rules" | jq '[.data.groups[].rules[]] | length')
   [ "$groups" -gt 0 ] || { echo "no alert rules loaded"; return 1; }
   echo "Prometheus on 127.0.0.1:$prom_port: up{job=\"seckill\",instance=\"127.0.0.1:$app_port\"} == 1, $groups rules loaded"
+}
+
+# Prometheus, on the shipped alerting section, hands its firing alerts to the Alertmanager.
+check_alerts_reach_alertmanager() {
+  local am_port prom_port
+  am_port=$(state_get AM_PORT)
+  prom_port=$(state_get PROM_PORT)
+  if [ -z "$am_port" ] || [ -z "$prom_port" ]; then
+    echo "no Alertmanager or Prometheus running (an earlier check failed)"; return 1
+  fi
+  # shellcheck disable=SC2317 # called through wait_for
+  arrived() {
+    curl -fsS --max-time 2 "http://127.0.0.1:$am_port/api/v2/alerts" \
+      | jq -e 'any(.[]; .labels.alertname == "CheckDeployWatchdog" and .status.state == "active")'
+  }
+  wait_for "CheckDeployWatchdog in the Alertmanager" "$SCRAPE_DEADLINE" "" arrived \
+    || { curl -fsS --max-time 2 "http://127.0.0.1:$prom_port/api/v1/alertmanagers" || true; return 1; }
+  echo "a firing rule of Prometheus is active in the Alertmanager on 127.0.0.1:$am_port"
 }
 
 check_dashboard_queries() {

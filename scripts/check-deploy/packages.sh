@@ -1,10 +1,11 @@
 # shellcheck shell=bash
-# scripts/check-deploy.sh: the tools the checks need (promtool, prometheus,
+# scripts/check-deploy.sh: the tools the checks need (promtool, prometheus, amtool,
 # docker-compose, nginx, jq, curl, PyYAML), installed from Debian when missing, with a
 # guard that keeps the packages' daemons from starting.
 
 # --- service start-up guard for apt ---------------------------------------------------
-# Debian's packages start their daemons on install (nginx on :80, prometheus on :9090).
+# Debian's packages start their daemons on install (nginx on :80, prometheus on :9090,
+# prometheus-alertmanager on :9093 and its cluster port :9094).
 # A policy-rc.d that exits 101 tells invoke-rc.d "not now". An existing one is put back
 # exactly as it was. Which of the two it was is kept in a file: the install runs in a
 # check's subshell, and the exit trap must be able to undo it even if that was killed.
@@ -31,13 +32,15 @@ restore_policy_rc() {
 check_packages() {
   local missing=()
   command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
+  # amtool comes with the Alertmanager (monitoring.sh, check_amtool_*).
+  command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   command -v nginx >/dev/null || missing+=(nginx-light)
   command -v jq >/dev/null || missing+=(jq)
   command -v curl >/dev/null || missing+=(curl)
   [ -x "$PY" ] || missing+=(python3)
   $PY -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
-  if [ ${#missing[@]} -eq 0 ]; then echo "promtool, prometheus, docker-compose, nginx, jq, curl present"; return 0; fi
+  if [ ${#missing[@]} -eq 0 ]; then echo "promtool, prometheus, amtool, docker-compose, nginx, jq, curl present"; return 0; fi
   echo "installing: ${missing[*]}"
   install_policy_rc
   local rc=0
@@ -51,6 +54,6 @@ check_packages() {
   fi
   restore_policy_rc
   [ $rc -eq 0 ]
-  command -v promtool && command -v prometheus && command -v docker-compose && command -v nginx
+  command -v promtool && command -v prometheus && command -v amtool && command -v docker-compose && command -v nginx
   echo "installed: ${missing[*]}"
 }
