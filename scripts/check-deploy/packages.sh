@@ -32,8 +32,8 @@ restore_policy_rc() {
 check_packages() {
   local missing=()
   command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
-  # amtool comes with the Alertmanager (monitoring.sh, check_amtool_*).
-  command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+  # amtool and the Alertmanager itself (alerting.sh, live.sh).
+  command -v amtool >/dev/null && command -v prometheus-alertmanager >/dev/null || missing+=(prometheus-alertmanager)
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   command -v nginx >/dev/null || missing+=(nginx-light)
   command -v jq >/dev/null || missing+=(jq)
@@ -54,6 +54,6 @@ check_packages() {
   fi
   restore_policy_rc
   [ $rc -eq 0 ]
-  command -v promtool && command -v prometheus && command -v amtool && command -v docker-compose && command -v nginx
+  command -v promtool && command -v prometheus && command -v amtool && command -v prometheus-alertmanager && command -v docker-compose && command -v nginx
   echo "installed: ${missing[*]}"
 }
