@@ -163,6 +163,16 @@ impl RunReport {
         if self.dropped > 0 {
             println!("dropped:      {} sends (too many in flight)", self.dropped);
         }
+        let sale = &self.sale;
+        println!(
+            "sale:         {} attempts, {} orders, refused {}, {} not admitted, {} joined, {} admitted",
+            sale.attempts,
+            sale.orders,
+            line(&sale.refused),
+            sale.not_admitted,
+            sale.joined,
+            sale.admitted
+        );
         if let Some(room) = &self.room {
             println!(
                 "room:         {} shoppers, {} joined, {} admitted, {} bought",
