@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 use seckill_test_support::{spawn_app_with, TestApp, ADMIN_TOKEN};
 
-fn config(app: &TestApp) -> Config {
+pub(crate) fn config(app: &TestApp) -> Config {
     Config {
         targets: vec![app.address.clone()],
         item: ItemChoice::Create { stock: 100 },

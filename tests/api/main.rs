@@ -22,6 +22,7 @@ mod limiter_engine;
 mod limiter_http;
 mod limiter_model;
 mod loadgen;
+mod loadgen_room;
 mod metrics;
 mod openapi;
 mod operator_actions;

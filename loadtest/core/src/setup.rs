@@ -66,6 +66,17 @@ pub async fn wait_until_listed(
     targets: &[String],
     item: i64,
 ) -> anyhow::Result<()> {
+    wait_until_listed_as(client, targets, item, None).await
+}
+
+/// [`wait_until_listed`], and with its waiting room on or off as `room` says, when it
+/// says (catalog and rooms are reloaded every second).
+pub async fn wait_until_listed_as(
+    client: &reqwest::Client,
+    targets: &[String],
+    item: i64,
+    room: Option<bool>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
     for target in targets {
         loop {
@@ -79,19 +90,18 @@ pub async fn wait_until_listed(
                     return Some(true);
                 }
                 let body: serde_json::Value = response.json().await.ok()?;
-                Some(
-                    body["items"]
-                        .as_array()?
-                        .iter()
-                        .any(|i| i["id"].as_i64() == Some(item)),
-                )
+                body["items"]
+                    .as_array()?
+                    .iter()
+                    .find(|i| i["id"].as_i64() == Some(item))
+                    .map(|i| room.is_none_or(|room| i["waitingRoom"].as_bool() == Some(room)))
             };
             if listed.await == Some(true) {
                 break;
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "{target} does not list item {item}"
+                "{target} does not list item {item} (waiting room {room:?})"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

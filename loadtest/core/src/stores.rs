@@ -33,6 +33,19 @@ pub async fn order_count(stores: &Stores, item: i64) -> anyhow::Result<i64> {
     Ok(count)
 }
 
+/// The item's units left, as Postgres counts them (`items.remaining_stock`).
+pub async fn remaining_stock(stores: &Stores, item: i64) -> anyhow::Result<i64> {
+    let pool = sqlx::PgPool::connect(&stores.database_url)
+        .await
+        .context("connecting to Postgres")?;
+    let remaining: i32 = sqlx::query_scalar("SELECT remaining_stock FROM items WHERE id = $1")
+        .bind(item)
+        .fetch_one(&pool)
+        .await?;
+    pool.close().await;
+    Ok(i64::from(remaining))
+}
+
 /// What Redis holds about one item.
 struct RedisSide {
     stock: Option<i64>,

@@ -125,6 +125,41 @@ pub struct Options {
     pub sample_metrics: Vec<String>,
     /// ...this often, while the load runs.
     pub sample_every: Duration,
+    /// Room mode (see `room`): the item's waiting room on, shoppers who join it, poll it
+    /// and buy with their pass, beside the load's purchases without one.
+    pub room: Option<RoomPlan>,
+}
+
+/// Room mode: the run turns the item's waiting room on (`fifo`, no pre-queue) before the
+/// load, and sends `shoppers` through it while the load's users keep firing
+/// `POST /seckill` without a pass (each answered 403 `NOT_ADMITTED` past the limiter, or
+/// refused by it). Shoppers are users of their own, after the load's (and the side
+/// load's readers), each behind an address of its own after the load's (and the side
+/// load's); they run until they bought, the room says sold out, expired or closed, or
+/// the run's duration is over.
+#[derive(Debug, Clone)]
+pub struct RoomPlan {
+    pub shoppers: u32,
+    /// The room's `admitPerSecond` and `maxActive`: high enough that the run finishes
+    /// quickly.
+    pub admit_per_second: u32,
+    pub max_active: u32,
+    /// Between a shopper's polls. A ticket's poll budget refills one poll every
+    /// `SECKILL_QUEUE_POLL_EVERY_MS` (1 s by default) and holds 20: at 1 s a shopper
+    /// never meets 429 `POLLING_TOO_FAST`, and faster for at most the burst. The room
+    /// itself asks for `refreshIntervalSeconds` (6 s), too slow for a short run.
+    pub poll_every: Duration,
+}
+
+impl Default for RoomPlan {
+    fn default() -> Self {
+        Self {
+            shoppers: 100,
+            admit_per_second: 50,
+            max_active: 100,
+            poll_every: Duration::from_secs(1),
+        }
+    }
 }
 
 /// The side load (see `side`): `GET /api/limited` from a few client ids and

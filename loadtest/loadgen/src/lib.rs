@@ -9,6 +9,9 @@
 //!   the limits the checks hold the purchases to, those not given read from there.
 //! - `request`: one request, sent and written to the ledger.
 //! - `schedule`: the load, in the open model (a rate) or the closed one (a concurrency).
+//! - `room`: room mode, the item's waiting room on and shoppers (`shopper`) who join it,
+//!   poll it and buy with their pass, beside the load's purchases without one; its own
+//!   checks and report.
 //! - `side`: beside the purchases, a few keys of the policies that limit in process
 //!   while Redis is away; `samples`: the targets' metrics over the run.
 //! - `progress`: the line on stderr while the load runs.
@@ -29,13 +32,18 @@ mod policies;
 mod progress;
 mod report;
 mod request;
+mod room;
 mod run;
 mod samples;
 mod schedule;
+mod shopper;
 mod side;
 
-pub use config::{Config, ItemChoice, Limit, LimitParts, Limits, Load, Options, SideLoad, Stores};
+pub use config::{
+    Config, ItemChoice, Limit, LimitParts, Limits, Load, Options, RoomPlan, SideLoad, Stores,
+};
 pub use loadtest_core::report::{Answers, Check, Latency, Span};
-pub use report::{Phase, RunReport};
+pub use report::{Phase, RunReport, SaleTotals};
 pub use run::{run, run_with};
 pub use samples::Sample;
+pub use shopper::RoomReport;

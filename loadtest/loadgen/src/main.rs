@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use loadgen::{Config, ItemChoice, LimitParts, Limits, Load, Options, SideLoad, Stores};
+use loadgen::{Config, ItemChoice, LimitParts, Limits, Load, Options, RoomPlan, SideLoad, Stores};
 
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -132,6 +132,21 @@ struct Args {
     sample_metrics: Vec<String>,
     #[arg(long, default_value_t = 200)]
     sample_every_ms: u64,
+    /// Room mode: turn the item's waiting room on and send this many shoppers through it
+    /// (join, poll, buy with the pass), users and addresses of their own after the
+    /// load's, while the load keeps purchasing without a pass.
+    #[arg(long, value_name = "SHOPPERS")]
+    room: Option<u32>,
+    /// Room mode: the room's admitPerSecond...
+    #[arg(long, default_value_t = 50, requires = "room")]
+    room_admit_per_second: u32,
+    /// ...and maxActive.
+    #[arg(long, default_value_t = 100, requires = "room")]
+    room_max_active: u32,
+    /// Room mode: between a shopper's polls (the poll budget refills one a second by
+    /// default, with a burst of 20).
+    #[arg(long, default_value_t = 1000, requires = "room")]
+    room_poll_every_ms: u64,
 }
 
 /// `ALGORITHM=COUNT`.
@@ -208,6 +223,12 @@ async fn main() {
         outages_file: args.redis_outages.clone(),
         sample_metrics: args.sample_metrics.clone(),
         sample_every: Duration::from_millis(args.sample_every_ms),
+        room: args.room.map(|shoppers| RoomPlan {
+            shoppers,
+            admit_per_second: args.room_admit_per_second,
+            max_active: args.room_max_active,
+            poll_every: Duration::from_millis(args.room_poll_every_ms),
+        }),
     };
     let report = match loadgen::run_with(config, options).await {
         Ok(report) => report,

@@ -9,6 +9,7 @@ use loadtest_core::ledger::Record;
 use loadtest_core::report::{answers, by_cause, latency, Answers, Check, Latency};
 
 use crate::samples::Sample;
+use crate::shopper::{RoomReport, RoomSeen};
 
 #[derive(Debug, Serialize)]
 pub struct RunReport {
@@ -43,7 +44,62 @@ pub struct RunReport {
     pub side_dropped: u64,
     /// The named time windows of `Options::phases_file`, each with its own figures.
     pub phases: Vec<Phase>,
+    /// The sale's figures as the clients saw them, for the history's report of it.
+    pub sale: SaleTotals,
+    /// Room mode: the room as the shoppers saw it.
+    pub room: Option<RoomReport>,
     pub checks: Vec<Check>,
+}
+
+/// What the history's report of the run's sale (`GET /admin/api/items/{id}/report`,
+/// issue 35) is held to, as the clients saw it: purchases of every kind (the load's
+/// without a pass and the room's shoppers' with one). With `Options::sales` above 1 the
+/// load's purchases are of several items and these are not one sale's.
+#[derive(Debug, Default, Serialize)]
+pub struct SaleTotals {
+    /// Purchases sent, answered or not: the report's attempts.
+    pub attempts: u64,
+    /// Purchases answered 200: each is an order in Postgres (the store checks hold
+    /// that), so this is the report's `bought`.
+    pub orders: u64,
+    /// Purchases the limiter refused (429), by the rule (dimension) that refused.
+    pub refused: BTreeMap<String, u64>,
+    /// Purchases refused 403 `NOT_ADMITTED`: without a pass while the room was on.
+    pub not_admitted: u64,
+    /// Room mode: shoppers whose join answered a ticket (0 without a room).
+    pub joined: u64,
+    /// Room mode: shoppers handed a pass.
+    pub admitted: u64,
+    /// Unix seconds of the first purchase sent and of the last answered: the minutes of
+    /// the history from the first's to the last's hold every purchase of the run.
+    pub first_unix_s: i64,
+    pub last_unix_s: i64,
+}
+
+impl SaleTotals {
+    pub(crate) fn of(records: &[Record], start_unix_ms: u64, room: &RoomSeen) -> Self {
+        let mut refused = BTreeMap::new();
+        for r in records.iter().filter(|r| r.status == 429) {
+            let dimension = r.dimension.clone().unwrap_or_else(|| "-".into());
+            *refused.entry(dimension).or_default() += 1;
+        }
+        let unix_s = |offset: std::time::Duration| {
+            ((start_unix_ms + offset.as_millis() as u64) / 1000) as i64
+        };
+        Self {
+            attempts: records.len() as u64,
+            orders: records.iter().filter(|r| r.status == 200).count() as u64,
+            refused,
+            not_admitted: records
+                .iter()
+                .filter(|r| r.status == 403 && r.code.as_deref() == Some("NOT_ADMITTED"))
+                .count() as u64,
+            joined: room.joined(),
+            admitted: room.admitted(),
+            first_unix_s: records.iter().map(|r| r.sent).min().map_or(0, unix_s),
+            last_unix_s: records.iter().map(|r| r.received).max().map_or(0, unix_s),
+        }
+    }
 }
 
 impl RunReport {
@@ -106,6 +162,25 @@ impl RunReport {
         }
         if self.dropped > 0 {
             println!("dropped:      {} sends (too many in flight)", self.dropped);
+        }
+        let sale = &self.sale;
+        println!(
+            "sale:         {} attempts, {} orders, refused {}, {} not admitted, {} joined, {} admitted",
+            sale.attempts,
+            sale.orders,
+            line(&sale.refused),
+            sale.not_admitted,
+            sale.joined,
+            sale.admitted
+        );
+        if let Some(room) = &self.room {
+            println!(
+                "room:         {} shoppers, {} joined, {} admitted, {} bought",
+                room.shoppers, room.joined, room.admitted, room.bought
+            );
+            println!("  joins:      {}", line(&room.joins));
+            println!("  polls:      {}", line(&room.polls));
+            println!("  endings:    {}", line(&room.endings));
         }
         for check in &self.checks {
             println!(
@@ -179,6 +254,8 @@ pub(crate) fn summarize(item_id: i64, records: &[Record], seconds: f64) -> RunRe
         dropped: 0,
         side_dropped: 0,
         phases: Vec::new(),
+        sale: SaleTotals::default(),
+        room: None,
         checks: Vec::new(),
     }
 }

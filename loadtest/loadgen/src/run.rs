@@ -11,7 +11,7 @@ use anyhow::Context;
 use loadtest_core::client;
 use loadtest_core::ledger::Record;
 use loadtest_core::report::Check;
-use loadtest_core::setup::{create_item, login, wait_until_listed};
+use loadtest_core::setup::{create_item, login, wait_until_listed_as};
 use loadtest_core::stores::{self, order_count, store_checks};
 
 use crate::config::{Config, ItemChoice, Options};
@@ -19,10 +19,12 @@ use crate::fallback_checks::fallback_checks;
 use crate::limit_checks::limit_checks;
 use crate::limits::{self, PURCHASE_POLICY};
 use crate::policies::Policy;
-use crate::report::{summarize, RunReport};
+use crate::report::{summarize, RunReport, SaleTotals};
 use crate::request::Shared;
+use crate::room::{Cast, RoomMode};
+use crate::shopper::RoomSeen;
 use crate::side::side_answers;
-use crate::{outages, phases, progress, samples, schedule, side};
+use crate::{outages, phases, progress, room, samples, schedule, side};
 
 pub async fn run(config: Config) -> anyhow::Result<RunReport> {
     run_with(config, Options::default()).await
@@ -33,6 +35,11 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
     anyhow::ensure!(
         config.users > 0 && config.ips > 0,
         "users and ips must be positive"
+    );
+    let room_plan = options.room.clone().filter(|_| config.probe.is_none());
+    anyhow::ensure!(
+        room_plan.is_none() || options.sales <= 1,
+        "room mode drives one sale"
     );
     let client = client::client()?;
     let (item_ids, tokens, orders_before) = if config.probe.is_some() {
@@ -49,8 +56,13 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
                 ids
             }
         };
-        for item in &item_ids {
-            wait_until_listed(&client, &config.targets, *item).await?;
+        if let Some(plan) = &room_plan {
+            let target = &config.targets[0];
+            room::turn_on(&client, target, &config.admin_token, item_ids[0], plan).await?;
+        }
+        for (i, item) in item_ids.iter().enumerate() {
+            let room = (i == 0 && room_plan.is_some()).then_some(true);
+            wait_until_listed_as(&client, &config.targets, *item, room).await?;
         }
         let item_id = item_ids[0];
         let orders_before = match &config.stores {
@@ -84,6 +96,22 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
             .await?,
         ),
         _ => None,
+    };
+    // The shoppers come after the load's users and addresses and the side load's.
+    let mut room_mode = match &room_plan {
+        Some(plan) => {
+            let session_target = session_target(&config, &options);
+            let side_readers = options.side.as_ref().map_or(0, |s| s.orders_read_users);
+            let cast = Cast {
+                session_target: &session_target,
+                targets: config.targets.len(),
+                first_user: config.first_user + i64::from(config.users) + i64::from(side_readers),
+                first_ip: options.first_ip.wrapping_add(config.ips).wrapping_add(1),
+            };
+            let stores = config.stores.as_ref();
+            Some(RoomMode::prepare(&client, plan, cast, stores, item_id).await?)
+        }
+        None => None,
     };
     if let Some(path) = &options.started_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
@@ -131,7 +159,17 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
         )
         .await
     };
-    let (dropped, (side_records, side_dropped), samples) = tokio::join!(
+    let shopping = async {
+        match room_mode.as_mut() {
+            Some(mode) => {
+                let targets = &config.targets;
+                mode.shop(&client, targets, item_id, start, deadline, &ledger)
+                    .await
+            }
+            None => Ok(RoomSeen::default()),
+        }
+    };
+    let (dropped, (side_records, side_dropped), samples, room_seen) = tokio::join!(
         schedule::drive(
             &shared,
             &config.load,
@@ -141,9 +179,11 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
             &done,
         ),
         side_load,
-        sampled
+        sampled,
+        shopping
     );
     let dropped = dropped?;
+    let room_seen = room_seen?;
     let seconds = start.elapsed().as_secs_f64();
     if let Some(progress) = progress {
         progress.abort();
@@ -163,6 +203,7 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
     report.side_dropped = side_dropped;
     report.side = side_answers(side_records.iter());
     report.samples = samples;
+    report.sale = SaleTotals::of(&records, report.start_unix_ms, &room_seen);
     if let Some(path) = &options.phases_file {
         report.phases = phases::cut(path, start_wall, &records, &side_records)?;
     }
@@ -196,6 +237,11 @@ pub async fn run_with(config: Config, options: Options) -> anyhow::Result<RunRep
         report
             .checks
             .extend(store_checks(stores, item_id, before, &records).await?);
+    }
+    if let Some(mode) = &room_mode {
+        let stores = config.stores.as_ref();
+        mode.judge(&room_seen, &records, &mut report, stores, orders_before)
+            .await?;
     }
     Ok(report)
 }

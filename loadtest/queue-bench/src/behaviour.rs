@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use loadtest_core::dice::Dice;
+pub use loadtest_core::room::Ending;
 
 use crate::crowd::Account;
 use crate::seen::State;
@@ -50,39 +51,6 @@ pub struct InRoom {
 pub struct Rush {
     pub first_at: Duration,
     pub clicks: Clicks,
-}
-
-/// How a shopper's run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Ending {
-    Bought,
-    /// Answered 202 `ORDER_PENDING`: the order may yet land.
-    Pending,
-    /// Admitted, and (as told) never bought.
-    Admitted,
-    SoldOut,
-    /// The place was skipped, or the pass refused (403) or over.
-    Expired,
-    Closed,
-    /// Every attempt refused.
-    GaveUp,
-    /// Still waiting (or trying) at the run's deadline.
-    Deadline,
-}
-
-impl Ending {
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Bought => "bought",
-            Self::Pending => "pending",
-            Self::Admitted => "admitted",
-            Self::SoldOut => "sold_out",
-            Self::Expired => "expired",
-            Self::Closed => "closed",
-            Self::GaveUp => "gave_up",
-            Self::Deadline => "deadline",
-        }
-    }
 }
 
 /// Sleeps `pause`, unless that passes `deadline`: then sleeps until the deadline and

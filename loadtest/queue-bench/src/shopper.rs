@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use loadtest_core::client::Failure;
-use loadtest_core::ledger::Record;
+use loadtest_core::room::{self, Caller};
+pub use loadtest_core::room::{Answer, Standing};
 
 use crate::crowd::Account;
 use crate::seen::{Bought, Joined, PassClaims, Polled, Seen, State};
@@ -22,55 +22,6 @@ pub struct Run {
     /// The same instant on the wall clock (Unix ms), to read passes' expiries by.
     pub start_unix_ms: i64,
     pub seen: Seen,
-}
-
-/// Where a join or a poll says the shopper stands (the app's `QueueBody`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Standing {
-    pub state: String,
-    pub position: Option<u64>,
-    pub ahead: Option<u64>,
-    pub refresh_interval_seconds: Option<u64>,
-    pub ticket: Option<String>,
-    pub pass: Option<String>,
-}
-
-/// An answer, or why none came.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub sent: Duration,
-    pub received: Duration,
-    /// 0 when no answer came (`failure` says why).
-    pub status: u16,
-    pub body: serde_json::Value,
-    pub failure: Option<Failure>,
-    /// The limiter admitted the request (see `ledger`).
-    pub admitted: bool,
-}
-
-impl Answer {
-    pub fn code(&self) -> Option<&str> {
-        self.body["code"].as_str()
-    }
-
-    /// A refusal's own wait (`retryAfterMs`).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.body["retryAfterMs"]
-            .as_u64()
-            .map(Duration::from_millis)
-    }
-
-    pub fn standing(&self) -> Option<Standing> {
-        (self.status == 200)
-            .then(|| serde_json::from_value(self.body.clone()).ok())
-            .flatten()
-    }
-
-    /// No connection could be made: the instance is gone, try another.
-    pub fn unreachable(&self) -> bool {
-        self.failure == Some(Failure::Connect)
-    }
 }
 
 impl Run {
@@ -98,49 +49,21 @@ impl Run {
         }
     }
 
-    fn url(&self, target: usize, path: &str) -> String {
-        format!("{}{path}", self.site.targets[target])
+    fn base(&self, target: usize) -> &str {
+        &self.site.targets[target]
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, who: &Account) -> Answer {
-        let sent = self.start.elapsed();
-        let response = request
-            .bearer_auth(&who.token)
-            .header("X-Forwarded-For", &who.ip)
-            .send()
-            .await;
-        let mut answer = Answer {
-            sent,
-            received: sent,
-            status: 0,
-            body: serde_json::Value::Null,
-            failure: None,
-            admitted: false,
+        let caller = Caller {
+            token: &who.token,
+            ip: &who.ip,
         };
-        match response {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let admitted =
-                    status != 429 && response.headers().contains_key("x-ratelimit-remaining");
-                match response.bytes().await {
-                    Ok(body) => {
-                        answer.status = status;
-                        answer.admitted = admitted;
-                        answer.body = serde_json::from_slice(&body).unwrap_or_default();
-                    }
-                    Err(e) => answer.failure = Some(Failure::of(&e).or_lost()),
-                }
-            }
-            Err(e) => answer.failure = Some(Failure::of(&e)),
-        }
-        answer.received = self.start.elapsed();
-        answer
+        room::send(request, caller, self.start).await
     }
 
     /// `POST /api/items/{item}/queue`.
     pub async fn join(&self, who: &Account, target: usize, fresh: bool) -> Answer {
-        let path = format!("/api/items/{}/queue", self.item);
-        let request = self.client(fresh).post(self.url(target, &path));
+        let request = room::join(self.client(fresh), self.base(target), self.item);
         let answer = self.send(request, who).await;
         self.seen.joined(Joined {
             sent: answer.sent,
@@ -153,11 +76,7 @@ impl Run {
 
     /// `GET /api/items/{item}/queue` with the ticket.
     pub async fn poll(&self, who: &Account, target: usize, ticket: &str, fresh: bool) -> Answer {
-        let path = format!("/api/items/{}/queue", self.item);
-        let request = self
-            .client(fresh)
-            .get(self.url(target, &path))
-            .header("Queue-Ticket", ticket);
+        let request = room::poll(self.client(fresh), self.base(target), self.item, ticket);
         let answer = self.send(request, who).await;
         let standing = answer.standing();
         self.seen.polled(Polled {
@@ -185,30 +104,12 @@ impl Run {
         pass: Option<&str>,
         fresh: bool,
     ) -> Answer {
-        let mut request = self
-            .client(fresh)
-            .post(self.url(target, "/seckill"))
-            .json(&serde_json::json!({ "itemId": self.item }));
-        if let Some(pass) = pass {
-            request = request.header("Queue-Pass", pass);
-        }
+        let request = room::buy(self.client(fresh), self.base(target), self.item, pass);
         let answer = self.send(request, who).await;
         self.seen.bought(Bought {
             target,
             holder: who.holder,
-            record: Record {
-                target,
-                user: who.user,
-                ip: who.ip_index,
-                sent: answer.sent,
-                received: answer.received,
-                status: answer.status,
-                code: answer.code().map(str::to_string),
-                dimension: answer.body["dimension"].as_str().map(str::to_string),
-                admitted: answer.admitted,
-                failure: answer.failure,
-                order_id: answer.body["orderId"].as_str().map(str::to_string),
-            },
+            record: answer.record(target, who.user, who.ip_index),
         });
         answer
     }

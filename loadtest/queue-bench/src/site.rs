@@ -3,11 +3,11 @@
 //! settings and figures (the admin API), the listing that says every instance has read
 //! them, and an instance's counters from `/metrics`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Context;
 use chrono::{DateTime, Utc};
 use loadtest_core::client::{client, loopback};
+pub use loadtest_core::room::RoomSettings;
 use serde::Deserialize;
 
 /// The instances under test and the two HTTP clients of a run.
@@ -20,20 +20,6 @@ pub struct Site {
     /// A new connection per request: a human polls every 6 s, after the server closed
     /// the idle connection (keep-alive 5 s), so each poll connects again.
     pub(crate) fresh: reqwest::Client,
-}
-
-/// A room's settings, as an operator sets them.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RoomSettings {
-    /// `random` order, else `fifo`.
-    pub random: bool,
-    /// When the pre-queue opens (before the sale's start); `None`: no pre-queue.
-    pub prequeue_from: Option<DateTime<Utc>>,
-    pub admit_per_second: u32,
-    pub max_active: u32,
-    pub pass_ttl_secs: u32,
-    pub abandon_after_secs: u32,
 }
 
 /// An instance's view of a room (`status` of `GET /admin/api/items/{id}/waiting-room`).
@@ -87,33 +73,8 @@ impl Site {
 
     /// Turns `item`'s room on with these settings (`PUT /admin/api/items/{item}/waiting-room`).
     pub async fn set_room(&self, item: i64, settings: &RoomSettings) -> anyhow::Result<()> {
-        let settings = serde_json::json!({
-            "enabled": true,
-            "order": if settings.random { "random" } else { "fifo" },
-            "prequeueStartsAt": settings.prequeue_from,
-            "admitPerSecond": settings.admit_per_second,
-            "maxActive": settings.max_active,
-            "passTtlSecs": settings.pass_ttl_secs,
-            "abandonAfterSecs": settings.abandon_after_secs,
-        });
-        let response = self
-            .client
-            .put(format!(
-                "{}/admin/api/items/{item}/waiting-room",
-                self.targets[0]
-            ))
-            .bearer_auth(&self.admin_token)
-            .json(&settings)
-            .send()
-            .await
-            .context("setting the waiting room")?;
-        let status = response.status();
-        anyhow::ensure!(
-            status == 200,
-            "setting the waiting room: {status} {}",
-            response.text().await.unwrap_or_default()
-        );
-        Ok(())
+        let target = &self.targets[0];
+        loadtest_core::room::set_room(&self.client, target, &self.admin_token, item, settings).await
     }
 
     /// The room's figures as instance `target` sees them.
@@ -141,36 +102,8 @@ impl Site {
     /// Waits until every instance lists `item` (catalog and rooms are reloaded every
     /// second), with its room on when `room`.
     pub async fn until_listed(&self, item: i64, room: bool) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        for target in &self.targets {
-            loop {
-                let listed = async {
-                    let body: serde_json::Value = self
-                        .client
-                        .get(format!("{target}/api/items"))
-                        .send()
-                        .await
-                        .ok()?
-                        .json()
-                        .await
-                        .ok()?;
-                    body["items"]
-                        .as_array()?
-                        .iter()
-                        .find(|i| i["id"].as_i64() == Some(item))
-                        .map(|i| i["waitingRoom"].as_bool() == Some(room))
-                };
-                if listed.await == Some(true) {
-                    break;
-                }
-                anyhow::ensure!(
-                    Instant::now() < deadline,
-                    "{target} does not list item {item} (waiting room {room})"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        Ok(())
+        loadtest_core::setup::wait_until_listed_as(&self.client, &self.targets, item, Some(room))
+            .await
     }
 
     /// Instance `target`'s `/metrics` text, or `None` when it does not answer.
