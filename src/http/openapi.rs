@@ -64,6 +64,8 @@ const OPERATOR: &str = "admin_token";
         routes::admin::queue_settings::update_waiting_room,
         routes::admin::orders,
         routes::admin::orders_export::orders_csv,
+        routes::admin::history::history,
+        routes::admin::history::item_report,
         routes::admin::stats,
         routes::admin::stats_series,
         routes::admin::rules::policies,
