@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::configuration::HistorySettings;
+use crate::limiter::policy::is_name;
 use crate::sale::item::ItemId;
 use crate::stats::record::WAIT_BUCKETS_SECS;
 
@@ -18,7 +19,7 @@ pub const DEFAULT_RANGE_HOURS: i64 = 24;
 /// The rows' granularity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Step {
+pub enum HistoryStep {
     /// One row per minute, as folded.
     #[default]
     Minute,
@@ -26,7 +27,7 @@ pub enum Step {
     Hour,
 }
 
-impl Step {
+impl HistoryStep {
     /// Postgres's `date_trunc` unit.
     fn unit(self) -> &'static str {
         match self {
@@ -44,7 +45,7 @@ pub struct HistoryQuery {
     /// The last instant, excluded.
     pub to: DateTime<Utc>,
     /// Per minute or per hour.
-    pub step: Step,
+    pub step: HistoryStep,
     /// Only this item's rows (of `history_items` and `history_rooms`); with no policy
     /// named, no decision rows.
     pub item: Option<ItemId>,
@@ -56,6 +57,9 @@ pub struct HistoryQuery {
 /// Why a history query is refused: each names the query parameter at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HistoryRefused {
+    /// Not a policy's name.
+    #[error("policy must be a policy's name: 1-32 characters of a-z 0-9 _ -")]
+    BadPolicy,
     /// `to` is not after `from`.
     #[error("to must be after from")]
     Backwards,
@@ -82,6 +86,7 @@ impl HistoryRefused {
     /// The query parameter at fault.
     pub fn field(&self) -> &'static str {
         match self {
+            Self::BadPolicy => "policy",
             Self::Backwards | Self::TooLong { .. } | Self::TooManyRows { .. } => "to",
         }
     }
@@ -93,11 +98,14 @@ impl HistoryQuery {
     pub fn new(
         from: Option<DateTime<Utc>>,
         to: Option<DateTime<Utc>>,
-        step: Step,
+        step: HistoryStep,
         item: Option<ItemId>,
         policy: Option<String>,
         settings: &HistorySettings,
     ) -> Result<Self, HistoryRefused> {
+        if policy.as_deref().is_some_and(|p| !is_name(p)) {
+            return Err(HistoryRefused::BadPolicy);
+        }
         let to = to.unwrap_or_else(Utc::now);
         let from = from.unwrap_or(to - Duration::hours(DEFAULT_RANGE_HOURS));
         if to <= from {
@@ -122,7 +130,7 @@ impl HistoryQuery {
             // The instants Postgres stores (`domain::is_storable`): the whole of it.
             from: DateTime::from_timestamp(0, 0).unwrap_or_default(),
             to: DateTime::from_timestamp(253_402_300_800, 0).unwrap_or_default(),
-            step: Step::Minute,
+            step: HistoryStep::Minute,
             item: Some(item),
             policy: None,
         }
@@ -284,18 +292,26 @@ mod tests {
             ..HistorySettings::default()
         };
         let to = at("2026-12-04T12:00:00Z");
-        let query = HistoryQuery::new(None, Some(to), Step::Hour, None, None, &settings).unwrap();
+        let query =
+            HistoryQuery::new(None, Some(to), HistoryStep::Hour, None, None, &settings).unwrap();
         assert_eq!(query.from, at("2026-12-03T12:00:00Z"));
         let too_long = HistoryQuery::new(
             Some(at("2026-12-01T00:00:00Z")),
             Some(to),
-            Step::Minute,
+            HistoryStep::Minute,
             None,
             None,
             &settings,
         );
         assert_eq!(too_long, Err(HistoryRefused::TooLong { max_days: 2 }));
-        let backwards = HistoryQuery::new(Some(to), Some(to), Step::Minute, None, None, &settings);
+        let backwards = HistoryQuery::new(
+            Some(to),
+            Some(to),
+            HistoryStep::Minute,
+            None,
+            None,
+            &settings,
+        );
         assert_eq!(backwards.map_err(|e| e.field()), Err("to"));
     }
 }

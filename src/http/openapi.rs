@@ -376,7 +376,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            33,
+            35,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

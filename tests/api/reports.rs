@@ -237,6 +237,7 @@ async fn history_past_its_bounds_is_refused_naming_the_field(db: PgPool) {
         ("step=day", "step"),
         ("from=yesterday", "from"),
         ("item=-1", "item"),
+        ("policy=seckill%00", "policy"),
         ("format=xml", "format"),
     ] {
         let response = app.admin_get(&format!("/admin/api/history?{query}")).await;

@@ -12,7 +12,7 @@ use super::csv_export::{streamed, text};
 use super::storable;
 use crate::configuration::HistorySettings;
 use crate::history::report::{sale_report, SaleReport};
-use crate::history::rows::{self, Cursor, HistoryQuery, HistoryRow, Step};
+use crate::history::rows::{self, Cursor, HistoryQuery, HistoryRow, HistoryStep};
 use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::http::QueryParams;
@@ -62,7 +62,7 @@ pub struct HistoryParams {
     /// RFC 3339, excluded; now when absent. At most `history.max_range_days` after `from`.
     to: Option<DateTime<Utc>>,
     /// `minute` (the default) or `hour` (each hour's minutes summed, UTC).
-    step: Option<Step>,
+    step: Option<HistoryStep>,
     /// `json` or `csv`; without it, CSV when `Accept` names `text/csv`.
     format: Option<Format>,
 }
@@ -72,7 +72,7 @@ pub struct HistoryParams {
 pub struct HistoryPage {
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    step: Step,
+    step: HistoryStep,
     /// In order of time, source, item, policy, rule and outcome; rows of 0 left out.
     rows: Vec<HistoryRow>,
 }
