@@ -62,8 +62,10 @@ pub struct HistoryParams {
     /// RFC 3339, excluded; now when absent. At most `history.max_range_days` after `from`.
     to: Option<DateTime<Utc>>,
     /// `minute` (the default) or `hour` (each hour's minutes summed, UTC).
+    #[param(inline)]
     step: Option<HistoryStep>,
     /// `json` or `csv`; without it, CSV when `Accept` names `text/csv`.
+    #[param(inline)]
     format: Option<Format>,
 }
 
@@ -156,6 +158,7 @@ pub async fn history(
 pub struct ReportParams {
     /// `json` (the default) or `csv` (the minute-by-minute table); without it, CSV when
     /// `Accept` names `text/csv`.
+    #[param(inline)]
     format: Option<Format>,
 }
 
