@@ -89,6 +89,7 @@ pub(super) fn start(
     let admin_guard = web::Data::new(admin_guard);
     let rules = web::Data::from(rules);
     let stats = web::Data::from(stats);
+    let history_settings = web::Data::new(settings.history.clone());
     let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
     let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
     let body_timeout = web::Data::new(crate::http::json::BodyTimeout(Duration::from_millis(
@@ -143,6 +144,7 @@ pub(super) fn start(
                 .app_data(admin_guard.clone())
                 .app_data(rules.clone())
                 .app_data(stats.clone())
+                .app_data(history_settings.clone())
                 .app_data(waiting_room.clone())
                 .app_data(poll_budget.clone())
                 .app_data(openapi.clone())

@@ -12,8 +12,8 @@ use crate::vocabulary::Outcome;
 /// failures, not answers about the sale: the order could not be placed, the limiter
 /// could not be asked, the purchase was shed or the orders breaker was open), nowhere
 /// (a limiter refusal, charted per dimension from the limiter's own rejections), or
-/// "other".
-fn line_of(outcome: &str) -> Line {
+/// "other". The history's report per sale sorts its minutes' outcomes by it too.
+pub(crate) fn line_of(outcome: &str) -> Line {
     match Outcome::ALL.iter().find(|o| o.label() == outcome) {
         Some(Outcome::SoldOut) => Line::SoldOut,
         Some(
@@ -27,7 +27,8 @@ fn line_of(outcome: &str) -> Line {
     }
 }
 
-enum Line {
+/// A chart line (see [`line_of`]).
+pub(crate) enum Line {
     SoldOut,
     Errors,
     None,

@@ -3,7 +3,7 @@
 // numbers it plots in `data-values` (comma-separated, one per `data-step` seconds, 1
 // unless said, from the chart's `data-from`), and each chart has a table of its series
 // for screen readers.
-import { formatNumber } from '../format.js';
+import { formatClock, formatNumber } from '../format.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 const HEIGHT = 180;
@@ -45,6 +45,20 @@ function pathOf(values, x, y) {
   return d;
 }
 
+/** A past span's clock times along the bottom, about five, the first and the last. */
+function clockAxis(points, from, step, x, width) {
+  const group = svg('g', { class: 'chart-axis', 'aria-hidden': 'true' });
+  const labels = Math.min(points, width < 420 ? 3 : 5);
+  const last = points - 1;
+  const at = new Set(Array.from({ length: labels }, (_, k) => (labels === 1 ? last : Math.round((k * last) / (labels - 1)))));
+  for (const i of at) {
+    const anchor = i === 0 && last > 0 ? 'start' : i === last ? 'end' : 'middle';
+    const label = formatClock(new Date((from + i * step) * 1000).toISOString());
+    group.append(svg('text', { x: x(i), y: HEIGHT - 6, 'text-anchor': anchor }, label));
+  }
+  return group;
+}
+
 /** "−5 min" … "now" along the bottom, one label a minute (fewer when narrow). */
 function timeAxis(points, step, x, width) {
   const group = svg('g', { class: 'chart-axis', 'aria-hidden': 'true' });
@@ -62,10 +76,12 @@ function timeAxis(points, step, x, width) {
 
 /**
  * Draws (replaces) a line chart in `figure`.
- *   chart: { name, title, from, step? (seconds a point, 1), kind? ('level': the latest
- *            value counts, not the total), max? (the y axis's top at least: 100 for
- *            percentages), unit? (written after every number: '%'),
- *            lines: [{ key, label, values, tone?, dashed? }] }
+ *   chart: { name, title, from (unix seconds), step? (seconds a point, 1), kind? ('level':
+ *            the latest value counts, not the total), max? (the y axis's top at least:
+ *            100 for percentages), unit? (written after every number: '%'), clock? (a
+ *            past span: clock times along the bottom, not "−N min … now"), per? (what a
+ *            point counts: 'second', 'minute'), lines: [{ key, label, values, tone?,
+ *            dashed? }] }
  * `tone` is a fixed colour class; without one a line takes the next palette colour.
  * A `dashed` line (and its legend swatch) is drawn dashed: what would have happened,
  * beside what did.
@@ -127,7 +143,7 @@ export function renderLineChart(figure, chart) {
       'data-step': step,
     },
     grid,
-    timeAxis(points, step, x, width),
+    chart.clock ? clockAxis(points, Number(chart.from), step, x, width) : timeAxis(points, step, x, width),
     plotted,
   );
 
@@ -146,14 +162,14 @@ export function renderLineChart(figure, chart) {
   figure.replaceChildren(picture, legend, table(chart, lines, show));
 }
 
-/** Per series: the 5-minute total (or the latest level) and the busiest second. */
+/** Per series: the total (or the latest level) and the busiest point. */
 function table(chart, lines, show) {
   const level = chart.kind === 'level';
   const node = document.createElement('table');
   const caption = document.createElement('caption');
   caption.textContent = chart.title;
   const head = document.createElement('tr');
-  for (const text of ['Series', level ? 'Latest' : 'Total', level ? 'Lowest' : 'Peak per second']) {
+  for (const text of ['Series', level ? 'Latest' : 'Total', level ? 'Lowest' : `Peak per ${chart.per || 'second'}`]) {
     const th = document.createElement('th');
     th.scope = 'col';
     th.textContent = text;

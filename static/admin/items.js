@@ -1,7 +1,8 @@
 // The items table: every item with its stock and what it sold (units, sell-through, how
 // long it took to sell out, revenue of paid orders), its sale window and status, and per
-// item Edit, Pause / Resume, End now, Archive, its history and its waiting room (the
-// panel, waiting-room.js, listens for those buttons by their data-room-item).
+// item Edit, Pause / Resume, End now, Archive, its history, its sale report (a page of
+// its own, report.html) and its waiting room (the panel, waiting-room.js, listens for
+// those buttons by their data-room-item).
 // A search box narrows the rows by name or id; archived items are listed on request.
 // Rows are keyed by item id and kept across polls, so a button keeps its focus.
 import { announce, byId, confirmDialog, el, keepInOrder } from '../dom.js';
@@ -89,11 +90,12 @@ function createItemRow(item) {
   r.toggle = el('button', { type: 'button', class: 'button button-small', onclick: () => togglePause(id) });
   r.room = el('button', { type: 'button', class: 'button button-small button-quiet', text: 'Waiting room', dataset: { roomItem: String(id) } });
   r.history = button('History', () => openHistory(id), true);
+  r.report = el('a', { class: 'button button-small button-quiet', href: `/admin/report.html?item=${id}`, text: 'Report' });
   // What the operator reads about the item stays with its name; what changes it, at the end.
   r.name = el(
     'td',
     { class: 'name-cell', 'data-label': 'Item' },
-    el('span', { class: 'cell-stack' }, r.nameText, r.window, el('span', { class: 'item-links' }, r.history, r.room)),
+    el('span', { class: 'cell-stack' }, r.nameText, r.window, el('span', { class: 'item-links' }, r.history, r.report, r.room)),
   );
   r.tr = el(
     'tr',
@@ -166,6 +168,7 @@ function renderItemRow(item) {
   r.room.disabled = archived;
   r.room.setAttribute('aria-label', `Waiting room of ${label}`);
   r.history.setAttribute('aria-label', `History of ${label}`);
+  r.report.setAttribute('aria-label', `Sale report of ${label}`);
   return r;
 }
 

@@ -4,7 +4,7 @@
 import { announce, byId, el, fieldError } from '../dom.js';
 import { formatDateTime, formatNumber, formatPrice, localInputToIso } from '../format.js';
 import { ErrorCode, ORDER_STATES, orderStateLabel } from '../words.js';
-import { adminApi, adminDownload, signedIn } from './session.js';
+import { adminApi, adminDownload, saveFile, signedIn } from './session.js';
 
 const ui = {
   form: byId('orders-form'),
@@ -150,15 +150,7 @@ async function exportCsv() {
     if (file.status !== 401) announce(ui.exported, `Could not export the orders: ${file.message}`, 'error');
     return;
   }
-  const url = URL.createObjectURL(file.blob);
-  const link = el('a', { href: url, download: file.name, hidden: true });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  // The download has its own copy once it started.
-  setTimeout(() => URL.revokeObjectURL(url), 60_000);
-  const kb = file.blob.size / 1024;
-  const size = kb < 1024 ? `${formatNumber(Math.ceil(kb))} KB` : `${formatNumber(Math.round(kb / 102.4) / 10)} MB`;
+  const size = saveFile(file);
   announce(ui.exported, `Downloaded ${file.name} (${size}): the orders these filters select, all pages.`, 'ok');
 }
 

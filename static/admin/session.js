@@ -1,7 +1,8 @@
 // The admin token, kept in this tab's sessionStorage only, and the calls that carry it.
 // A 401 ends the session: the entry module says what happens then.
 import { api } from '../api.js';
-import { announce } from '../dom.js';
+import { announce, el } from '../dom.js';
+import { formatNumber } from '../format.js';
 
 const TOKEN_KEY = 'seckill.admin.token';
 
@@ -83,4 +84,20 @@ export async function adminDownload(path, fallbackName) {
   } catch {
     return { ok: false, status: res.status, message: 'The download broke off before its end. Try again.' };
   }
+}
+
+/**
+ * Hands a downloaded file (adminDownload's `{ blob, name }`) to the browser to save;
+ * answers its size as a person reads it ("12 KB").
+ */
+export function saveFile(file) {
+  const url = URL.createObjectURL(file.blob);
+  const link = el('a', { href: url, download: file.name, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  // The download has its own copy once it started.
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  const kb = file.blob.size / 1024;
+  return kb < 1024 ? `${formatNumber(Math.ceil(kb))} KB` : `${formatNumber(Math.round(kb / 102.4) / 10)} MB`;
 }

@@ -29,6 +29,7 @@ mod operator_actions;
 mod overload;
 mod parsers;
 mod policy_scope;
+mod reports;
 mod returns;
 mod rule_sets;
 mod sale;

@@ -1,5 +1,6 @@
 // Helpers of the end-to-end tests: settings from the environment, the browser, the admin
-// sign-in, polling with deadlines, and direct API calls for set-up.
+// sign-in, polling with deadlines, and direct API calls (and SQL) for set-up.
+import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -191,4 +192,14 @@ export async function shopperToken(user) {
   const res = await apiCall('/api/session', { method: 'POST', body: { userId: user } });
   if (res.status !== 200) throw new Error(`session for ${user} answered ${res.status}: ${JSON.stringify(res.data)}`);
   return res.data.token;
+}
+
+/**
+ * Runs one SQL statement on the run's database (psql, E2E_DATABASE_URL): the set-up of
+ * what no API writes, such as the history's rows. Answers psql's unaligned output.
+ */
+export function sql(statement) {
+  return execFileSync('psql', [required('E2E_DATABASE_URL'), '-v', 'ON_ERROR_STOP=1', '-qtAc', statement], {
+    encoding: 'utf8',
+  }).trim();
 }

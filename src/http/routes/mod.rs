@@ -82,6 +82,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             .service(operator.resource("/items/{id}/end", [post(admin::end_item)]))
             .service(operator.resource("/items/{id}/archive", [post(admin::archive_item)]))
             .service(operator.resource("/items/{id}/audit", [get(admin::item_audit)]))
+            .service(operator.resource("/items/{id}/report", [get(admin::item_report)]))
             .service(operator.resource("/items/{id}/pause", [post(admin::pause)]))
             .service(operator.resource("/items/{id}/resume", [post(admin::resume)]))
             .service(operator.resource(
@@ -90,6 +91,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             ))
             .service(operator.resource("/orders", [get(admin::orders)]))
             .service(operator.resource("/orders.csv", [get(admin::orders_csv)]))
+            .service(operator.resource("/history", [get(admin::history)]))
             .service(operator.resource("/stats", [get(admin::stats)]))
             .service(operator.resource("/stats/series", [get(admin::stats_series)]))
             .service(operator.resource("/policies", [get(admin::policies)]))
