@@ -374,3 +374,59 @@ impl Rows {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::record::{ItemCounts, RefusalSample, RoomCounts};
+
+    fn record(second: i64, waits: Vec<i64>) -> SecondRecord {
+        SecondRecord {
+            instance: "a".into(),
+            second,
+            items: vec![ItemCounts {
+                item: 7,
+                outcomes: [("created".to_string(), 2)].into(),
+                room: RoomCounts {
+                    joins: 1,
+                    waits,
+                    ..RoomCounts::default()
+                },
+            }],
+            ..SecondRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_record_postgres_could_not_store_is_refused_before_it() {
+        assert_eq!(check(&record(1_796_400_000, vec![])), Ok(()));
+        let mut nul = record(1_796_400_000, vec![]);
+        nul.instance = "a\0".into();
+        assert!(check(&nul).is_err());
+        assert!(check(&record(-1, vec![])).is_err());
+        assert!(check(&record(i64::MAX, vec![])).is_err());
+        let mut sample = record(1_796_400_000, vec![]);
+        sample.samples.push(RefusalSample {
+            at_ms: i64::MAX,
+            policy: "p".into(),
+            rule: "r".into(),
+            user: None,
+            ip: None,
+            item: None,
+        });
+        assert!(check(&sample).is_err());
+    }
+
+    #[test]
+    fn records_of_one_minute_add_up_in_one_row_and_waits_element_by_element() {
+        let mut rows = Rows::default();
+        rows.add(&record(1_796_400_000, vec![1, 2]));
+        rows.add(&record(1_796_400_059, vec![10, 20, 30]));
+        rows.add(&record(1_796_400_060, vec![]));
+        let created: Vec<i64> = rows.items.values().copied().collect();
+        assert_eq!(created, [4, 2], "two minutes");
+        let room = &rows.rooms[&(7, 1_796_400_000)];
+        assert_eq!((room.joins, room.waits.as_slice()), (2, &[11, 22, 30][..]));
+        assert_eq!(rows.rooms[&(7, 1_796_400_060)].joins, 1);
+    }
+}

@@ -569,7 +569,7 @@ mod topology {
         until_folded(&settings, &db, &writers, &ids, &sums(first)).await;
 
         // Every record again (as a writer that retried would append them, or a claim
-        // after a consumer committed and died), the new ones, and three malformed.
+        // after a consumer committed and died), the new ones, and four malformed.
         let dropped = "seckill_history_dropped_total{what=\"record\"}";
         let dropped_before = app.metric_sum(dropped).await;
         let mut again = append(&settings, &all).await;
@@ -579,9 +579,13 @@ mod topology {
             second: an_hour_ago(),
             ..SecondRecord::default()
         };
-        again.extend(append(&settings, &[no_instance]).await);
+        // A count that would take a row past a BIGINT: Postgres refuses its batch, then
+        // that record alone; the others of its batch fold.
+        let mut overflowing = record("w3", an_hour_ago(), 1);
+        overflowing.decisions[0].count = i64::MAX;
+        again.extend(append(&settings, &[no_instance, overflowing]).await);
         again.extend(append(&settings, first).await);
         until_folded(&settings, &db, &writers, &again, &sums(&all)).await;
-        assert_eq!(app.metric_sum(dropped).await - dropped_before, 3.0);
+        assert_eq!(app.metric_sum(dropped).await - dropped_before, 4.0);
     }
 }
