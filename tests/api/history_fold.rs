@@ -414,6 +414,28 @@ async fn records_a_killed_instance_read_are_claimed_and_folded_once_over_two_ins
 }
 
 #[sqlx::test]
+async fn records_read_while_postgres_is_away_are_folded_once_it_is_back(db: PgPool) {
+    let app = spawn_app_with(&db, |s| quick_fold(s, 4, 60_000)).await;
+    let settings = &app.settings;
+    let all = records(&["w1"], an_hour_ago(), 6);
+    app.take_postgres_away().await;
+    let ids = append(settings, &all).await;
+    // A batch is read (the first, or what was appended of it when the pass came), fails,
+    // and stays pending on the app's own consumer.
+    eventually(
+        "a batch read and not folded",
+        Duration::from_secs(10),
+        || async {
+            let (_, pending) = left_in_stream(settings, &ids).await;
+            (!pending.is_empty() && ids.starts_with(&pending)).then_some(())
+        },
+    )
+    .await;
+    app.bring_postgres_back().await;
+    until_folded(settings, &db, &["w1"], &ids, &sums(&all)).await;
+}
+
+#[sqlx::test]
 async fn retention_deletes_what_is_old_and_keeps_what_is_not(db: PgPool) {
     // No app: no fold to take the stream's entry away from under the round.
     sqlx::migrate!().run(&db).await.expect("migrated");
