@@ -587,8 +587,17 @@ mod topology {
             .query_async(&mut redis)
             .await
             .expect("XREADGROUP");
+        // One of its entries is deleted meanwhile: the claim answers its id apart
+        // (Redis 7), out of every pending list, and the others fold.
+        let _: i64 = redis::cmd("XDEL")
+            .arg(stream(&settings))
+            .arg(&ids[1])
+            .query_async(&mut redis)
+            .await
+            .expect("XDEL");
         let app = spawn_app_from(settings.clone()).await;
-        until_folded(&settings, &db, &writers, &ids, &sums(first)).await;
+        let kept = [&first[..1], &first[2..]].concat();
+        until_folded(&settings, &db, &writers, &ids, &sums(&kept)).await;
 
         // Every record again (as a writer that retried would append them, or a claim
         // after a consumer committed and died), the new ones, and four malformed.
