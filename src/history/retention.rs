@@ -4,7 +4,7 @@
 //! `retention_days` and the oldest entry the stream still holds: any record the stream
 //! can still deliver was appended after that entry, so it was folded (if it was) after
 //! it too, and its key is kept. Each table in batches of [`BATCH`] rows, at most
-//! [`BATCHES`] a round, so a round after a long pause never holds Postgres for long.
+//! `BATCHES` a round, so a round after a long pause never holds Postgres for long.
 //! Every instance runs it: two rounds at once delete each row once (the second finds
 //! it gone), and a round is a few statements every ten minutes.
 
@@ -75,7 +75,7 @@ impl Retention {
         .await
     }
 
-    /// One round: each table until nothing is left to delete or [`BATCHES`] statements
+    /// One round: each table until nothing is left to delete or `BATCHES` statements
     /// ran.
     pub async fn round(&self) -> anyhow::Result<Deleted> {
         let mut deleted = Deleted::default();
