@@ -10,6 +10,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use super::services::Services;
 use crate::background;
 use crate::configuration::Settings;
+use crate::history::{Fold, Retention};
 use crate::rules;
 use crate::sale::committer::{Batching, Queue};
 use crate::sale::consistency::ConsistencyExport;
@@ -20,7 +21,8 @@ use crate::sale::{Items, Reconciler, Sweeper};
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
 /// catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
 /// the sold-out channel, the reconciler, the consistency
-/// export, the rule watcher, the live-stats flush and the limiter's heartbeat.
+/// export, the rule watcher, the live-stats flush, the limiter's heartbeat, and the
+/// history's fold into Postgres and its retention.
 pub(super) fn background(
     settings: &Settings,
     services: &Services,
@@ -87,6 +89,21 @@ pub(super) fn background(
         .boxed(),
         Arc::clone(&services.stats).run().boxed(),
         Arc::clone(&services.limiter).beat().boxed(),
+        Arc::new(Fold::new(
+            services.redis.clone(),
+            services.pool.clone(),
+            Arc::clone(&services.metrics),
+            &settings.history,
+        ))
+        .run()
+        .boxed(),
+        Retention::new(
+            services.pool.clone(),
+            services.redis.clone(),
+            &settings.history,
+        )
+        .run()
+        .boxed(),
     ];
     futures_util::future::join_all(loops).map(drop).boxed()
 }
