@@ -32,6 +32,7 @@ export const ErrorCode = Object.freeze({
   ORDERS_UNAVAILABLE: 'ORDERS_UNAVAILABLE',
   NOT_ADMITTED: 'NOT_ADMITTED',
   INVALID_TICKET: 'INVALID_TICKET',
+  BLOCKED: 'BLOCKED',
   QUEUE_NOT_OPEN: 'QUEUE_NOT_OPEN',
   QUEUE_CLOSED: 'QUEUE_CLOSED',
   /** Made up by api.js: no answer reached the page. */

@@ -6,6 +6,7 @@
 
 mod admin;
 mod admin_input;
+mod blocks;
 mod chaos;
 mod charts;
 mod committer;
@@ -23,6 +24,7 @@ mod limiter_http;
 mod limiter_model;
 mod loadgen;
 mod metrics;
+mod offenders;
 mod openapi;
 mod operator_actions;
 mod overload;

@@ -2,14 +2,16 @@
 //! every route answers 401 without a valid admin token, before reading a body.
 //!
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
-//! edits and audit.
+//! edits and audit; [`offenders`]: the top offenders and the operator's blocks.
 
 pub mod item_changes;
+pub mod offenders;
 pub mod orders_export;
 pub mod queue_settings;
 pub mod rules;
 
 pub use item_changes::{archive_item, edit_item, end_item, item_audit, list_items};
+pub use offenders::{create_block, delete_block, list_blocks, offenders};
 pub use orders_export::orders_csv;
 pub use queue_settings::{update_waiting_room, waiting_room};
 pub use rules::{audit, policies, policy, update_policy};
