@@ -15,7 +15,9 @@
 #      on a free loopback port with its own Redis key prefix and the named admin token
 #      `e2e`, and polls GET /health/ready until a deadline;
 #   4. runs tests/e2e/seckill.test.mjs, tests/e2e/waiting-room.test.mjs,
-#      tests/e2e/life-cycle.test.mjs and tests/e2e/policies.test.mjs, one file at a time, with node's test runner (TAP:
+#      tests/e2e/life-cycle.test.mjs, tests/e2e/policies.test.mjs and
+#      tests/e2e/offenders.test.mjs (which crafts heavy hitters in the run's database,
+#      E2E_DATABASE_URL), one file at a time, with node's test runner (TAP:
 #      `# pass N`, `# fail N`); they save screenshots of both pages into
 #      test-artifacts/e2e/;
 #   5. stops the app, drops the database, removes its temporary files.
@@ -120,9 +122,9 @@ test_rc=0
 (
   cd "$E2E_DIR"
   E2E_BASE_URL="$APP_URL" E2E_ADMIN_TOKEN="$ADMIN_SECRET" E2E_ADMIN_NAME="$ADMIN_NAME" \
-    E2E_CHROMIUM="$CHROMIUM" E2E_ARTIFACTS="$OUT" TMPDIR="$RUN_TMP" \
+    E2E_CHROMIUM="$CHROMIUM" E2E_ARTIFACTS="$OUT" E2E_DATABASE_URL="$DB_URL" TMPDIR="$RUN_TMP" \
     timeout --kill-after=15 "$E2E_TEST_TIMEOUT" \
-    node --test --test-concurrency=1 --test-reporter=tap seckill.test.mjs waiting-room.test.mjs life-cycle.test.mjs policies.test.mjs
+    node --test --test-concurrency=1 --test-reporter=tap seckill.test.mjs waiting-room.test.mjs life-cycle.test.mjs policies.test.mjs offenders.test.mjs
 ) || test_rc=$?
 
 stop_app
