@@ -378,7 +378,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            33,
+            37,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));
