@@ -72,10 +72,17 @@ impl Target {
                 .map(Self::User)
                 .map_err(|e| Invalid::new("value", format!("a user block's value: {e}"))),
             "ip" => {
-                let bare = value.strip_suffix("/64").unwrap_or(value);
-                let addr: IpAddr = bare.parse().map_err(|_| {
-                    Invalid::new("value", "an ip block's value is an IPv4 or IPv6 address")
-                })?;
+                // An address, or an IPv6 address's key form (`…::/64`).
+                let addr: IpAddr = value
+                    .parse()
+                    .ok()
+                    .or_else(|| {
+                        let bare = value.strip_suffix("/64")?;
+                        bare.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+                    })
+                    .ok_or_else(|| {
+                        Invalid::new("value", "an ip block's value is an IPv4 or IPv6 address")
+                    })?;
                 let ip = ClientIp::new(addr);
                 let loopback = addr.is_loopback() || ip.addr().is_loopback();
                 let local = ClientIp::new(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
@@ -602,6 +609,7 @@ mod tests {
             ("user", "042", "value"),
             ("user", "0", "value"),
             ("ip", "192.0.2.300", "value"),
+            ("ip", "192.0.2.3/64", "value"),
             ("ip", "127.0.0.1", "value"),
             ("ip", "::1", "value"),
             ("ip", "::5", "value"),

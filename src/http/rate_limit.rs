@@ -21,7 +21,6 @@ use std::rc::Rc;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::{web, HttpRequest};
-use chrono::Utc;
 use futures_util::future::LocalBoxFuture;
 
 use super::api_error::ApiError;
@@ -51,9 +50,7 @@ pub fn caller<'a>(
 ) -> Result<Caller<'a>, ApiError> {
     let ip = client_ip(req)?;
     if let Some(blocklist) = req.app_data::<web::Data<Blocklist>>() {
-        if !blocklist.is_empty()
-            && blocklist.refuses(policy, user, ip, Utc::now().timestamp_millis())
-        {
+        if blocklist.refuses(policy, user, ip) {
             return Err(ApiError::Blocked);
         }
     }

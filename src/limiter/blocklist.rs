@@ -47,13 +47,33 @@ impl Blocklist {
         self.blocks.store(Arc::new(blocks));
     }
 
-    /// Whether `user` or `ip` is blocked at `now_ms` (unix milliseconds); a refusal is
-    /// counted under `policy`, the policy the request would have been decided by.
-    pub fn refuses(&self, policy: &str, user: Option<UserId>, ip: ClientIp, now_ms: i64) -> bool {
+    /// Whether `user` or `ip` is blocked now; a refusal is counted under `policy`, the
+    /// policy the request would have been decided by. With no block in force it reads
+    /// no clock.
+    pub fn refuses(&self, policy: &str, user: Option<UserId>, ip: ClientIp) -> bool {
+        self.refuses_at(policy, user, ip, || chrono::Utc::now().timestamp_millis())
+    }
+
+    /// [`Self::refuses`] at the unix millisecond `now_ms` answers, asked only on a match.
+    pub fn refuses_at(
+        &self,
+        policy: &str,
+        user: Option<UserId>,
+        ip: ClientIp,
+        now_ms: impl FnOnce() -> i64,
+    ) -> bool {
         let blocks = self.blocks.load();
-        let until = |found: Option<&i64>| found.is_some_and(|until| *until > now_ms);
-        let refused =
-            until(blocks.ips.get(&ip)) || user.is_some_and(|user| until(blocks.users.get(&user)));
+        if blocks.users.is_empty() && blocks.ips.is_empty() {
+            return false;
+        }
+        let found = blocks
+            .ips
+            .get(&ip)
+            .into_iter()
+            .chain(user.and_then(|user| blocks.users.get(&user)))
+            .max()
+            .copied();
+        let refused = found.is_some_and(|until| until > now_ms());
         if refused {
             self.counter.with_label_values(&[policy]).inc();
         }
@@ -92,11 +112,11 @@ mod tests {
             .insert(UserId::try_from(7).expect("a user"), 1_000);
         list.replace(blocks);
         // Another address of the same /64.
-        assert!(list.refuses("seckill", None, ip("2001:db8:1:2:ffff::1"), 1_500));
-        assert!(!list.refuses("seckill", None, ip("2001:db8:1:3::1"), 1_500));
-        assert!(list.refuses("seckill", user, ip("192.0.2.1"), 999));
-        assert!(!list.refuses("seckill", user, ip("192.0.2.1"), 1_000));
-        assert!(!list.refuses("seckill", None, ip("2001:db8:1:2::5"), 2_000));
+        assert!(list.refuses_at("seckill", None, ip("2001:db8:1:2:ffff::1"), || 1_500));
+        assert!(!list.refuses_at("seckill", None, ip("2001:db8:1:3::1"), || 1_500));
+        assert!(list.refuses_at("seckill", user, ip("192.0.2.1"), || 999));
+        assert!(!list.refuses_at("seckill", user, ip("192.0.2.1"), || 1_000));
+        assert!(!list.refuses_at("seckill", None, ip("2001:db8:1:2::5"), || 2_000));
         assert_eq!(list.counter.with_label_values(&["seckill"]).get(), 2);
     }
 }
