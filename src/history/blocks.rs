@@ -20,7 +20,6 @@
 //!   trusted proxies cannot be blocked: every request through a proxy would be.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -248,8 +247,6 @@ pub struct BlockStore {
     list: Arc<Blocklist>,
     limits: BlockLimits,
     script: Script,
-    /// The version this instance's table holds (-1: none loaded yet).
-    applied: AtomicI64,
 }
 
 impl BlockStore {
@@ -269,7 +266,6 @@ impl BlockStore {
             list,
             limits,
             script: Script::new(include_str!("../../lua/blocks_version.lua")),
-            applied: AtomicI64::new(-1),
         }
     }
 
@@ -429,8 +425,9 @@ impl BlockStore {
         .await?)
     }
 
-    /// Rereads the blocks into this instance's table; answers the version read. The
-    /// version first, then the rows: the rows hold every change up to it (module docs).
+    /// Rereads the blocks into this instance's table; answers the version in force. The
+    /// version first, then the rows: the rows hold every change up to it (module docs);
+    /// of two reloads that overlap, the one read at the later version stays.
     pub async fn reload(&self) -> anyhow::Result<i64> {
         let version =
             sqlx::query_scalar!(r#"SELECT COALESCE(max(id), 0) AS "v!" FROM block_audit"#)
@@ -442,7 +439,10 @@ impl BlockStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut blocks = Blocks::default();
+        let mut blocks = Blocks {
+            version,
+            ..Blocks::default()
+        };
         for row in rows {
             let until = row.until_ms.unwrap_or(0);
             match Target::stored(&row.kind, &row.value) {
@@ -458,9 +458,7 @@ impl BlockStore {
                 ),
             }
         }
-        self.list.replace(blocks);
-        self.applied.fetch_max(version, Ordering::Relaxed);
-        Ok(version)
+        Ok(self.list.replace(blocks))
     }
 
     /// Deletes the blocks that ended.
@@ -487,7 +485,7 @@ impl BlockStore {
             .key(self.version_key())
             .key(self.applied_key(self.limiter.instance()))
             .arg(version)
-            .arg(self.applied.load(Ordering::Relaxed))
+            .arg(self.list.version())
             .arg(APPLIED_TTL_MS);
         Ok(self.redis.call(RedisPurpose::Other, &invocation).await?)
     }
@@ -554,7 +552,7 @@ impl BlockStore {
             since_reload += POLL_EVERY;
             let result = match self.exchange(0).await {
                 Ok(version) => {
-                    let applied = self.applied.load(Ordering::Relaxed);
+                    let applied = self.list.version();
                     if version > applied || since_reload >= FULL_RELOAD {
                         since_reload = Duration::ZERO;
                         self.refresh().await

@@ -20,6 +20,8 @@ use crate::domain::{ClientIp, UserId};
 /// address by its /64) with the unix millisecond their block ends at.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Blocks {
+    /// The version these were read at (`history::blocks`: 0 before any change).
+    pub version: i64,
     /// Blocked users.
     pub users: HashMap<UserId, i64>,
     /// Blocked addresses, normalised ([`ClientIp`]).
@@ -42,9 +44,24 @@ impl Blocklist {
         }
     }
 
-    /// Installs `blocks` whole, in place of what was there.
-    pub fn replace(&self, blocks: Blocks) {
-        self.blocks.store(Arc::new(blocks));
+    /// Installs `blocks` whole in place of what was there, unless what is there was read
+    /// at a later version (two reloads that overlap install the newer); answers the
+    /// version in force.
+    pub fn replace(&self, blocks: Blocks) -> i64 {
+        let new = Arc::new(blocks);
+        let previous = self.blocks.rcu(|current| {
+            if current.version > new.version {
+                Arc::clone(current)
+            } else {
+                Arc::clone(&new)
+            }
+        });
+        previous.version.max(new.version)
+    }
+
+    /// The version of the blocks in force here.
+    pub fn version(&self) -> i64 {
+        self.blocks.load().version
     }
 
     /// Whether `user` or `ip` is blocked now; a refusal is counted under `policy`, the
@@ -98,6 +115,19 @@ mod tests {
 
     fn counter() -> IntCounterVec {
         IntCounterVec::new(prometheus::Opts::new("b", "b"), &["policy"]).expect("a counter")
+    }
+
+    #[test]
+    fn an_older_reload_never_replaces_a_newer_one() {
+        let list = Blocklist::new(counter());
+        let at = |version| Blocks {
+            version,
+            ..Blocks::default()
+        };
+        assert_eq!(list.replace(at(3)), 3);
+        assert_eq!(list.replace(at(2)), 3);
+        assert_eq!(list.version(), 3);
+        assert_eq!(list.replace(at(4)), 4);
     }
 
     #[test]
