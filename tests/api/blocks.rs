@@ -235,6 +235,54 @@ mod topology {
     }
 
     #[sqlx::test]
+    async fn blocks_sent_at_once_to_two_instances_each_hold_on_both_from_their_answer_on(
+        db: PgPool,
+    ) {
+        let first = spawn_app_with(&db, |_| {}).await;
+        let second = seckill_test_support::spawn_app_from(first.settings.clone()).await;
+        // Eight operators at once, half on each instance: the changes' versions follow
+        // their commits, so none is confirmed before the rows it names are read.
+        let addresses: Vec<String> = (1..=8).map(|n| format!("192.0.2.{n}")).collect();
+        let (first, second) = (&first, &second);
+        let answers = futures_util::future::join_all(addresses.iter().enumerate().map(|(n, ip)| {
+            let app = if n % 2 == 0 { &first } else { &second };
+            async move {
+                let response = app
+                    .post_block(json!({ "kind": "ip", "value": ip, "seconds": 600, "reason": "at once" }))
+                    .await;
+                let status = response.status();
+                let body = json(response).await;
+                // Checked on both instances as soon as its own answer came.
+                let on_first = first.limited_from(ip).await.status();
+                let on_second = second.limited_from(ip).await.status();
+                (status, body["unconfirmed"].clone(), on_first, on_second)
+            }
+        }))
+        .await;
+        for (ip, answer) in addresses.iter().zip(answers) {
+            assert_eq!(
+                answer,
+                (
+                    StatusCode::CREATED,
+                    json!([]),
+                    StatusCode::FORBIDDEN,
+                    StatusCode::FORBIDDEN
+                ),
+                "{ip}"
+            );
+        }
+        let listed = json(first.admin_get("/admin/api/blocks").await).await;
+        assert_eq!(listed["blocks"].as_array().map(Vec::len), Some(8));
+        let versions: std::collections::BTreeSet<i64> = listed["audit"]
+            .as_array()
+            .expect("an audit")
+            .iter()
+            .filter_map(|a| a["id"].as_i64())
+            .collect();
+        assert_eq!(versions.len(), 8);
+    }
+
+    #[sqlx::test]
     async fn a_block_lifts_at_its_end_on_every_instance(db: PgPool) {
         let first = spawn_app_with(&db, |_| {}).await;
         let second = seckill_test_support::spawn_app_from(first.settings.clone()).await;
