@@ -5,8 +5,10 @@
 //! - [`offenders`]: the top users and addresses of a window, merged from the instances'
 //!   per-minute heavy hitters; [`classify`]: the label each rule gives them.
 //! - [`blocks`]: the operator's blocks, stored, audited, and in force on every instance
-//!   from the change's answer on (`limiter::blocklist` holds them in process).
+//!   from the change's answer on (`limiter::blocklist` holds them in process);
+//!   [`block_rules`]: what a block may name and what a change answers.
 
+pub mod block_rules;
 pub mod blocks;
 pub mod classify;
 pub mod offenders;
