@@ -2,7 +2,7 @@
 //! every route answers 401 without a valid admin token, before reading a body.
 //!
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
-//! edits and audit; [`offenders`]: the top offenders and the operator's blocks.
+//! edits and audit; [`mod@offenders`]: the top offenders and the operator's blocks.
 
 pub mod item_changes;
 pub mod offenders;
