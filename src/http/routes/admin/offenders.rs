@@ -59,7 +59,8 @@ pub struct OffendersBody {
     description = "The top 20 refused users and addresses of the window, merged from every instance's per-minute heavy hitters, each with its refusals by dimension and its label (`shared_address`, `scripted_account`, `burst_source`, `queue_farmer`, or null).",
     responses(
         (status = 200, description = "The offenders", body = OffendersBody),
-        (status = 400, description = "`VALIDATION_FAILED`: `window` is not 60 or 3600, or `item` is not an id"),
+        (status = 400, description = "`VALIDATION_FAILED`: `window` is not 60 or 3600, or `item` is not a number"),
+        (status = 404, description = "`ITEM_NOT_FOUND`: `item` is no item's id (0 or less)"),
     ))]
 pub async fn offenders(
     _admin: Admin,
