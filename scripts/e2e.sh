@@ -16,7 +16,7 @@
 #      `e2e`, and polls GET /health/ready until a deadline;
 #   4. runs tests/e2e/seckill.test.mjs, tests/e2e/waiting-room.test.mjs,
 #      tests/e2e/life-cycle.test.mjs, tests/e2e/policies.test.mjs and
-#      tests/e2e/report.test.mjs (which writes the history's rows with psql, through
+#      tests/e2e/report.test.mjs and tests/e2e/offenders.test.mjs (which write the history's rows with psql, through
 #      E2E_DATABASE_URL), one file at a time, with node's test runner (TAP:
 #      `# pass N`, `# fail N`); they save screenshots of both pages into
 #      test-artifacts/e2e/;
@@ -124,7 +124,7 @@ test_rc=0
   E2E_BASE_URL="$APP_URL" E2E_ADMIN_TOKEN="$ADMIN_SECRET" E2E_ADMIN_NAME="$ADMIN_NAME" E2E_DATABASE_URL="$DB_URL" \
     E2E_CHROMIUM="$CHROMIUM" E2E_ARTIFACTS="$OUT" TMPDIR="$RUN_TMP" \
     timeout --kill-after=15 "$E2E_TEST_TIMEOUT" \
-    node --test --test-concurrency=1 --test-reporter=tap seckill.test.mjs waiting-room.test.mjs life-cycle.test.mjs policies.test.mjs report.test.mjs
+    node --test --test-concurrency=1 --test-reporter=tap seckill.test.mjs waiting-room.test.mjs life-cycle.test.mjs policies.test.mjs report.test.mjs offenders.test.mjs
 ) || test_rc=$?
 
 stop_app

@@ -354,7 +354,9 @@ families! {
         "Offenders of the last hour by classification label",
         &["label"],
     );
-    /// Requests answered 403 `BLOCKED` by an operator's block, by policy.
+    /// Requests answered 403 `BLOCKED` by an operator's block, by policy (the policy
+    /// that would have decided it; `queue_poll` for the waiting room's poll, which no
+    /// policy guards).
     blocked: IntCounterVec = family(
         "blocked_total",
         "Requests refused by an operator's block",

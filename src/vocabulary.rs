@@ -420,6 +420,8 @@ words! {
         NotAdmitted => "NOT_ADMITTED",
         /// A waiting-room poll's ticket is not this shopper's for this item.
         InvalidTicket => "INVALID_TICKET",
+        /// An operator blocked the caller's user or address (`POST /admin/api/blocks`).
+        Blocked => "BLOCKED",
         /// No such path (or page, or policy).
         NotFound => "NOT_FOUND",
         /// The path exists, the method does not.
@@ -510,7 +512,7 @@ impl ErrorCode {
             Self::OrderPending => 202,
             Self::MalformedJson | Self::ValidationFailed => 400,
             Self::Unauthenticated => 401,
-            Self::NotAdmitted | Self::InvalidTicket => 403,
+            Self::NotAdmitted | Self::InvalidTicket | Self::Blocked => 403,
             Self::NotFound | Self::ItemNotFound | Self::OrderNotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,

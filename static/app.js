@@ -452,6 +452,8 @@ function describe(result, item) {
       return [`Nothing was bought: the price of ${name} changed to ${formatPrice(result.error.priceCents)}. Check it and buy again if you still want it.`, 'warn'];
     case ErrorCode.NOT_ADMITTED:
       return [`Not your turn: ${name} is sold through a queue, and this purchase carried no valid pass (it may have run out). The queue panel shows your place.`, 'warn'];
+    case ErrorCode.BLOCKED:
+      return ['Purchases from this account or address are blocked for now. Contact support if you think this is a mistake.', 'error'];
     case ErrorCode.IDEMPOTENCY_IN_PROGRESS:
       return ['Your earlier purchase request is still being processed. Check My orders in a moment.', 'warn'];
     case ErrorCode.ITEM_NOT_FOUND:

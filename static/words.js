@@ -32,6 +32,7 @@ export const ErrorCode = Object.freeze({
   ORDERS_UNAVAILABLE: 'ORDERS_UNAVAILABLE',
   NOT_ADMITTED: 'NOT_ADMITTED',
   INVALID_TICKET: 'INVALID_TICKET',
+  BLOCKED: 'BLOCKED',
   QUEUE_NOT_OPEN: 'QUEUE_NOT_OPEN',
   QUEUE_CLOSED: 'QUEUE_CLOSED',
   /** Made up by api.js: no answer reached the page. */
@@ -221,3 +222,22 @@ export const MAX_RULES = 8;
 export const MAX_DELAY_MS = 60_000;
 /** Policies whose rules are fixed: the server refuses new ones (failed sign-ins are counted one way). */
 export const FIXED_RULES = Object.freeze(new Set(['admin_auth']));
+
+/**
+ * What kind of offender a rule names one (history::classify::Label, the `label` of
+ * GET /admin/api/offenders). `risky`: blocking it hurts honest shoppers, so the
+ * dashboard asks first.
+ */
+export const OffenderLabel = Object.freeze({
+  SHARED_ADDRESS: word('shared_address', 'Shared address', { risky: true }),
+  SCRIPTED_ACCOUNT: word('scripted_account', 'Scripted account'),
+  BURST_SOURCE: word('burst_source', 'Burst source'),
+  QUEUE_FARMER: word('queue_farmer', 'Queue farmer'),
+});
+
+/** An offender label's reading; none is an empty string, an unknown one as spelled. */
+export function offenderLabel(spelling) {
+  if (!spelling) return '';
+  const label = Object.values(OffenderLabel).find((l) => l.word === spelling);
+  return label ? label.label : spelling;
+}

@@ -419,10 +419,18 @@ fn the_pages_spell_the_servers_words() {
     let root = root();
     let words = read(&root.join("static/words.js"));
     let vocabulary = read(&root.join("src/vocabulary.rs"));
+    // The offenders' labels are history::classify's words.
+    let labels = read(&root.join("src/history/classify.rs"));
     let mut unknown = Vec::new();
-    for name in ["Outcome", "OrderState", "QueueState", "RoomOrder"] {
+    for (name, source) in [
+        ("Outcome", &vocabulary),
+        ("OrderState", &vocabulary),
+        ("QueueState", &vocabulary),
+        ("RoomOrder", &vocabulary),
+        ("OffenderLabel", &labels),
+    ] {
         for (spelling, _) in words_of(script_section(&words, name)) {
-            if !vocabulary.contains(&format!("=> \"{spelling}\",")) {
+            if !source.contains(&format!("=> \"{spelling}\",")) {
                 unknown.push(format!("{name}: {spelling}"));
             }
         }

@@ -70,6 +70,9 @@ pub enum ApiError {
     /// The limiter refused; the body names the dimension and carries its message.
     #[error("{}", .0.message())]
     RateLimited(Box<Refusal>),
+    /// An operator blocked the caller's user or address: refused before the limiter.
+    #[error("this account or address is blocked")]
+    Blocked,
     /// The limiter could not ask Redis and the policy fails `closed`.
     #[error("the rate limiter is unavailable, please retry shortly")]
     LimiterUnavailable,
@@ -318,6 +321,7 @@ impl ApiError {
                 C::RateLimited
             }
             Self::LimiterUnavailable => C::LimiterUnavailable,
+            Self::Blocked => C::Blocked,
             Self::VersionConflict { current } => {
                 body.current_version = Some(*current);
                 C::VersionConflict

@@ -72,6 +72,10 @@ const OPERATOR: &str = "admin_token";
         routes::admin::rules::policy,
         routes::admin::rules::update_policy,
         routes::admin::rules::audit,
+        routes::admin::offenders::offenders,
+        routes::admin::offenders::list_blocks,
+        routes::admin::offenders::create_block,
+        routes::admin::offenders::delete_block,
     ),
     components(schemas(crate::http::api_error::ErrorBody)),
     modifiers(&Shared),
@@ -410,7 +414,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            35,
+            39,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

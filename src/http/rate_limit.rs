@@ -29,6 +29,7 @@ use super::forwarded::{client_id, client_ip};
 use super::rate_limit_headers::RateLimitHeaders;
 use crate::domain::UserId;
 use crate::identity::TokenKeys;
+use crate::limiter::blocklist::Blocklist;
 use crate::limiter::keys::ClientKey;
 use crate::limiter::{Admission, Algorithm, Caller, Limiter};
 
@@ -37,14 +38,25 @@ use crate::limiter::{Admission, Algorithm, Caller, Limiter};
 /// knows: its signed-in user and its client. What a policy's rules may key on is what
 /// its routes pass here (`configuration::policies::KEY_SOURCES`); a `per_item` policy's
 /// partition is the sale's to name (`Caller::in_partition`).
+///
+/// A caller whose user or address an operator blocked is refused here, 403 `BLOCKED`,
+/// before `policy` (which counts it, `blocked_total{policy}`) decides anything: an
+/// in-process lookup ([`Blocklist`]), no Redis call.
 pub fn caller<'a>(
     req: &'a HttpRequest,
+    policy: &str,
     user: Option<UserId>,
     client_id: Option<ClientKey<'a>>,
 ) -> Result<Caller<'a>, ApiError> {
+    let ip = client_ip(req)?;
+    if let Some(blocklist) = req.app_data::<web::Data<Blocklist>>() {
+        if blocklist.refuses(policy, user, ip) {
+            return Err(ApiError::Blocked);
+        }
+    }
     Ok(Caller {
         user,
-        ip: client_ip(req)?,
+        ip,
         client_id,
         // By the matched resource's index: no path matched again, no regex.
         route: req
@@ -96,7 +108,7 @@ impl RateLimit {
         // `/api/limited`'s documented fallback, on this route only: without a (believed)
         // `X-Client-Id`, the client is its address.
         let client = client_id.as_ref().map_or(ClientKey::Address, ClientKey::Id);
-        let caller = caller(req, user, Some(client))?;
+        let caller = caller(req, self.policy, user, Some(client))?;
         Ok(limiter.check(self.policy, algorithm, &caller).await?)
     }
 }

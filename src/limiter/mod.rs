@@ -18,6 +18,7 @@
 //!   instances that share it; [`key_table`] bounds what is kept per key in process.
 //! - [`failover`]: what a failed backend call does, by the policy's fail mode (the admin
 //!   lockout's failures take the same path).
+//! - [`blocklist`]: the operator's blocks, refused before any decision, in process.
 //! - `installed` (the policies in force with their metric series), `outcome` (what a
 //!   check answers), `burst_log` (one warning per outage, not per request).
 //!
@@ -27,6 +28,7 @@
 //! only while Redis is away, the fallback limits' counts.
 
 pub mod backend;
+pub mod blocklist;
 mod burst_log;
 pub mod clock;
 pub mod denial;
@@ -120,6 +122,16 @@ impl Limiter {
             async move { limiter.peers.beat(limiter.backend.redis(), period).await }
         })
         .await
+    }
+
+    /// This instance's tag in the heartbeat set.
+    pub fn instance(&self) -> &str {
+        self.peers.tag()
+    }
+
+    /// The instances beating in the heartbeat set now (see [`Peers::live`]).
+    pub async fn live_instances(&self) -> anyhow::Result<Vec<String>> {
+        self.peers.live(self.backend.redis(), self.heartbeat).await
     }
 }
 

@@ -54,6 +54,32 @@ impl Peers {
         self.alive.load(Ordering::Relaxed).max(self.floor)
     }
 
+    /// This instance's tag in the set.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The tags of the instances whose beat is within `BEATS_KEPT` periods of the
+    /// newest one (this instance beats too, so the newest is about now): what an
+    /// operator's change waits for (`history::blocks`).
+    pub async fn live(&self, redis: &RedisStore, period: Duration) -> anyhow::Result<Vec<String>> {
+        let key = format!("{}:limiter:instances", redis.prefix());
+        let range = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .to_owned();
+        let beats: Vec<(String, f64)> = redis.call(RedisPurpose::Other, &range).await?;
+        let kept = period.saturating_mul(BEATS_KEPT).as_millis() as f64;
+        let newest = beats.iter().map(|(_, at)| *at).fold(f64::MIN, f64::max);
+        Ok(beats
+            .into_iter()
+            .filter(|(_, at)| *at >= newest - kept)
+            .map(|(tag, _)| tag)
+            .collect())
+    }
+
     /// Beats once; `period` is how often the caller beats.
     pub async fn beat(&self, redis: &RedisStore, period: Duration) -> anyhow::Result<()> {
         let key = format!("{}:limiter:instances", redis.prefix());

@@ -74,6 +74,8 @@ pub(super) fn start(
         rooms: _,
         lobby: _,
         room_redis: _,
+        blocks,
+        blocklist,
     } = services;
     let waiting_room = web::Data::from(waiting_room);
     let poll_budget = web::Data::from(poll_budget);
@@ -90,6 +92,8 @@ pub(super) fn start(
     let rules = web::Data::from(rules);
     let stats = web::Data::from(stats);
     let history_settings = web::Data::new(settings.history.clone());
+    let blocks = web::Data::from(blocks);
+    let blocklist = web::Data::from(blocklist);
     let proxies = web::Data::new(TrustedProxies::new(settings.trusted_proxies.clone()));
     let readiness = web::Data::new(ReadinessTimeout(settings.readiness_timeout()));
     let body_timeout = web::Data::new(crate::http::json::BodyTimeout(Duration::from_millis(
@@ -145,6 +149,8 @@ pub(super) fn start(
                 .app_data(rules.clone())
                 .app_data(stats.clone())
                 .app_data(history_settings.clone())
+                .app_data(blocks.clone())
+                .app_data(blocklist.clone())
                 .app_data(waiting_room.clone())
                 .app_data(poll_budget.clone())
                 .app_data(openapi.clone())

@@ -10,9 +10,11 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::configuration::Settings;
+use crate::history::blocks::{BlockLimits, BlockStore};
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
 use crate::identity::{AdminGuard, AdminTokens, QueueTokens, TokenKeys, TokenRules};
+use crate::limiter::blocklist::Blocklist;
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
@@ -54,6 +56,9 @@ pub(super) struct Services {
     pub room_redis: Arc<RoomRedis>,
     pub waiting_room: Arc<WaitingRoom>,
     pub poll_budget: Arc<PollBudget>,
+    /// The operator's blocks: stored, announced, and this instance's table of them.
+    pub blocks: Arc<BlockStore>,
+    pub blocklist: Arc<Blocklist>,
 }
 
 impl Services {
@@ -87,6 +92,20 @@ impl Services {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
+        let blocklist = Arc::new(Blocklist::new(metrics.blocked.clone()));
+        let blocks = Arc::new(BlockStore::new(
+            pool.clone(),
+            redis.clone(),
+            Arc::clone(&limiter),
+            Arc::clone(&blocklist),
+            BlockLimits {
+                max_secs: settings.history.block_max_secs,
+                max_blocks: settings.history.blocks_max,
+                guarded: settings.trusted_proxies.clone(),
+            },
+        ));
+        // In force before the first request.
+        blocks.reload().await.context("loading the blocks")?;
         // Room for two batches: more waiting than that would outlast the commit timeout.
         let (committer, commit_queue) = Committer::new(2 * settings.commit_batch_max);
         let pay_within = Duration::from_secs(settings.payment_deadline_secs);
@@ -141,6 +160,8 @@ impl Services {
             tickets: settings.queue_poll_tickets,
         }));
         let services = Self {
+            blocks,
+            blocklist,
             poll_budget,
             rooms,
             lobby,

@@ -21,8 +21,9 @@ use crate::sale::{Items, Reconciler, Sweeper};
 /// The committer (it drains `commit_queue`, and flushes it when the server stops), the
 /// catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
 /// the sold-out channel, the reconciler, the consistency
-/// export, the rule watcher, the live-stats flush, the limiter's heartbeat, and the
-/// history's fold into Postgres and its retention.
+/// export, the rule watcher, the live-stats flush, the limiter's heartbeat, the
+/// history's fold into Postgres and its retention, the block watcher and the offenders'
+/// classification.
 pub(super) fn background(
     settings: &Settings,
     services: &Services,
@@ -104,9 +105,19 @@ pub(super) fn background(
         )
         .run()
         .boxed(),
+        Arc::clone(&services.blocks).watch().boxed(),
+        crate::history::offenders::watch(
+            services.pool.clone(),
+            services.metrics.offenders.clone(),
+            CLASSIFY_EVERY,
+        )
+        .boxed(),
     ];
     futures_util::future::join_all(loops).map(drop).boxed()
 }
+
+/// How often `offenders{label}` is recomputed from the last hour's heavy hitters.
+const CLASSIFY_EVERY: Duration = Duration::from_secs(60);
 
 /// Other instances create items and sell stock too: every second, reload the catalog
 /// (their items become purchasable here) and the waiting rooms' settings, and re-read

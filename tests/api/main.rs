@@ -6,6 +6,7 @@
 
 mod admin;
 mod admin_input;
+mod blocks;
 mod chaos;
 mod charts;
 mod committer;
@@ -25,6 +26,7 @@ mod limiter_model;
 mod loadgen;
 mod loadgen_room;
 mod metrics;
+mod offenders;
 mod openapi;
 mod operator_actions;
 mod overload;

@@ -18,7 +18,8 @@ pub struct Allowed {
         ("policy" = Option<crate::limiter::Algorithm>, Query, description = "The algorithm to decide with (each keeps its own quota); the policy's own when absent"),
         ("X-Client-Id" = Option<String>, Header, description = "The caller's id, 1 to 64 of `A-Z a-z 0-9 . _ : -`; the client IP when absent", pattern = r"^[A-Za-z0-9._:-]{1,64}$"),
     ),
-    responses((status = 200, description = "Admitted (with `leaky_bucket`, after waiting for its departure slot: `RateLimit-Delay-Ms` says how long)", body = Allowed)))]
+    responses((status = 200, description = "Admitted (with `leaky_bucket`, after waiting for its departure slot: `RateLimit-Delay-Ms` says how long)", body = Allowed),
+        (status = 403, description = "`BLOCKED`: an operator blocked the address", body = crate::http::api_error::ErrorBody)))]
 /// A constant answer, written once: this route's cost should be the limiter's.
 pub async fn limited() -> HttpResponse {
     HttpResponse::Ok()

@@ -100,6 +100,12 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
                 [get(admin::policy), put(admin::update_policy)],
             ))
             .service(operator.resource("/audit", [get(admin::audit)]))
+            .service(operator.resource("/offenders", [get(admin::offenders)]))
+            .service(operator.resource(
+                "/blocks",
+                [get(admin::list_blocks), post(admin::create_block)],
+            ))
+            .service(operator.resource("/blocks/{kind}/{value}", [delete(admin::delete_block)]))
             .default_service(web::to(crate::http::fallback::not_found)),
     );
     // Last, so every API route wins. Only files that exist are served (no listings, no
@@ -202,4 +208,13 @@ where
     F::Output: Responder + 'static,
 {
     route(Method::PUT, handler)
+}
+
+fn delete<F, Args>(handler: F) -> (Method, Route)
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    route(Method::DELETE, handler)
 }

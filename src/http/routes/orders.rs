@@ -115,7 +115,7 @@ pub async fn my_orders(
     orders: web::Data<Orders>,
     limiter: web::Data<Limiter>,
 ) -> Result<HttpResponse, ApiError> {
-    let caller = caller(&req, Some(shopper.0), None)?;
+    let caller = caller(&req, ORDERS_READ_POLICY, Some(shopper.0), None)?;
     let admission = limiter.check(ORDERS_READ_POLICY, None, &caller).await?;
     let mine = orders.of_user(shopper.0).await?;
     let mut response = HttpResponse::Ok().json(OrderList::new(&mine));

@@ -14,6 +14,9 @@ use crate::http::ApiError;
 use crate::limiter::Limiter;
 use crate::sale::room::{Answer, PollBudget, WaitingRoom, POLL_EVERY_SECS};
 
+/// `blocked_total{policy}`'s label for a blocked poll, which no limiter policy decides.
+pub const POLL_BLOCKED_LABEL: &str = "queue_poll";
+
 /// The header a poll carries its ticket in: a header, so tickets stay out of access logs.
 pub const TICKET_HEADER: &str = "Queue-Ticket";
 
@@ -98,6 +101,7 @@ impl From<Answer> for QueueBody {
     responses(
         (status = 200, description = "The place and the ticket", body = QueueBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
+        (status = 403, description = "`BLOCKED`: an operator blocked the user or the address", body = crate::http::api_error::ErrorBody),
         (status = 409, description = "`QUEUE_NOT_OPEN` (with `opensAt`), `QUEUE_CLOSED`, or `SOLD_OUT`", body = crate::http::api_error::ErrorBody),
         (status = 429, description = "`RATE_LIMITED` by the `queue_join` policy", body = crate::http::api_error::ErrorBody),
         (status = 503, description = "`QUEUE_UNAVAILABLE` or `LIMITER_UNAVAILABLE`: Redis did not answer", body = crate::http::api_error::ErrorBody),
@@ -110,7 +114,7 @@ pub async fn join(
     limiter: web::Data<Limiter>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
-    let caller = caller(&req, Some(shopper.0), None)?;
+    let caller = caller(&req, QUEUE_JOIN_POLICY, Some(shopper.0), None)?;
     let admission = limiter.check(QUEUE_JOIN_POLICY, None, &caller).await?;
     let answer = room.join(item, shopper.0).await?;
     let mut response = HttpResponse::Ok().json(QueueBody::from(answer));
@@ -126,7 +130,7 @@ pub async fn join(
     responses(
         (status = 200, description = "The caller's standing; `pass` when admitted", body = QueueBody),
         (status = 400, description = "`VALIDATION_FAILED`: no `Queue-Ticket` header", body = crate::http::api_error::ErrorBody),
-        (status = 403, description = "`INVALID_TICKET`: forged, someone else's or another item's", body = crate::http::api_error::ErrorBody),
+        (status = 403, description = "`INVALID_TICKET`: forged, someone else's or another item's; `BLOCKED`: an operator blocked the user or the address", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
         (status = 429, description = "`POLLING_TOO_FAST` (with `retryAfterMs` and `Retry-After`): this ticket's polls are past its bucket (one a second, a burst of 20, by default)", body = crate::http::api_error::ErrorBody),
     ))]
@@ -138,6 +142,8 @@ pub async fn poll(
     budget: web::Data<PollBudget>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
+    // No policy guards the poll: its blocked refusals count under the poll's own name.
+    caller(&req, POLL_BLOCKED_LABEL, Some(shopper.0), None)?;
     budget.take(item, shopper.0)?;
     let ticket = req
         .headers()

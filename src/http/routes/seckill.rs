@@ -6,6 +6,7 @@ use uuid::Uuid;
 use validator::Validate;
 
 use super::orders::OrderBody;
+use crate::configuration::policies::SECKILL_POLICY;
 use crate::domain::UserId;
 use crate::http::auth::Shopper;
 use crate::http::idempotency::{Attempt, Idempotent, Recover, Reply};
@@ -45,7 +46,7 @@ pub struct PurchaseRequest {
         (status = 200, description = "The order", body = OrderBody),
         (status = 202, description = "`ORDER_PENDING`: the order's commit is still running; `orderId` names it", body = crate::http::api_error::ErrorBody),
         (status = 400, description = "`VALIDATION_FAILED`: `itemId` or `Idempotency-Key` is wrong"),
-        (status = 403, description = "`NOT_ADMITTED`: the item has a waiting room on (its gate in Redis, decided in the reservation's step, after the limiter: the quota is spent) and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
+        (status = 403, description = "`BLOCKED`: an operator blocked the user or the address (before the limiter). `NOT_ADMITTED`: the item has a waiting room on (its gate in Redis, decided in the reservation's step, after the limiter: the quota is spent) and the request carries no valid pass for this user and item (`queue` says where to join)", body = crate::http::api_error::ErrorBody),
         (status = 404, description = "`ITEM_NOT_FOUND`: no such item", body = crate::http::api_error::ErrorBody),
         (status = 409, description = "`SALE_NOT_STARTED`, `SALE_ENDED`, `SALE_PAUSED`, `PRICE_CHANGED` (with `priceCents`, the price now), `ALREADY_PURCHASED`, `SOLD_OUT`, or `IDEMPOTENCY_IN_PROGRESS`", body = crate::http::api_error::ErrorBody),
         (status = 422, description = "`IDEMPOTENCY_MISMATCH`: the key was used for another item", body = crate::http::api_error::ErrorBody),
@@ -64,7 +65,7 @@ pub async fn purchase(
     let user = shopper.0;
     let item_id = ItemId::try_from(body.0.item_id)
         .map_err(|e| ApiError::validation("itemId", e.to_string()))?;
-    let caller = caller(&req, Some(user), None)?;
+    let caller = caller(&req, SECKILL_POLICY, Some(user), None)?;
     let item = purchases.precheck(item_id)?;
     // Sortable by time: the order inserts append to the primary-key index.
     let order_id = Uuid::now_v7();

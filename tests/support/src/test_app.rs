@@ -414,6 +414,46 @@ impl TestApp {
         json(self.admin_get(&path).await).await
     }
 
+    /// `POST /admin/api/blocks` with `body`.
+    pub async fn post_block(&self, body: Value) -> Response {
+        self.admin_send(Method::POST, "/admin/api/blocks", Some(body))
+            .await
+    }
+
+    /// Blocks `kind` `value` for `seconds`, expecting a 201 confirmed by every live
+    /// instance; answers the body.
+    pub async fn block(&self, kind: &str, value: &str, seconds: i64) -> Value {
+        let body = json_value!({ "kind": kind, "value": value, "seconds": seconds, "reason": "test" });
+        let response = self.post_block(body).await;
+        assert_eq!(response.status(), 201, "block {kind} {value}");
+        let body = json(response).await;
+        assert_eq!(body["unconfirmed"], json_value!([]), "{body}");
+        body
+    }
+
+    /// `DELETE /admin/api/blocks/{kind}/{value}`, `value` percent-encoded here.
+    pub async fn delete_block(&self, kind: &str, value: &str) -> Response {
+        let value: String = value
+            .bytes()
+            .map(|b| match b {
+                b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'.' | b'-' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let path = format!("/admin/api/blocks/{kind}/{value}");
+        self.admin_send(Method::DELETE, &path, None).await
+    }
+
+    /// `GET /api/limited` from `ip` (X-Forwarded-For), as its own client.
+    pub async fn limited_from(&self, ip: &str) -> Response {
+        self.client
+            .get(self.url("/api/limited"))
+            .header("X-Forwarded-For", ip)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
     // Metrics and background work.
 
     /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.

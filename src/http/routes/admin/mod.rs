@@ -2,17 +2,20 @@
 //! every route answers 401 without a valid admin token, before reading a body.
 //!
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
-//! edits and audit; [`history`]: the per-minute history and the report per sale.
+//! edits and audit; [`history`]: the per-minute history and the report per sale;
+//! [`mod@offenders`]: the top offenders and the operator's blocks.
 
 mod csv_export;
 pub mod history;
 pub mod item_changes;
+pub mod offenders;
 pub mod orders_export;
 pub mod queue_settings;
 pub mod rules;
 
 pub use history::{history, item_report};
 pub use item_changes::{archive_item, edit_item, end_item, item_audit, list_items};
+pub use offenders::{create_block, delete_block, list_blocks, offenders};
 pub use orders_export::orders_csv;
 pub use queue_settings::{update_waiting_room, waiting_room};
 pub use rules::{audit, policies, policy, update_policy};
