@@ -60,7 +60,7 @@ impl Window {
 }
 
 /// One offender of an answer.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Offender {
     /// The user id, or the address as the limiter keys it.
     pub value: String,
@@ -77,6 +77,52 @@ pub struct Offender {
     pub minutes: i64,
     /// Its class, if a rule names one.
     pub label: Option<Label>,
+}
+
+/// A refused user as the admin API answers it: its id, then its counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct UserOffender {
+    /// The user's id.
+    pub id: i64,
+    /// Its refusals, dimensions and label.
+    #[serde(flatten)]
+    pub counts: Offender,
+}
+
+impl UserOffender {
+    /// The users of an answer, by id (a value that is no user id is left out: none is).
+    pub fn all(users: Vec<Offender>) -> Vec<Self> {
+        users
+            .into_iter()
+            .filter_map(|counts| {
+                let id = counts.value.parse().ok()?;
+                Some(Self { id, counts })
+            })
+            .collect()
+    }
+}
+
+/// A refused address as the admin API answers it: the address, then its counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct AddressOffender {
+    /// The address as the limiter keys it (an IPv6 address by its /64).
+    pub ip: String,
+    /// Its refusals, dimensions and label.
+    #[serde(flatten)]
+    pub counts: Offender,
+}
+
+impl AddressOffender {
+    /// The addresses of an answer.
+    pub fn all(addresses: Vec<Offender>) -> Vec<Self> {
+        addresses
+            .into_iter()
+            .map(|counts| Self {
+                ip: counts.value.clone(),
+                counts,
+            })
+            .collect()
+    }
 }
 
 /// The top offenders of a window.

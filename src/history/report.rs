@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::offenders::{self, AddressOffender, UserOffender};
 use super::rows::{self, HistoryQuery};
 use crate::configuration::HistorySettings;
 use crate::sale::item::ItemId;
@@ -148,15 +149,14 @@ pub struct WaitBucket {
     pub count: i64,
 }
 
-/// The sale's top offenders (the offenders' part fills them).
+/// The sale's top offenders: its minutes' merged heavy hitters, with their labels
+/// (`history::offenders`), shaped as `GET /admin/api/offenders` answers them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ReportOffenders {
     /// Refused users, most refused first.
-    #[schema(value_type = Vec<Object>)]
-    pub users: Vec<serde_json::Value>,
+    pub users: Vec<UserOffender>,
     /// Refused addresses, most refused first.
-    #[schema(value_type = Vec<Object>)]
-    pub addresses: Vec<serde_json::Value>,
+    pub addresses: Vec<AddressOffender>,
 }
 
 /// One minute of the sale.
@@ -221,7 +221,7 @@ pub async fn sale_report(
             .map(|(&minute, &orders)| Peak { minute, orders }),
         sold_out: sold_out(pool, item, stored.total_stock, stored.starts_at).await?,
         waits: waits(pool, item).await?,
-        offenders: offenders_of(pool, item).await?,
+        offenders: offenders_of(pool, item, stored.starts_at, stored.ends_at).await?,
         minutes: Vec::new(),
     };
 
@@ -397,10 +397,26 @@ impl Waits {
     }
 }
 
-/// The sale's top offenders.
-// lead: wire crate::history::offenders at merge
-async fn offenders_of(_pool: &PgPool, _item: ItemId) -> anyhow::Result<ReportOffenders> {
-    Ok(ReportOffenders::default())
+/// The sale's top offenders: those of the item over the minutes from its start to its
+/// end (or now, for a sale still on), whole minutes.
+async fn offenders_of(
+    pool: &PgPool,
+    item: ItemId,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+) -> anyhow::Result<ReportOffenders> {
+    let minute = TimeDelta::minutes(1);
+    let from = starts_at.duration_trunc(minute).unwrap_or(starts_at);
+    let to = ends_at
+        .min(Utc::now())
+        .duration_trunc(minute)
+        .unwrap_or(ends_at)
+        + minute;
+    let top = offenders::top_between(pool, from, to, Some(item.get())).await?;
+    Ok(ReportOffenders {
+        users: UserOffender::all(top.users),
+        addresses: AddressOffender::all(top.addresses),
+    })
 }
 
 #[cfg(test)]

@@ -423,7 +423,8 @@ impl TestApp {
     /// Blocks `kind` `value` for `seconds`, expecting a 201 confirmed by every live
     /// instance; answers the body.
     pub async fn block(&self, kind: &str, value: &str, seconds: i64) -> Value {
-        let body = json_value!({ "kind": kind, "value": value, "seconds": seconds, "reason": "test" });
+        let body =
+            json_value!({ "kind": kind, "value": value, "seconds": seconds, "reason": "test" });
         let response = self.post_block(body).await;
         assert_eq!(response.status(), 201, "block {kind} {value}");
         let body = json(response).await;

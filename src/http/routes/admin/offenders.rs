@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use validator::Validate;
 
 use crate::history::blocks::{Applied, Block, BlockAudit, BlockError, BlockStore, Target};
-use crate::history::offenders::{self, Offender, Window};
+use crate::history::offenders::{self, AddressOffender, UserOffender, Window};
 use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::http::QueryParams;
@@ -22,22 +22,6 @@ pub struct OffendersQuery {
     window: String,
     /// Only this item's refusals.
     item: Option<i64>,
-}
-
-/// A refused user.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct UserOffender {
-    id: i64,
-    #[serde(flatten)]
-    counts: Offender,
-}
-
-/// A refused address.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct AddressOffender {
-    ip: String,
-    #[serde(flatten)]
-    counts: Offender,
 }
 
 /// The top offenders of a window.
@@ -79,22 +63,8 @@ pub async fn offenders(
         window: window.secs(),
         from: top.from,
         to: top.to,
-        users: top
-            .users
-            .into_iter()
-            .filter_map(|counts| {
-                let id = counts.value.parse().ok()?;
-                Some(UserOffender { id, counts })
-            })
-            .collect(),
-        addresses: top
-            .addresses
-            .into_iter()
-            .map(|counts| AddressOffender {
-                ip: counts.value.clone(),
-                counts,
-            })
-            .collect(),
+        users: UserOffender::all(top.users),
+        addresses: AddressOffender::all(top.addresses),
     }))
 }
 
