@@ -14,6 +14,7 @@ mod denial_cache;
 mod errors;
 mod hardening;
 mod health;
+mod history_stream;
 mod identity;
 mod item_admin;
 mod key_sources;
