@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json as json_value, Value};
 use sqlx::PgPool;
 
 use seckill::stats::record::{stream_key, SecondRecord, FIELD};
-use seckill_test_support::{eventually, json, spawn_app_from, spawn_app_with, TestApp};
+use seckill_test_support::{
+    eventually, ip_of, json, spawn_app, spawn_app_from, spawn_app_with, TestApp,
+};
 
 /// Every record of the test's stream, oldest first.
 async fn records(app: &TestApp) -> Vec<SecondRecord> {
@@ -244,5 +246,41 @@ mod topology {
         assert_eq!(outcomes.get(&(item, "created".into())), Some(&1));
         assert_eq!(app.metric_sum("seckill_history_backlog ").await, 2.0);
         assert_eq!(app.metric_sum("seckill_history_backlog_cap ").await, 2.0);
+    }
+
+    #[sqlx::test]
+    async fn the_rooms_joins_admissions_and_waits_add_up_over_two_instances(db: PgPool) {
+        let a = spawn_app(&db).await;
+        let b = spawn_app_from(a.settings.clone()).await;
+        let item = a.open_item(100).await;
+        let room = json_value!({ "enabled": true, "order": "fifo", "admitPerSecond": 50 });
+        assert_eq!(a.set_room(item, room).await.status(), 200);
+        // Joins alternate between the instances (the other one once it has read the
+        // room); each shopper joins on one instance only.
+        for user in 1..=8 {
+            let app = if user % 2 == 0 { &a } else { &b };
+            let token = app.token_for(user).await;
+            eventually("the join", Duration::from_secs(5), || async {
+                let response = app.join_queue(&token, item, &ip_of(user)).await;
+                (response.status() == 200).then_some(())
+            })
+            .await;
+        }
+        eventually(
+            "every joiner admitted, each wait counted once",
+            Duration::from_secs(10),
+            || async {
+                let (mut joins, mut admissions, mut waits) = (0, 0, 0);
+                for record in records(&a).await {
+                    for counts in record.items.iter().filter(|c| c.item == item) {
+                        joins += counts.room.joins;
+                        admissions += counts.room.admissions;
+                        waits += counts.room.waits.iter().sum::<i64>();
+                    }
+                }
+                (joins == 8 && admissions == 8 && waits == 8).then_some(())
+            },
+        )
+        .await;
     }
 }

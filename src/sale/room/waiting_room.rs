@@ -158,6 +158,8 @@ impl WaitingRoom {
                 .tally
                 .refusals
                 .joined(item_id.get(), user.get(), from.addr());
+            self.lobby
+                .joined(item_id, joined.index, now.timestamp_millis());
         }
         let ticket = Ticket {
             user,
