@@ -252,6 +252,7 @@ impl LiveStats {
             Ok(json) => json,
             Err(e) => {
                 tracing::error!(error = %e, "could not write a history record");
+                self.appended(Some((0, self.metrics.history_backlog.get())));
                 return recorder.written(draft);
             }
         };
