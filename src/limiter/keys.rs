@@ -52,18 +52,29 @@ pub enum Scope {
 /// A hash tag a caller puts its per-partition keys under: 1-64 characters of
 /// `A-Z a-z 0-9 . _ : -`, so it can never close the tag (`}`) or break a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Partition(String);
+pub struct Partition(String, Option<i64>);
 
 impl Partition {
     /// `tag` as a partition, if it is key-safe (1-64 characters of `A-Z a-z 0-9 . _ : -`).
     pub fn new(tag: String) -> Option<Self> {
         let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-');
-        ((1..=64).contains(&tag.len()) && tag.bytes().all(safe)).then_some(Self(tag))
+        ((1..=64).contains(&tag.len()) && tag.bytes().all(safe)).then_some(Self(tag, None))
+    }
+
+    /// The same partition, naming the item it stands for: the history tags a refusal
+    /// with it (`tally::refusals`); keys never read it.
+    pub fn for_item(self, item: i64) -> Self {
+        Self(self.0, Some(item))
     }
 
     /// The tag, as written into keys.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The item it stands for, if the caller named one.
+    pub fn item(&self) -> Option<i64> {
+        self.1
     }
 }
 

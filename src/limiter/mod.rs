@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tracing::Instrument;
 
+use crate::domain::UserId;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 pub use backend::{
@@ -167,6 +168,11 @@ impl<B: LimitBackend> Limiter<B> {
             heartbeat: Duration::from_millis(settings.heartbeat_ms.max(1)),
             metrics,
         })
+    }
+
+    /// This process's random tag: the history stream names the instance by it.
+    pub fn instance_tag(&self) -> u64 {
+        self.instance_tag
     }
 
     /// Replaces the clock (tests freeze time with a [`ManualClock`]).
@@ -306,6 +312,15 @@ impl<B: LimitBackend> Limiter<B> {
             .decide(policy_name, algorithm, caller, then)
             .instrument(span.clone())
             .await;
+        if let Err(Rejection::Refused(refusal)) = &decided {
+            self.metrics.tally.refusals.refused(
+                &refusal.policy.name,
+                refusal.dimension(),
+                caller.user.map(UserId::get),
+                caller.ip.addr(),
+                caller.partition.as_ref().and_then(Partition::item),
+            );
+        }
         if span.is_disabled() {
             return decided;
         }

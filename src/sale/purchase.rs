@@ -160,6 +160,11 @@ impl Purchases {
         let checked = self.check_open(item_id);
         if let Err(error) = &checked {
             self.outcomes.count(error.outcome());
+            // Per item only for an item the catalog knows: the id is the client's.
+            if !matches!(error, SaleError::ItemNotFound) {
+                let items = &self.parts.metrics.tally.items;
+                items.count(item_id.get(), |cells| cells.outcome(error.outcome()));
+            }
         }
         checked
     }
@@ -238,9 +243,17 @@ impl Purchases {
             }
         }
         .await;
-        self.outcomes.count(match &result {
+        let outcome = match &result {
             Ok(_) => Outcome::Created,
             Err(failure) => failure.outcome(),
+        };
+        self.outcomes.count(outcome);
+        let items = &self.parts.metrics.tally.items;
+        items.count(item.id.get(), |cells| match &result {
+            Err(PurchaseFailure::Limited(Rejection::Refused(refusal))) => {
+                cells.rejected(refusal.dimension())
+            }
+            _ => cells.outcome(outcome),
         });
         result
     }

@@ -80,6 +80,12 @@ impl Services {
         )?;
         postgres_pool::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
+        let history = &settings.history;
+        metrics.tally.refusals.configure(
+            history.sample_every,
+            history.samples_per_second,
+            history.sketch_capacity,
+        );
         let redis = RedisStore::connect(&redis_options(settings), Arc::clone(&metrics)).await?;
         let limiter = Arc::new(
             Limiter::new(redis.clone(), &settings.limiter, Arc::clone(&metrics))
@@ -193,6 +199,7 @@ impl Services {
                 redis.clone(),
                 Arc::clone(&metrics),
                 Arc::clone(&limiter),
+                &settings.history,
             )),
             pool,
             redis,

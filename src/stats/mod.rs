@@ -15,9 +15,16 @@
 //! outcomes, by their metric word), `fail_open` (every policy), all added to; and
 //! `stock:<item id>`, the item's live stock as sampled that second, set (several
 //! instances setting it in the same second write the same or a fresher value).
+//!
+//! The same pipeline appends the second's record to the history stream
+//! (`<prefix>:{stats}:history`, [`record`]; built by [`recorder`]): every policy's
+//! decisions, per item the purchases' outcomes and the room's counts, the refusal
+//! samples and, once a minute, the heavy hitters. One writer, one slot, no extra round
+//! trip; docs/history.md, "The decision stream".
 
 mod bucket_fields;
 pub mod record;
+pub mod recorder;
 pub mod series;
 
 use std::collections::BTreeMap;
@@ -26,12 +33,14 @@ use std::time::Duration;
 
 use crate::background::Ticks;
 use crate::configuration::policies::SECKILL_POLICY;
+use crate::configuration::HistorySettings;
 use crate::limiter::Limiter;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
 use crate::tally::Counted;
 use crate::vocabulary::{Decision, Outcome};
 use bucket_fields::{FAIL_OPEN, LOCAL, NEAR, ORDERS, OUTCOME, PASS, REJECT, SHADOW, STOCK};
+use recorder::{Draft, Recorder};
 use series::Series;
 
 /// How long a bucket is kept: the longest window the dashboard may ask for.
@@ -90,15 +99,30 @@ pub struct LiveStats {
     redis: RedisStore,
     metrics: Arc<Metrics>,
     limiter: Arc<Limiter>,
+    history: HistorySettings,
+    /// `lua/history_append.lua`.
+    append: redis::Script,
 }
 
 impl LiveStats {
-    /// Over `redis` (the buckets), this instance's `metrics` and the `limiter`'s policies.
-    pub fn new(redis: RedisStore, metrics: Arc<Metrics>, limiter: Arc<Limiter>) -> Self {
+    /// Over `redis` (the buckets and the history stream), this instance's `metrics`
+    /// and the `limiter`'s policies, with the `history`'s settings (the stream's cap,
+    /// the samples' bound).
+    pub fn new(
+        redis: RedisStore,
+        metrics: Arc<Metrics>,
+        limiter: Arc<Limiter>,
+        history: &HistorySettings,
+    ) -> Self {
+        metrics
+            .history_backlog_cap
+            .set(history.stream_max_len.min(i64::MAX as u64) as i64);
         Self {
             redis,
             metrics,
             limiter,
+            history: history.clone(),
+            append: redis::Script::new(include_str!("../../lua/history_append.lua")),
         }
     }
 
@@ -161,20 +185,29 @@ impl LiveStats {
     }
 
     /// Runs forever: once a second, adds the deltas since the last flush to the bucket
-    /// of the current second.
+    /// of the current second, and appends the second's record to the history stream.
     pub async fn run(self: Arc<Self>) {
         let mut last = self.totals();
+        let instance = format!("{:016x}", self.limiter.instance_tag());
+        let mut recorder = Recorder::new(
+            instance,
+            self.history.samples_per_second,
+            &self.metrics.tally,
+            chrono::Utc::now().timestamp(),
+        );
         let mut ticks = Ticks::new("stats flush", Duration::from_secs(1));
         loop {
             ticks.next().await;
-            self.flush(&mut last).await;
+            self.flush(&mut last, &mut recorder).await;
         }
     }
 
     /// Adds the counters' growth since `last` to the current second's bucket, with the
-    /// stock of every item on sale; `last` moves on only when that reached Redis, so a
-    /// failed flush is retried (its stock sample is simply missing).
-    async fn flush(&self, last: &mut BTreeMap<String, i64>) {
+    /// stock of every item on sale, and appends the record of what moved since the last
+    /// one (`recorder`) in the same pipeline; `last` and the recorder move on only when
+    /// that reached Redis, so a failed flush is retried (its stock sample is simply
+    /// missing).
+    async fn flush(&self, last: &mut BTreeMap<String, i64>, recorder: &mut Recorder) {
         let now = self.totals();
         let deltas: Vec<(String, i64)> = now
             .iter()
@@ -183,24 +216,100 @@ impl LiveStats {
             .collect();
         // What the sold-out refresh read from Redis this second: no read of our own.
         let stock = self.metrics.tally.stock();
-        if deltas.is_empty() && stock.is_empty() {
+        let second = chrono::Utc::now().timestamp();
+        let dropped_samples = |n| {
+            self.metrics
+                .history_dropped
+                .with_label_values(&["sample"])
+                .inc_by(n)
+        };
+        let draft = recorder.draft(&self.metrics.tally, second, dropped_samples);
+        if deltas.is_empty() && stock.is_empty() && draft.is_none() {
             *last = now;
             return;
         }
-        let key = self.bucket(chrono::Utc::now().timestamp());
+        let key = self.bucket(second);
         let mut pipe = redis::pipe();
-        for (field, delta) in &deltas {
-            pipe.hincr(&key, field, *delta).ignore();
+        if !deltas.is_empty() || !stock.is_empty() {
+            for (field, delta) in &deltas {
+                pipe.hincr(&key, field, *delta).ignore();
+            }
+            for (item, remaining) in &stock {
+                pipe.hset(&key, format!("{STOCK}{item}"), *remaining)
+                    .ignore();
+            }
+            pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
         }
-        for (item, remaining) in &stock {
-            pipe.hset(&key, format!("{STOCK}{item}"), *remaining)
-                .ignore();
-        }
-        pipe.expire(&key, MAX_WINDOW_SECS as i64 + 60).ignore();
-        match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
-            Ok(()) => *last = now,
-            // Once a second while Redis is down: not worth a warning each.
+        let Some(draft) = draft else {
+            match self.redis.call::<()>(RedisPurpose::Other, &pipe).await {
+                Ok(()) => *last = now,
+                // Once a second while Redis is down: not worth a warning each.
+                Err(e) => tracing::debug!(error = %e, "stats flush failed"),
+            }
+            return;
+        };
+        let json = match serde_json::to_string(&draft.record) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::error!(error = %e, "could not write a history record");
+                self.appended(Some((0, self.metrics.history_backlog.get())));
+                return recorder.written(draft);
+            }
+        };
+        let stream = record::stream_key(self.redis.prefix());
+        let mut append = self.append.key(&stream);
+        append.arg(self.history.stream_max_len.max(1)).arg(&json);
+        pipe.invoke_script(&append);
+        match self
+            .redis
+            .call::<Vec<(i64, i64)>>(RedisPurpose::Other, &pipe)
+            .await
+        {
+            Ok(replies) => {
+                *last = now;
+                self.appended(replies.first().copied());
+                recorder.written(draft);
+            }
+            // The script is not loaded on this server yet (a fresh or restarted Redis):
+            // the buckets' commands ran; the record goes alone, loading the script.
+            Err(e) if no_script(&e) => {
+                *last = now;
+                self.append_alone(&append, recorder, draft).await;
+            }
             Err(e) => tracing::debug!(error = %e, "stats flush failed"),
+        }
+    }
+
+    async fn append_alone(
+        &self,
+        append: &redis::ScriptInvocation<'_>,
+        recorder: &mut Recorder,
+        draft: Draft,
+    ) {
+        match self
+            .redis
+            .call::<(i64, i64)>(RedisPurpose::Other, append)
+            .await
+        {
+            Ok(reply) => {
+                self.appended(Some(reply));
+                recorder.written(draft);
+            }
+            Err(e) => tracing::debug!(error = %e, "history append failed"),
+        }
+    }
+
+    /// The append script's reply: the backlog, and a record dropped at the cap.
+    fn appended(&self, reply: Option<(i64, i64)>) {
+        let Some((appended, length)) = reply else {
+            return;
+        };
+        self.metrics.history_backlog.set(length);
+        if appended == 0 {
+            self.metrics
+                .history_dropped
+                .with_label_values(&["record"])
+                .inc();
         }
     }
 
@@ -234,6 +343,17 @@ impl LiveStats {
         let buckets = self.buckets(from, window).await?;
         let (enforced, shadow) = self.dimensions();
         Ok(Series::from_buckets(from, &buckets, &enforced, &shadow))
+    }
+}
+
+/// Whether Redis refused a script call for not knowing the script (`NOSCRIPT`).
+fn no_script(error: &crate::store::redis_store::RedisCallError) -> bool {
+    match error {
+        crate::store::redis_store::RedisCallError::Failed { source, .. } => {
+            source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                || source.to_string().contains("NOSCRIPT")
+        }
+        crate::store::redis_store::RedisCallError::Timeout { .. } => false,
     }
 }
 

@@ -29,8 +29,9 @@ pub const FIELD: &str = "r";
 
 /// The upper bounds of the room's wait buckets, in seconds: an admission after a wait of
 /// `w` counts in the first bucket whose bound is at least `w`, or in the last
-/// (`RoomCounts::waits` has one more entry than this: over an hour).
-pub const WAIT_BUCKETS_SECS: [u64; 12] = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1_800, 3_600];
+/// (`RoomCounts::waits` has one more entry than this: over an hour). Defined in the
+/// tally, below the room that counts the waits.
+pub use crate::tally::per_item::WAIT_BUCKETS_SECS;
 
 /// One instance's second.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

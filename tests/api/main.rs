@@ -16,6 +16,7 @@ mod errors;
 mod hardening;
 mod health;
 mod history_fold;
+mod history_stream;
 mod identity;
 mod item_admin;
 mod key_sources;

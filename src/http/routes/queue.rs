@@ -116,7 +116,7 @@ pub async fn join(
     let item = item_id(id.into_inner())?;
     let caller = caller(&req, QUEUE_JOIN_POLICY, Some(shopper.0), None)?;
     let admission = limiter.check(QUEUE_JOIN_POLICY, None, &caller).await?;
-    let answer = room.join(item, shopper.0).await?;
+    let answer = room.join(item, shopper.0, caller.ip).await?;
     let mut response = HttpResponse::Ok().json(QueueBody::from(answer));
     admission.write_headers(response.headers_mut());
     Ok(response)

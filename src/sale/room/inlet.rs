@@ -189,6 +189,10 @@ impl Inlet {
             let metrics = &self.parts.metrics;
             metrics.queue_admissions.inc_by(done.admitted);
             metrics.queue_abandoned.inc_by(done.skipped);
+            let stepped = |cells: &crate::tally::per_item::ItemCells| {
+                cells.stepped(done.admitted, done.skipped)
+            };
+            metrics.tally.items.count(item.id.get(), stepped);
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use chrono::Utc;
 
+use super::join_times::JoinTimes;
 use super::room_redis::{ReadFrom, RoomRedis};
 use super::room_view::RoomView;
 use crate::sale::item::ItemId;
@@ -49,6 +50,8 @@ pub struct Lobby {
     redis: Arc<RoomRedis>,
     views: ArcSwap<HashMap<ItemId, Arc<Held>>>,
     heard: Mutex<HashMap<ItemId, HashSet<u64>>>,
+    /// This instance's joiners not reached yet, for their waits.
+    join_times: JoinTimes,
 }
 
 impl Lobby {
@@ -59,6 +62,7 @@ impl Lobby {
             redis,
             views: ArcSwap::default(),
             heard: Mutex::default(),
+            join_times: JoinTimes::default(),
         }
     }
 
@@ -73,9 +77,15 @@ impl Lobby {
         heard.entry(item).or_default().insert(index);
     }
 
+    /// A new joiner of `item`'s room on this instance, with join index `index`, at
+    /// `at_ms`: its wait is counted when a refresh sees it admitted.
+    pub fn joined(&self, item: ItemId, index: u64, at_ms: i64) {
+        self.join_times.joined(item, index, at_ms);
+    }
+
     /// Reads the rooms of `items` (those on, whose sale has not ended). A room that
     /// fails to read keeps its old copy, which turns stale. Rooms no longer listed are
-    /// dropped.
+    /// dropped. The waits of this instance's joiners the new steps admitted are counted.
     pub async fn refresh(&self, items: &[ItemId]) {
         let now_ms = Utc::now().timestamp_millis();
         let known = self.views.load_full();
@@ -90,7 +100,14 @@ impl Lobby {
                             steps: from.steps + update.new_steps.len(),
                         };
                         let base = held.map(|h| h.view.clone()).unwrap_or_default();
+                        let steps = update.new_steps.clone();
                         let view = base.advanced(update, now_ms);
+                        let waits = self.join_times.reached(*item, &steps, &view);
+                        if !waits.is_empty() {
+                            self.parts.metrics.tally.items.count(item.get(), |cells| {
+                                waits.iter().for_each(|wait| cells.waited(*wait))
+                            });
+                        }
                         Some((*item, Arc::new(Held { view, read_at: Instant::now(), read })))
                     }
                     Err(e) => {
@@ -116,6 +133,7 @@ impl Lobby {
             .sum();
         self.parts.metrics.queue_waiting.set(waiting as i64);
         self.views.store(Arc::new(fresh));
+        self.join_times.keep_only(items);
     }
 
     /// Refreshes the copies every [`REFRESH`] and writes the liveness batch every

@@ -23,6 +23,7 @@
 
 pub mod estimate;
 pub mod inlet;
+pub mod join_times;
 pub mod lobby;
 pub mod poll_budget;
 pub mod room_config;

@@ -11,7 +11,7 @@ use super::room_error::RoomError;
 use super::room_redis::{RoomMoment, RoomRedis};
 use super::rooms::Rooms;
 use super::standing::{standing, Situation, Standing};
-use crate::domain::UserId;
+use crate::domain::{ClientIp, UserId};
 use crate::identity::{Pass, QueueTokenError, QueueTokens, Ticket};
 use crate::sale::item::{Item, ItemId};
 use crate::sale::parts::SaleParts;
@@ -114,7 +114,12 @@ impl WaitingRoom {
     }
 
     /// Joins `user` to `item`'s queue, or answers their place again.
-    pub async fn join(&self, item_id: ItemId, user: UserId) -> Result<Answer, RoomError> {
+    pub async fn join(
+        &self,
+        item_id: ItemId,
+        user: UserId,
+        from: ClientIp,
+    ) -> Result<Answer, RoomError> {
         let item = self.item(item_id)?;
         let room = self.rooms.get(item_id);
         let now = Utc::now();
@@ -143,7 +148,18 @@ impl WaitingRoom {
             .await
             .map_err(RoomError::Unavailable)?;
         if joined.new {
-            self.parts.metrics.queue_joins.inc();
+            let metrics = &self.parts.metrics;
+            metrics.queue_joins.inc();
+            metrics
+                .tally
+                .items
+                .count(item_id.get(), |cells| cells.joined());
+            metrics
+                .tally
+                .refusals
+                .joined(item_id.get(), user.get(), from.addr());
+            self.lobby
+                .joined(item_id, joined.index, now.timestamp_millis());
         }
         let ticket = Ticket {
             user,

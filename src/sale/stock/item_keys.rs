@@ -59,7 +59,7 @@ fn item_tag(item: ItemId) -> String {
 /// own tag. Always a valid partition (`item:` and digits); `None` could only mean this
 /// spelling changed, and then a `per_item` check answers misconfigured, never guesses.
 pub fn limiter_partition(item: ItemId) -> Option<Partition> {
-    Partition::new(item_tag(item))
+    Partition::new(item_tag(item)).map(|partition| partition.for_item(item.get()))
 }
 
 /// The keys of one item: `<prefix>:{item:<id>}:<what>`.

@@ -7,6 +7,14 @@
 //! The counters that record an event resolve their cell once (when a policy is
 //! installed, when the sale starts), so counting costs one atomic add, beside the
 //! Prometheus counter the same event increments for scrapes ([`Counter`] does both).
+//!
+//! For the history's stream (`crate::stats::record`) it also counts per item
+//! ([`per_item`]), keeps a sample of refusals and each minute's heavy hitters
+//! ([`refusals`], over the Space-Saving summaries of [`sketch`]).
+
+pub mod per_item;
+pub mod refusals;
+pub mod sketch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,6 +105,10 @@ pub struct Tally {
     cells: Mutex<BTreeMap<Counted, Cell>>,
     /// Item id → its live stock as this instance last read it (every second).
     stock: Mutex<BTreeMap<i64, i64>>,
+    /// Per item: the purchases' outcomes and the waiting room's counts.
+    pub items: per_item::ItemTally,
+    /// The refusal samples and the minute's heavy hitters.
+    pub refusals: refusals::Refusals,
 }
 
 impl Tally {
