@@ -14,11 +14,12 @@ pub struct HistorySettings {
     /// second are dropped and counted.
     pub samples_per_second: usize,
     /// The stream's hard cap, in records (`MAXLEN`): a record that finds the backlog at
-    /// the cap (Postgres away, say) is dropped and counted, never an unfolded one.
+    /// the cap (Postgres away, say) is dropped and counted, never an unfolded one. 0
+    /// turns the history off: no record is written.
     pub stream_max_len: u64,
     /// Entries per read of the fold, and its pause when the stream is empty.
     pub fold_batch: usize,
-    /// How often the fold reads the stream.
+    /// How often the fold reads the stream; 0: this instance does not fold.
     pub fold_every_ms: u64,
     /// A consumer's entry unacknowledged this long is claimed by another (`XAUTOCLAIM`).
     pub claim_idle_ms: u64,

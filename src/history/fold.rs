@@ -90,8 +90,13 @@ impl Fold {
     }
 
     /// Runs forever: a pass every `fold_every_ms`, a failed one logged and its entries
-    /// read again at the next.
+    /// read again at the next. With `fold_every_ms` 0 this instance does not fold (the
+    /// others do, or a fleet keeps its folding on a few instances): it returns at once.
     pub async fn run(self: Arc<Self>) {
+        if self.every.is_zero() {
+            tracing::info!("history fold off on this instance (fold_every_ms = 0)");
+            return;
+        }
         let mut progress = Progress {
             group_ready: false,
             own_pending: false,

@@ -12,9 +12,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use prometheus::IntCounterVec;
 
 use crate::domain::{ClientIp, UserId};
+use crate::metrics::Metrics;
+use crate::tally::Counted;
 
 /// What one reload installs: users and addresses (as the limiter keys them: an IPv6
 /// address by its /64) with the unix millisecond their block ends at.
@@ -31,16 +32,17 @@ pub struct Blocks {
 /// The table every route consults where it builds its caller (`http::rate_limit::caller`).
 pub struct Blocklist {
     blocks: ArcSwap<Blocks>,
-    /// `blocked_total{policy}`.
-    counter: IntCounterVec,
+    /// Counts each refusal twice, as every decision is: `blocked_total{policy}` for
+    /// scrapes, and the tally's cell for the history (`blocked` in the second's record).
+    metrics: Arc<Metrics>,
 }
 
 impl Blocklist {
-    /// An empty table counting its refusals on `counter` (`metrics.blocked`).
-    pub fn new(counter: IntCounterVec) -> Self {
+    /// An empty table counting its refusals on `metrics` (`blocked` and the tally).
+    pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
             blocks: ArcSwap::from_pointee(Blocks::default()),
-            counter,
+            metrics,
         }
     }
 
@@ -92,7 +94,11 @@ impl Blocklist {
             .copied();
         let refused = found.is_some_and(|until| until > now_ms());
         if refused {
-            self.counter.with_label_values(&[policy]).inc();
+            // A blocked caller's requests are few next to a stampede's: the cell's lookup
+            // is not resolved ahead as the limiter's are.
+            self.metrics.blocked.with_label_values(&[policy]).inc();
+            let policy = policy.to_string();
+            self.metrics.tally.cell(Counted::Blocked { policy }).add();
         }
         refused
     }
@@ -113,13 +119,13 @@ impl Blocklist {
 mod tests {
     use super::*;
 
-    fn counter() -> IntCounterVec {
-        IntCounterVec::new(prometheus::Opts::new("b", "b"), &["policy"]).expect("a counter")
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new().expect("the metrics"))
     }
 
     #[test]
     fn an_older_reload_never_replaces_a_newer_one() {
-        let list = Blocklist::new(counter());
+        let list = Blocklist::new(metrics());
         let at = |version| Blocks {
             version,
             ..Blocks::default()
@@ -132,7 +138,7 @@ mod tests {
 
     #[test]
     fn a_block_refuses_its_user_or_its_64_until_it_ends_and_counts_by_policy() {
-        let list = Blocklist::new(counter());
+        let list = Blocklist::new(metrics());
         let ip = |s: &str| ClientIp::new(s.parse().expect("an address"));
         let user = UserId::try_from(7).ok();
         let mut blocks = Blocks::default();
@@ -147,6 +153,13 @@ mod tests {
         assert!(list.refuses_at("seckill", user, ip("192.0.2.1"), || 999));
         assert!(!list.refuses_at("seckill", user, ip("192.0.2.1"), || 1_000));
         assert!(!list.refuses_at("seckill", None, ip("2001:db8:1:2::5"), || 2_000));
-        assert_eq!(list.counter.with_label_values(&["seckill"]).get(), 2);
+        assert_eq!(
+            list.metrics.blocked.with_label_values(&["seckill"]).get(),
+            2
+        );
+        let blocked = Counted::Blocked {
+            policy: "seckill".into(),
+        };
+        assert!(list.metrics.tally.totals().contains(&(blocked, 2)));
     }
 }

@@ -98,7 +98,7 @@ impl Services {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
-        let blocklist = Arc::new(Blocklist::new(metrics.blocked.clone()));
+        let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(
             pool.clone(),
             redis.clone(),

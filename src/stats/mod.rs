@@ -177,7 +177,8 @@ impl LiveStats {
                 Counted::LocalRefusal { .. }
                 | Counted::Decision { .. }
                 | Counted::ShadowRefusal { .. }
-                | Counted::NearLimit { .. } => continue,
+                | Counted::NearLimit { .. }
+                | Counted::Blocked { .. } => continue,
             };
             *totals.entry(field).or_insert(0) += total as i64;
         }
@@ -223,7 +224,15 @@ impl LiveStats {
                 .with_label_values(&["sample"])
                 .inc_by(n)
         };
-        let draft = recorder.draft(&self.metrics.tally, second, dropped_samples);
+        let draft = match recorder.draft(&self.metrics.tally, second, dropped_samples) {
+            // The history off (a cap of 0): the second is drafted and let go at once, so
+            // nothing piles up waiting for a stream that will never take it.
+            Some(draft) if self.history.stream_max_len == 0 => {
+                recorder.written(draft);
+                None
+            }
+            draft => draft,
+        };
         if deltas.is_empty() && stock.is_empty() && draft.is_none() {
             *last = now;
             return;
@@ -258,7 +267,7 @@ impl LiveStats {
         };
         let stream = record::stream_key(self.redis.prefix());
         let mut append = self.append.key(&stream);
-        append.arg(self.history.stream_max_len.max(1)).arg(&json);
+        append.arg(self.history.stream_max_len).arg(&json);
         pipe.invoke_script(&append);
         match self
             .redis

@@ -29,6 +29,7 @@ const LOCAL: &str = "local";
 const SHADOW: &str = "shadow";
 const NEAR: &str = "near";
 const FAIL_OPEN: &str = "fail_open";
+const BLOCKED: &str = "blocked";
 
 /// A policy's rule and outcome.
 type DecisionKey = (String, String, &'static str);
@@ -55,6 +56,7 @@ impl Totals {
                 Counted::ShadowRefusal { policy, rule } => (policy, rule, SHADOW),
                 Counted::NearLimit { policy, rule } => (policy, rule, NEAR),
                 Counted::FailOpen { policy } => (policy, String::new(), FAIL_OPEN),
+                Counted::Blocked { policy } => (policy, String::new(), BLOCKED),
                 Counted::Purchase(_) => continue,
             };
             *decisions.entry(key).or_insert(0) += total as i64;

@@ -63,6 +63,11 @@ pub enum Counted {
         /// The policy whose fail mode let it through.
         policy: String,
     },
+    /// A request an operator's block refused (403 `BLOCKED`), before its policy decided.
+    Blocked {
+        /// The policy that would have decided it.
+        policy: String,
+    },
     /// A purchase that ended so.
     Purchase(Outcome),
 }

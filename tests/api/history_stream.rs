@@ -1,6 +1,8 @@
 //! The decision stream (docs/history.md, "The decision stream"): each instance's stats
 //! flush appends, once a second, what it counted since its last record; summed over the
 //! records of every instance, the stream says exactly what the requests were answered.
+//! The tests read the stream itself, so their instances do not fold it (a fold deletes
+//! what it folds): `history.fold_every_ms = 0`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,9 +11,7 @@ use serde_json::{json as json_value, Value};
 use sqlx::PgPool;
 
 use seckill::stats::record::{stream_key, SecondRecord, FIELD};
-use seckill_test_support::{
-    eventually, ip_of, json, spawn_app, spawn_app_from, spawn_app_with, TestApp,
-};
+use seckill_test_support::{eventually, ip_of, json, spawn_app_from, spawn_app_with, TestApp};
 
 /// Every record of the test's stream, oldest first.
 async fn records(app: &TestApp) -> Vec<SecondRecord> {
@@ -106,6 +106,7 @@ mod topology {
         db: PgPool,
     ) {
         let a = spawn_app_with(&db, |s| {
+            s.history.fold_every_ms = 0;
             s.history.sample_every = 1;
             // 12 admissions a minute for the whole sale: the last purchases are refused
             // by it, however the earlier ones fared.
@@ -218,7 +219,11 @@ mod topology {
 
     #[sqlx::test]
     async fn a_record_that_finds_the_stream_at_its_cap_is_dropped_and_counted(db: PgPool) {
-        let app = spawn_app_with(&db, |s| s.history.stream_max_len = 2).await;
+        let app = spawn_app_with(&db, |s| {
+            s.history.fold_every_ms = 0;
+            s.history.stream_max_len = 2;
+        })
+        .await;
         let item = app.open_item(10).await;
         let token = app.token_for(7).await;
         let dropped = r#"seckill_history_dropped_total{what="record"}"#;
@@ -250,7 +255,7 @@ mod topology {
 
     #[sqlx::test]
     async fn the_rooms_joins_admissions_and_waits_add_up_over_two_instances(db: PgPool) {
-        let a = spawn_app(&db).await;
+        let a = spawn_app_with(&db, |s| s.history.fold_every_ms = 0).await;
         let b = spawn_app_from(a.settings.clone()).await;
         let item = a.open_item(100).await;
         let room = json_value!({ "enabled": true, "order": "fifo", "admitPerSecond": 50 });

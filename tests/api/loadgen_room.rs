@@ -118,10 +118,16 @@ async fn a_sale_through_the_room_agrees_with_postgres_and_refuses_by_each_dimens
         }
     })
     .await;
-    assert_eq!(report_body["orders"]["bought"], sale.orders, "{report_body}");
+    assert_eq!(
+        report_body["orders"]["bought"], sale.orders,
+        "{report_body}"
+    );
     assert_eq!(report_body["queue"]["joined"], sale.joined, "{report_body}");
     for (dimension, count) in &sale.refused {
-        assert_eq!(report_body["refused"][dimension], *count, "{dimension}: {report_body}");
+        assert_eq!(
+            report_body["refused"][dimension], *count,
+            "{dimension}: {report_body}"
+        );
     }
     let refused_total: u64 = sale.refused.values().sum();
     let reported: u64 = report_body["refused"]
