@@ -38,6 +38,9 @@ pub struct HistorySettings {
     pub block_max_secs: u64,
     /// The most blocks in force at once.
     pub blocks_max: usize,
+    /// How often each instance asks Redis whether the blocks changed (one script call),
+    /// besides a change's own instance, which applies it at once.
+    pub block_poll_ms: u64,
 }
 
 impl Default for HistorySettings {
@@ -56,6 +59,7 @@ impl Default for HistorySettings {
             max_rows: 50_000,
             block_max_secs: 7 * 86_400,
             blocks_max: 10_000,
+            block_poll_ms: 200,
         }
     }
 }

@@ -7,7 +7,7 @@
 //!   blocks' **version**, are handed out in commit order: an instance that read version
 //!   `v` and then the rows has every change up to `v`.
 //! - **Announced** by raising `<prefix>:{blocks}:version` to the change's version
-//!   (`lua/blocks_version.lua`). Every instance polls it every [`POLL_EVERY`], reloads
+//!   (`lua/blocks_version.lua`). Every instance polls it every `history.block_poll_ms`, reloads
 //!   the rows into its [`Blocklist`] when it moved (and every [`FULL_RELOAD`] anyway,
 //!   every [`OUTAGE_RELOAD`] while Redis cannot say), and records the version it applied
 //!   in `<prefix>:{blocks}:applied:<instance>` (expiring: a dead instance's goes).
@@ -36,8 +36,6 @@ use crate::limiter::Limiter;
 use crate::metrics::RedisPurpose;
 use crate::store::RedisStore;
 
-/// How often each instance asks Redis for the blocks' version.
-pub const POLL_EVERY: Duration = Duration::from_millis(200);
 /// Every instance rereads the blocks (and sweeps the expired) this often regardless, in
 /// case the version key itself was lost.
 pub const FULL_RELOAD: Duration = Duration::from_secs(30);
@@ -45,7 +43,8 @@ pub const FULL_RELOAD: Duration = Duration::from_secs(30);
 pub const OUTAGE_RELOAD: Duration = Duration::from_secs(5);
 /// How long a change's answer waits for every live instance to confirm it.
 pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
-/// How long an instance's applied version lives in Redis without a poll refreshing it.
+/// How long an instance's applied version lives in Redis without a poll refreshing it,
+/// at least (three polls, when they are further apart).
 const APPLIED_TTL_MS: u64 = 10_000;
 /// The advisory lock every change takes, so versions are handed out in commit order.
 const CHANGE_LOCK: i64 = 0x626c_6f63_6b73; // "blocks"
@@ -56,6 +55,9 @@ pub struct BlockStore {
     limiter: Arc<Limiter>,
     list: Arc<Blocklist>,
     limits: BlockLimits,
+    /// How often this instance asks Redis for the blocks' version
+    /// (`history.block_poll_ms`).
+    poll_every: Duration,
     script: Script,
 }
 
@@ -68,6 +70,7 @@ impl BlockStore {
         limiter: Arc<Limiter>,
         list: Arc<Blocklist>,
         limits: BlockLimits,
+        poll_every: Duration,
     ) -> Self {
         Self {
             pool,
@@ -75,6 +78,7 @@ impl BlockStore {
             limiter,
             list,
             limits,
+            poll_every: poll_every.max(Duration::from_millis(1)),
             script: Script::new(include_str!("../../lua/blocks_version.lua")),
         }
     }
@@ -296,7 +300,7 @@ impl BlockStore {
             .key(self.applied_key(self.limiter.instance()))
             .arg(version)
             .arg(self.list.version())
-            .arg(APPLIED_TTL_MS);
+            .arg(APPLIED_TTL_MS.max(3 * self.poll_every.as_millis() as u64));
         Ok(self.redis.call(RedisPurpose::Other, &invocation).await?)
     }
 
@@ -351,15 +355,15 @@ impl BlockStore {
             .collect())
     }
 
-    /// Polls the version every [`POLL_EVERY`] and reloads when it moved; sweeps and
+    /// Polls the version every `history.block_poll_ms` and reloads when it moved; sweeps and
     /// reloads every [`FULL_RELOAD`] regardless, and every [`OUTAGE_RELOAD`] while Redis
     /// cannot say.
     pub async fn watch(self: Arc<Self>) {
         let mut since_reload = Duration::ZERO;
-        let mut ticks = Ticks::new("block watcher", POLL_EVERY);
+        let mut ticks = Ticks::new("block watcher", self.poll_every);
         loop {
             ticks.next().await;
-            since_reload += POLL_EVERY;
+            since_reload += self.poll_every;
             let result = match self.exchange(0).await {
                 Ok(version) => {
                     let applied = self.list.version();

@@ -17,6 +17,7 @@ pub mod offenders;
 pub mod report;
 pub mod retention;
 pub mod rows;
+pub mod samples;
 
 pub use fold::Fold;
 pub use retention::Retention;

@@ -66,6 +66,7 @@ const OPERATOR: &str = "admin_token";
         routes::admin::orders_export::orders_csv,
         routes::admin::history::history,
         routes::admin::history::item_report,
+        routes::admin::history::refusal_samples,
         routes::admin::stats,
         routes::admin::stats_series,
         routes::admin::rules::policies,
@@ -414,7 +415,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            39,
+            40,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

@@ -109,6 +109,7 @@ impl Services {
                 max_blocks: settings.history.blocks_max,
                 guarded: settings.trusted_proxies.clone(),
             },
+            Duration::from_millis(settings.history.block_poll_ms),
         ));
         // In force before the first request.
         blocks.reload().await.context("loading the blocks")?;

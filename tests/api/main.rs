@@ -33,6 +33,7 @@ mod operator_actions;
 mod overload;
 mod parsers;
 mod policy_scope;
+mod refusal_samples;
 mod reports;
 mod returns;
 mod rule_sets;

@@ -92,6 +92,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
             .service(operator.resource("/orders", [get(admin::orders)]))
             .service(operator.resource("/orders.csv", [get(admin::orders_csv)]))
             .service(operator.resource("/history", [get(admin::history)]))
+            .service(operator.resource("/history/samples", [get(admin::refusal_samples)]))
             .service(operator.resource("/stats", [get(admin::stats)]))
             .service(operator.resource("/stats/series", [get(admin::stats_series)]))
             .service(operator.resource("/policies", [get(admin::policies)]))

@@ -1,4 +1,5 @@
-//! `GET /admin/api/history` (the per-minute rows, JSON or streamed CSV) and
+//! `GET /admin/api/history` (the per-minute rows, JSON or streamed CSV),
+//! `GET /admin/api/history/samples` (the sampled refusals, personal data) and
 //! `GET /admin/api/items/{id}/report` (a report per sale): what the sale remembers
 //! (docs/history.md, "History and reports").
 
@@ -13,6 +14,7 @@ use super::storable;
 use crate::configuration::HistorySettings;
 use crate::history::report::{sale_report, SaleReport};
 use crate::history::rows::{self, Cursor, HistoryQuery, HistoryRow, HistoryStep};
+use crate::history::samples::{self, SampledRefusal};
 use crate::http::routes::items::item_id;
 use crate::http::ApiError;
 use crate::http::QueryParams;
@@ -150,6 +152,70 @@ pub async fn history(
             }
         },
     ))
+}
+
+/// The query of `GET /admin/api/history/samples`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SamplesParams {
+    /// Only this item's refusals.
+    item: Option<i64>,
+    /// Only this policy's refusals.
+    policy: Option<String>,
+    /// RFC 3339, included; a day before `to` when absent.
+    from: Option<DateTime<Utc>>,
+    /// RFC 3339, excluded; now when absent. At most `history.max_range_days` after `from`.
+    to: Option<DateTime<Utc>>,
+}
+
+/// The answer of `GET /admin/api/history/samples`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SamplesPage {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    /// Oldest first, at most `history.max_rows`.
+    samples: Vec<SampledRefusal>,
+    /// More samples fall in the range than the answer holds: narrow it.
+    truncated: bool,
+}
+
+/// `GET /admin/api/history/samples?item=&policy=&from=&to=`: the sampled refusals, each
+/// with its user, address, policy and rule. Personal data, kept
+/// `history.sample_retention_days`; this is their only reader.
+#[utoipa::path(get, path = "/admin/api/history/samples", operation_id = "getRefusalSamples", tag = "admin", params(SamplesParams),
+    responses(
+        (status = 200, description = "The samples, oldest first", body = SamplesPage),
+        (status = 400, description = "`VALIDATION_FAILED`: `field` names the query parameter; `to` past `history.max_range_days`", body = crate::http::api_error::ErrorBody),
+    ))]
+pub async fn refusal_samples(
+    _admin: Admin,
+    params: QueryParams<SamplesParams>,
+    pool: web::Data<PgPool>,
+    settings: web::Data<HistorySettings>,
+) -> Result<HttpResponse, ApiError> {
+    let params = params.into_inner();
+    let query = HistoryQuery::new(
+        params.from.map(|t| storable("from", t)).transpose()?,
+        params.to.map(|t| storable("to", t)).transpose()?,
+        HistoryStep::Minute,
+        params
+            .item
+            .map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
+            .transpose()?,
+        params.policy,
+        &settings,
+    )
+    .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
+    let limit = settings.max_rows as i64;
+    let mut found = samples::between(&pool, &query, limit + 1).await?;
+    let truncated = found.len() as i64 > limit;
+    found.truncate(settings.max_rows);
+    Ok(HttpResponse::Ok().json(SamplesPage {
+        from: query.from,
+        to: query.to,
+        samples: found,
+        truncated,
+    }))
 }
 
 /// The query of `GET /admin/api/items/{id}/report`.

@@ -13,7 +13,7 @@ pub mod orders_export;
 pub mod queue_settings;
 pub mod rules;
 
-pub use history::{history, item_report};
+pub use history::{history, item_report, refusal_samples};
 pub use item_changes::{archive_item, edit_item, end_item, item_audit, list_items};
 pub use offenders::{create_block, delete_block, list_blocks, offenders};
 pub use orders_export::orders_csv;
