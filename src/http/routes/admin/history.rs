@@ -51,6 +51,32 @@ fn format_of(format: Option<Format>, request: &HttpRequest) -> Format {
     })
 }
 
+/// A refused history query as the API answers it: 400 naming the parameter.
+fn refused(e: rows::HistoryRefused) -> ApiError {
+    ApiError::validation(e.field(), e.to_string())
+}
+
+/// The query of the history's parameters, each checked: the range storable and bounded,
+/// the item an item's id, the policy a policy's name.
+fn query_of(
+    (from, to): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+    step: HistoryStep,
+    item: Option<i64>,
+    policy: Option<String>,
+    settings: &HistorySettings,
+) -> Result<HistoryQuery, ApiError> {
+    HistoryQuery::new(
+        from.map(|t| storable("from", t)).transpose()?,
+        to.map(|t| storable("to", t)).transpose()?,
+        step,
+        item.map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
+            .transpose()?,
+        policy,
+        settings,
+    )
+    .map_err(refused)
+}
+
 /// The query of `GET /admin/api/history`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -112,19 +138,13 @@ pub async fn history(
     settings: web::Data<HistorySettings>,
 ) -> Result<HttpResponse, ApiError> {
     let params = params.into_inner();
-    let refused = |e: rows::HistoryRefused| ApiError::validation(e.field(), e.to_string());
-    let query = HistoryQuery::new(
-        params.from.map(|t| storable("from", t)).transpose()?,
-        params.to.map(|t| storable("to", t)).transpose()?,
+    let query = query_of(
+        (params.from, params.to),
         params.step.unwrap_or_default(),
-        params
-            .item
-            .map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
-            .transpose()?,
+        params.item,
         params.policy,
         &settings,
-    )
-    .map_err(refused)?;
+    )?;
     rows::check_rows(&pool, &query, &settings)
         .await?
         .map_err(refused)?;
@@ -194,18 +214,13 @@ pub async fn refusal_samples(
     settings: web::Data<HistorySettings>,
 ) -> Result<HttpResponse, ApiError> {
     let params = params.into_inner();
-    let query = HistoryQuery::new(
-        params.from.map(|t| storable("from", t)).transpose()?,
-        params.to.map(|t| storable("to", t)).transpose()?,
+    let query = query_of(
+        (params.from, params.to),
         HistoryStep::Minute,
-        params
-            .item
-            .map(|i| ItemId::try_from(i).map_err(|e| ApiError::validation("item", e.to_string())))
-            .transpose()?,
+        params.item,
         params.policy,
         &settings,
-    )
-    .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
+    )?;
     let limit = settings.max_rows as i64;
     let mut found = samples::between(&pool, &query, limit + 1).await?;
     let truncated = found.len() as i64 > limit;
