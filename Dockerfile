@@ -86,12 +86,12 @@ USER 10001:10001
 # refuses to start with the public development secrets.
 ENV SECKILL_HOST=0.0.0.0 \
     SECKILL_PORT=8080 \
-    SECKILL_PROBE_PORT=8081 \
+    SECKILL_PROBE_PORT=8089 \
     SECKILL_ENVIRONMENT=production
 
-# 8080: the service. 8081: the probe listener (liveness, readiness, metrics), answered
+# 8080: the service. 8089: the probe listener (liveness, readiness, metrics), answered
 # on connections of its own even while the service's are all taken.
-EXPOSE 8080 8081
+EXPOSE 8080 8089
 
 # Liveness (the process serves), on the probe listener. Readiness (/health/ready)
 # depends on Redis and Postgres and is for load balancers, not for restarting this

@@ -41,7 +41,8 @@ export SECKILL_ADMIN_TOKEN=${SECKILL_ADMIN_TOKEN:-dev-admin-token}  # = LOCAL_AD
 # Something to sell on a fresh install (only when there is no item at all).
 export SECKILL_SEED_DEMO_ITEM=${SECKILL_SEED_DEMO_ITEM:-true}
 
-# The commit `seckill_build_info` names (none outside a git checkout).
+# The commit `seckill_build_info` names (none outside a git checkout): the `commit`
+# setting, read at start, so a new commit never makes cargo rebuild an unchanged tree.
 SECKILL_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 export SECKILL_COMMIT
 cargo build --release --locked --bin seckill

@@ -300,8 +300,8 @@ families! {
         &["outcome"],
     )
     .seeded(TokenComparison::labels().map(|outcome| [outcome]));
-    /// Always 1: which build serves (`version` from Cargo.toml, `commit` from
-    /// `SECKILL_COMMIT` at build time, `unknown` without it).
+    /// Always 1: which build serves (`version` from Cargo.toml, `commit` from the
+    /// `commit` setting, read at start: [`Metrics::serving`]).
     build_info: IntGaugeVec = family(
         "build_info",
         "The build serving: version and commit",
@@ -394,13 +394,6 @@ impl Metrics {
     pub fn new() -> anyhow::Result<Self> {
         let registry = Registry::new_custom(Some("seckill".into()), None)?;
         let families = Families::register(&registry)?;
-        families
-            .build_info
-            .with_label_values(&[
-                env!("CARGO_PKG_VERSION"),
-                option_env!("SECKILL_COMMIT").unwrap_or("unknown"),
-            ])
-            .set(1);
         let process = Registry::new();
         process.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -416,6 +409,15 @@ impl Metrics {
             families,
             tally: Tally::default(),
         })
+    }
+
+    /// Names the build serving on `build_info`: this version, and `commit` as the settings
+    /// give it. Read at start rather than compiled in (`option_env!`), so a new commit
+    /// never makes cargo rebuild an unchanged tree (`make run`).
+    pub fn serving(&self, commit: &str) {
+        self.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), commit])
+            .set(1);
     }
 
     /// Counts a Redis call made for `purpose`.

@@ -34,7 +34,7 @@ a1, a2 = env("app1"), env("app2")
 for name, e in (("app1", a1), ("app2", a2)):
     assert e["SECKILL_HOST"] == "0.0.0.0", name
     assert e["SECKILL_PORT"] == "8080", name
-    assert e["SECKILL_PROBE_PORT"] == "8081", name
+    assert e["SECKILL_PROBE_PORT"] == "8089", name
     assert e["SECKILL_ENVIRONMENT"] == "production", name
     assert e["SECKILL_DEV_LOGIN"] == "false", name
     # The apps trust X-Forwarded-For from nginx's fixed address and nothing else.

@@ -105,7 +105,7 @@ EOF
 
 check_prometheus_scrape() {
   local app_port prom_port dir=$TMP/prometheus
-  # Prometheus scrapes the probe listener (the shipped config names it, 8081).
+  # Prometheus scrapes the probe listener (the shipped config names it, 8089).
   app_port=$(state_get PROBE_PORT)
   [ -n "$app_port" ] || { echo "no app running (an earlier check failed)"; return 1; }
   prom_port=$(free_port)
@@ -126,7 +126,7 @@ cfg["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_inter
 jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
 assert jobs["seckill"].get("metrics_path", "/metrics") == "/metrics"
 targets = [t for sc in jobs["seckill"]["static_configs"] for t in sc["targets"]]
-assert sorted(targets) == ["app1:8081", "app2:8081"], targets
+assert sorted(targets) == ["app1:8089", "app2:8089"], targets
 jobs["seckill"]["static_configs"] = [{"targets": [os.environ["APP"]]}]
 if "prometheus" in jobs:
     jobs["prometheus"]["static_configs"] = [{"targets": [os.environ["PROM"]]}]

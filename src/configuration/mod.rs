@@ -73,6 +73,10 @@ pub struct Settings {
     // Server: where and how the process serves.
     /// `local` or `production` (see [`Environment`]).
     pub environment: Environment,
+    /// The commit this build came from, as `seckill_build_info` names it (`make run`
+    /// sets it from git, the Docker image from its build argument): read at start, so
+    /// it never makes cargo rebuild.
+    pub commit: String,
     /// Address to bind. Loopback by default: exposing the service is a deliberate act.
     pub host: String,
     /// Port to bind; 0 picks a free one (tests).
@@ -303,6 +307,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             environment: Environment::Local,
+            commit: "unknown".into(),
             host: "127.0.0.1".into(),
             port: 8080,
             workers: None,
@@ -311,7 +316,7 @@ impl Default for Settings {
             max_connections_per_address: 64,
             listen_backlog: 1_024,
             head_timeout_ms: 5_000,
-            probe_port: 8_081,
+            probe_port: 8_089,
             shutdown_timeout_secs: 10,
             readiness_timeout_ms: 500,
             body_timeout_ms: 5_000,

@@ -80,6 +80,7 @@ impl Services {
         )?;
         postgres_pool::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
+        metrics.serving(&settings.commit);
         let history = &settings.history;
         metrics.tally.refusals.configure(
             history.sample_every,

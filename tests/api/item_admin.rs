@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use seckill_test_support::{eventually, ip_of, json as body, pg_orders, spawn_app, spawn_app_from};
+use seckill_test_support::{
+    eventually, ip_of, json as body, pg_orders, spawn_app, spawn_app_from, spawn_app_with,
+};
 
 #[sqlx::test]
 async fn an_edit_is_checked_field_by_field_applied_and_audited(db: PgPool) {
@@ -244,7 +246,8 @@ fn peak_memory_kib() -> u64 {
 
 #[sqlx::test]
 async fn the_live_numbers_count_each_outcome_once(db: PgPool) {
-    let app = spawn_app(&db).await;
+    // The commit `seckill_build_info` names is a setting read at start (SECKILL_COMMIT).
+    let app = spawn_app_with(&db, |s| s.commit = "abc1234".into()).await;
     let item = app.open_item(3).await;
     let (first, _) = app.buy(1, item).await;
     // Already purchased (after the limiter), then two more orders, then sold out (from
@@ -277,7 +280,10 @@ async fn the_live_numbers_count_each_outcome_once(db: PgPool) {
         metrics.contains("\nprocess_cpu_seconds_total "),
         "the process collector"
     );
-    assert!(metrics.contains("seckill_build_info{commit="), "build info");
+    assert!(
+        metrics.contains("seckill_build_info{commit=\"abc1234\""),
+        "build info"
+    );
 }
 
 /// The tests whose code depends on the Redis topology: they run again on a Redis Cluster
