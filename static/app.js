@@ -295,14 +295,29 @@ function roomButton(id, phase) {
   return { label, enabled: action !== null };
 }
 
-/** The card's button: joins the item's queue, or buys. */
-function press(id) {
+/**
+ * The card's button: joins the item's queue, or buys. Without a queue, Buy asks first,
+ * naming the item and its price: one press confirms. Only the confirmed press sends the
+ * purchase, so the limiter counts nothing for a shopper who changes their mind.
+ */
+async function press(id) {
   const item = items.get(id);
   if (session && item && item.waitingRoom && queueButton(id, phaseOf(item)).action === 'join') {
     joinQueue(id);
-  } else {
-    buy(id);
+    return;
   }
+  if (session && item && !item.waitingRoom && !inFlight.has(id)) {
+    const price = formatPrice(item.priceCents);
+    const sure = await confirmDialog({
+      title: `Buy ${item.name} for ${price}?`,
+      text: 'One unit. Once bought, you have a while to pay; an unpaid order expires and the unit goes back on sale.',
+      yes: `Buy for ${price}`,
+      no: 'Not now',
+      tone: 'primary',
+    });
+    if (!sure) return;
+  }
+  buy(id);
 }
 
 function renderAllCards() {

@@ -110,10 +110,10 @@ let dialogs = 0;
  * would). Resolves true when `yes` is pressed; `no`, Escape or closing answers false.
  * The safe answer has the focus; the browser gives it back where it was on closing.
  */
-export function confirmDialog({ title, text, yes, no = 'Go back' }) {
+export function confirmDialog({ title, text, yes, no = 'Go back', tone = 'danger' }) {
   return new Promise((resolve) => {
     const n = ++dialogs;
-    const yesButton = el('button', { type: 'button', class: 'button button-danger', text: yes });
+    const yesButton = el('button', { type: 'button', class: `button button-${tone}`, text: yes });
     const noButton = el('button', { type: 'button', class: 'button', text: no });
     const dialog = el(
       'dialog',

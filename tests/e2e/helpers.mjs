@@ -203,3 +203,14 @@ export function sql(statement) {
     encoding: 'utf8',
   }).trim();
 }
+
+/**
+ * Presses Buy now on the card of an item without a queue and confirms in the dialog that
+ * names the item and its price (the purchase is sent only then).
+ */
+export async function buyNow(page, itemCard) {
+  await itemCard.getByRole('button', { name: 'Buy now' }).click();
+  const ask = page.getByRole('dialog', { name: /^Buy .+ for / });
+  await ask.getByRole('button', { name: /^Buy for / }).click();
+  await ask.waitFor({ state: 'detached' });
+}

@@ -19,6 +19,7 @@ import {
   RUN,
   apiCall,
   artifactPath,
+  buyNow,
   createItem,
   eventually,
   launchBrowser,
@@ -195,7 +196,7 @@ test('L1. a shopper buys and pays on the card, cancels after a confirmation, and
 
     // Buy: the card says by when to pay, with the time left, Pay and Cancel; Buy is off.
     const kettle = card(page, items.pay.name);
-    await kettle.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, kettle);
     const [orderId] = await waitForText(kettle.locator('.item-outcome'), ORDER_ID);
     const held = kettle.getByRole('group', { name: items.pay.name });
     await waitForText(held.locator('.held-title'), /^Purchased — pay by \d{1,2}:\d\d( [AP]M)?$/);
@@ -220,7 +221,7 @@ test('L1. a shopper buys and pays on the card, cancels after a confirmation, and
 
     // Cancel asks first; "Keep the order" keeps it, "Cancel the order" gives the unit back.
     const toaster = card(page, items.cancel.name);
-    await toaster.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, toaster);
     const toasterHeld = toaster.getByRole('group', { name: items.cancel.name });
     await waitForText(toasterHeld.locator('.held-title'), /^Purchased — pay by /);
     await waitForText(toaster.locator('.stock-text'), /^9 of 10 left$/);
@@ -241,10 +242,10 @@ test('L1. a shopper buys and pays on the card, cancels after a confirmation, and
     // A third purchase passes; the fourth within the minute meets the user rule: its
     // message, and Buy off with a countdown that runs.
     const blender = card(page, items.third.name);
-    await blender.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, blender);
     await waitForText(blender.locator('.held-title'), /^Purchased — pay by /);
     const mixer = card(page, items.refused.name);
-    await mixer.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, mixer);
     await waitForText(
       mixer.locator('.item-outcome'),
       /^No duplicate submissions\. You can try again in (\d+ s|1 min)( \d+ s)? \(at .+\)\.$/,
@@ -270,7 +271,7 @@ test('L2. an answer that leaves the order open is said plainly; the retry carrie
 
     // No answer at all: the purchase never reached the server.
     await page.route('**/seckill', (route) => route.abort('connectionreset'));
-    await grinder.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, grinder);
     await waitForText(grinder.locator('.item-outcome'), /^We could not confirm your purchase/);
     assert.equal(
       (await grinder.locator('.item-outcome').textContent()).trim(),
@@ -283,7 +284,7 @@ test('L2. an answer that leaves the order open is said plainly; the retry carrie
       await route.fetch();
       await route.fulfill({ status: 502, contentType: 'text/html', body: '<html><body>Bad gateway</body></html>' });
     });
-    await grinder.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, grinder);
     await waitForText(grinder.locator('.item-outcome'), /HTTP 502/);
     assert.equal(
       (await grinder.locator('.item-outcome').textContent()).trim(),

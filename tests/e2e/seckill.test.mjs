@@ -16,6 +16,7 @@ import {
   RUN,
   apiCall,
   artifactPath,
+  buyNow,
   createItem,
   eventually,
   launchBrowser,
@@ -72,7 +73,7 @@ async function signInShopper(page, user) {
 /** Presses Buy now on an item and returns the outcome text shown on its card. */
 async function buy(page, name, expected) {
   const c = card(page, name);
-  await c.getByRole('button', { name: 'Buy now' }).click();
+  await buyNow(page, c);
   const status = c.getByRole('status');
   await waitForText(status, expected);
   return (await status.textContent()).trim();
@@ -125,12 +126,26 @@ test('1. a shopper signs in, buys, sees the order in My orders; Buy stays off fo
     await item.getByText('On sale', { exact: true }).waitFor();
     assert.match(await item.locator('.price').textContent(), /\$49\.99/);
 
-    // A double click sends one purchase: the button is disabled while it is in flight.
+    // Buy asks first, naming the item and its price; nothing is sent until the shopper
+    // confirms, so "Not now" costs no purchase (and no limiter count).
     const purchases = [];
     page.on('request', (r) => {
       if (r.method() === 'POST' && new URL(r.url()).pathname === '/seckill') purchases.push(r);
     });
+    await item.getByRole('button', { name: 'Buy now' }).click();
+    const ask = page.getByRole('dialog', { name: `Buy ${items.first.name} for $49.99?` });
+    await ask.waitFor();
+    await page.screenshot({ path: artifactPath('shopper-confirm-buy.png') });
+    await ask.getByRole('button', { name: 'Not now' }).click();
+    await ask.waitFor({ state: 'detached' });
+    assert.equal(purchases.length, 0, 'Not now sent no purchase');
+
+    // A double click opens one confirmation, and its press sends one purchase.
     await item.getByRole('button', { name: 'Buy now' }).dblclick();
+    await ask.waitFor();
+    assert.equal(await page.getByRole('dialog').count(), 1, 'one confirmation');
+    assert.equal(purchases.length, 0, 'nothing sent before the confirmation');
+    await ask.getByRole('button', { name: 'Buy for $49.99' }).click();
     const [orderId] = await waitForText(item.getByRole('status'), ORDER_ID);
     const outcome = (await item.getByRole('status').textContent()).trim();
     assert.equal(outcome, `Order placed for ${items.first.name}. Order id: ${orderId}`);

@@ -20,6 +20,7 @@ import {
   RUN,
   apiCall,
   artifactPath,
+  buyNow,
   createItem,
   eventually,
   launchBrowser,
@@ -428,7 +429,7 @@ test('Q3. a queue not open yet says when it opens; a room turned off closes the 
       'a closed place is forgotten',
     );
     await eventually(async () => assert.equal(await c.getAttribute('data-waiting-room'), 'off'));
-    await c.getByRole('button', { name: 'Buy now' }).click();
+    await buyNow(page, c);
     await waitForText(c.locator('.item-outcome'), new RegExp(`^Order placed for ${items.closing.name}\\. Order id: `));
     assert.deepEqual(shopper.problems, []);
   });
