@@ -286,7 +286,30 @@ function renderCard(id) {
   card.li.dataset.held = order ? order.state : 'none';
   card.buy.textContent = label;
   card.buy.disabled = busy || !session || !enabled;
+  // The turn is over (bought, or the pass ran out): the title is the page's again.
+  if (turnTitleOf === id && !queuePass(id)) {
+    turnTitleOf = null;
+    document.title = PAGE_TITLE;
+  }
   card.buy.setAttribute('aria-busy', busy ? 'true' : 'false');
+}
+
+/** The page's own title, put back once a turn is over. */
+const PAGE_TITLE = document.title;
+/** The item whose turn the tab's title announces, if any. */
+let turnTitleOf = null;
+
+/**
+ * A shopper's turn came: a turn nobody misses. The tab's title says it (seen from
+ * another tab), and the focus moves to Buy (a keyboard user presses Enter; a screen
+ * reader reads the button and the card's announcement).
+ */
+function turnCame(id) {
+  const card = cards.get(id);
+  const item = items.get(id);
+  turnTitleOf = id;
+  document.title = `Your turn: ${item ? item.name : 'buy now'} — ${PAGE_TITLE}`;
+  if (card && !card.buy.disabled) card.buy.focus();
 }
 
 /** The button of an item with a waiting room: join the queue, wait, or buy with the pass. */
@@ -696,6 +719,7 @@ ui.ordersRefresh.addEventListener('click', loadOrders);
 setupQueues({
   changed: renderCard,
   unauthenticated: sessionExpired,
+  turnCame,
   nameOf: (id) => (items.has(id) ? items.get(id).name : `item ${id}`),
 });
 setShopper(session);

@@ -28,9 +28,12 @@ const panels = new Map();
 
 /** The shopper whose places these are: { token, userId } or null. */
 let shopper = null;
-let hooks = { changed() {}, unauthenticated() {}, nameOf: (id) => `item ${id}` };
+let hooks = { changed() {}, unauthenticated() {}, turnCame() {}, nameOf: (id) => `item ${id}` };
 
-/** app.js's hooks: a card to redraw, a session the server no longer accepts, names. */
+/**
+ * app.js's hooks: a card to redraw, a session the server no longer accepts, a shopper's
+ * turn that came (on a check), names.
+ */
 export function setupQueues(given) {
   hooks = { ...hooks, ...given };
 }
@@ -193,11 +196,13 @@ async function check(id) {
   place.checking = false;
   if (places.get(id) !== place || !shopper || shopper.token !== token) return;
   place.lastCheckedAt = Date.now();
+  let turnCame = false;
   if (result.ok && result.data) {
     place.trouble = null;
     const before = place.state;
     take(id, place, result.data);
     if (place.state !== before) sayState(id, place);
+    turnCame = place.state !== before && place.state === QueueState.ADMITTED;
   } else if (result.status === 401) {
     hooks.unauthenticated();
     return;
@@ -212,6 +217,8 @@ async function check(id) {
     schedule(id, place, wait);
   }
   changed(id);
+  // After the card is redrawn, so its Buy is there to take the focus.
+  if (turnCame) hooks.turnCame(id);
 }
 
 /** Takes in an answer about the place (the join's or a check's). */

@@ -324,6 +324,9 @@ test('Q1. an admin turns a waiting room on; a shopper joins behind others, waits
     await waitForText(queue.getByRole('timer'), /^Buy within 0[12]:\d\d: your pass is kept for you until /);
     const buy = c.getByRole('button', { name: 'Buy now' });
     assert.equal(await buy.isEnabled(), true);
+    // A turn nobody misses: the tab's title says it, and Buy has the focus.
+    await eventually(async () => assert.match(await page.title(), new RegExp(`^Your turn: ${item.name} — `)));
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Buy now');
     await screenshots(page, 'shopper-queue-admitted', c);
 
     // --- the purchase carries the pass
@@ -338,6 +341,7 @@ test('Q1. an admin turns a waiting room on; a shopper joins behind others, waits
       0,
       'the place is forgotten once bought',
     );
+    await eventually(async () => assert.doesNotMatch(await page.title(), /^Your turn/, 'the turn is over'));
     await page.getByRole('region', { name: 'My orders' }).getByRole('listitem').filter({ hasText: orderId }).waitFor();
     assert.deepEqual(admin.problems, []);
     assert.deepEqual(shopper.problems, []);
