@@ -390,6 +390,9 @@ words! {
         Pause => "pause",
         /// Resumed its sale.
         Resume => "resume",
+        /// Changed its waiting room: turned it on or off, its settings or its message,
+        /// or reopened it by raising a closed room's stock.
+        Room => "room",
     }
 }
 
@@ -581,7 +584,7 @@ mod tests {
 
     #[test]
     fn the_item_audits_check_allows_exactly_the_item_actions() {
-        let migration = include_str!("../migrations/20261202000002_item_life_cycle.sql");
+        let migration = include_str!("../migrations/20261204000040_room_in_item_history.sql");
         let listed: Vec<String> = ItemAction::labels().map(|a| format!("'{a}'")).collect();
         let check = format!("CHECK (action IN ({}))", listed.join(", "));
         assert!(migration.contains(&check), "{check}");
