@@ -24,9 +24,16 @@ pub struct RoomConfig {
     pub pass_ttl: Duration,
     /// A shopper who has not polled for this long loses the place.
     pub abandon_after: Duration,
+    /// The operator's message to everyone waiting, shown as text on their next poll;
+    /// empty: none. At most [`MESSAGE_MAX_CHARS`] characters.
+    pub message: String,
     /// Bumped by every change.
     pub version: i64,
 }
+
+/// The longest message an operator can post to a room, in characters (the column's
+/// CHECK says the same).
+pub const MESSAGE_MAX_CHARS: usize = 200;
 
 impl Default for RoomConfig {
     fn default() -> Self {
@@ -38,6 +45,7 @@ impl Default for RoomConfig {
             max_active: 500,
             pass_ttl: Duration::from_secs(120),
             abandon_after: Duration::from_secs(60),
+            message: String::new(),
             version: 0,
         }
     }
@@ -60,6 +68,8 @@ pub struct RoomEdit {
     pub pass_ttl_secs: Option<i64>,
     /// A shopper not heard of for this long (seconds, 10 to 3600) loses the place.
     pub abandon_after_secs: Option<i64>,
+    /// A new message to everyone waiting ("" removes it).
+    pub message: Option<String>,
 }
 
 /// Why an edit was refused; [`InvalidRoom::field`] names the field in the client's
@@ -84,6 +94,9 @@ pub enum InvalidRoom {
     )]
     /// Not before the sale's start, or not storable.
     Prequeue,
+    /// Longer than [`MESSAGE_MAX_CHARS`], or holding a control character.
+    #[error("message must be at most 200 characters, without control characters")]
+    Message,
 }
 
 impl InvalidRoom {
@@ -95,6 +108,7 @@ impl InvalidRoom {
             Self::PassTtl => "passTtlSecs",
             Self::AbandonAfter => "abandonAfterSecs",
             Self::Prequeue => "prequeueStartsAt",
+            Self::Message => "message",
         }
     }
 }
@@ -118,6 +132,16 @@ impl RoomConfig {
         if prequeue.is_some_and(|at| !crate::domain::is_storable(at) || at >= sale_starts_at) {
             return Err(InvalidRoom::Prequeue);
         }
+        let message = match &edit.message {
+            None => self.message.clone(),
+            Some(text) => {
+                let text = text.trim();
+                if text.chars().count() > MESSAGE_MAX_CHARS || text.chars().any(char::is_control) {
+                    return Err(InvalidRoom::Message);
+                }
+                text.to_owned()
+            }
+        };
         Ok(Self {
             enabled: edit.enabled.unwrap_or(self.enabled),
             order: edit.order.unwrap_or(self.order),
@@ -146,6 +170,7 @@ impl RoomConfig {
                 10..=3_600,
                 InvalidRoom::AbandonAfter,
             )?),
+            message,
             version: self.version,
         })
     }
@@ -206,6 +231,30 @@ mod tests {
             "abandonAfterSecs"
         );
         let late = Some(Some(start + chrono::Duration::seconds(1)));
+        assert_eq!(
+            refused(RoomEdit {
+                message: Some("x".repeat(MESSAGE_MAX_CHARS + 1)),
+                ..Default::default()
+            }),
+            "message"
+        );
+        assert_eq!(
+            refused(RoomEdit {
+                message: Some("line\nbreak".into()),
+                ..Default::default()
+            }),
+            "message"
+        );
+        let said = room
+            .edited(
+                &RoomEdit {
+                    message: Some(format!(" {} ", "é".repeat(MESSAGE_MAX_CHARS))),
+                    ..Default::default()
+                },
+                start,
+            )
+            .unwrap();
+        assert_eq!(said.message.chars().count(), MESSAGE_MAX_CHARS);
         assert_eq!(
             refused(RoomEdit {
                 prequeue_starts_at: late,

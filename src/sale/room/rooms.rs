@@ -60,6 +60,7 @@ struct Row {
     max_active: i32,
     pass_ttl_secs: i32,
     abandon_after_secs: i32,
+    message: String,
     version: i64,
 }
 
@@ -79,6 +80,7 @@ impl Row {
             max_active: self.max_active.max(1) as u32,
             pass_ttl: secs(self.pass_ttl_secs),
             abandon_after: secs(self.abandon_after_secs),
+            message: self.message.clone(),
             version: self.version,
         })
     }
@@ -133,7 +135,7 @@ impl Rooms {
         let rows = sqlx::query_as!(
             Row,
             "SELECT item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
-             max_active, pass_ttl_secs, abandon_after_secs, version FROM waiting_rooms"
+             max_active, pass_ttl_secs, abandon_after_secs, message, version FROM waiting_rooms"
         )
         .fetch_all(&self.pool)
         .await?;
@@ -161,15 +163,16 @@ impl Rooms {
         let row = sqlx::query_as!(
             Row,
             "INSERT INTO waiting_rooms (item_id, enabled, order_kind, prequeue_starts_at, \
-                 admit_per_second, max_active, pass_ttl_secs, abandon_after_secs, version) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1) \
+                 admit_per_second, max_active, pass_ttl_secs, abandon_after_secs, message, \
+                 version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, 1) \
              ON CONFLICT (item_id) DO UPDATE SET enabled = $2, order_kind = $3, \
                  prequeue_starts_at = $4, admit_per_second = $5, max_active = $6, \
-                 pass_ttl_secs = $7, abandon_after_secs = $8, \
+                 pass_ttl_secs = $7, abandon_after_secs = $8, message = $10, \
                  version = waiting_rooms.version + 1, changed_at = now() \
              WHERE waiting_rooms.version = $9 \
              RETURNING item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
-                 max_active, pass_ttl_secs, abandon_after_secs, version",
+                 max_active, pass_ttl_secs, abandon_after_secs, message, version",
             item.get(),
             room.enabled,
             room.order.label(),
@@ -179,6 +182,7 @@ impl Rooms {
             room.pass_ttl.as_secs() as i32,
             room.abandon_after.as_secs() as i32,
             room.version,
+            room.message.as_str(),
         )
         .fetch_optional(&self.pool)
         .await?;

@@ -36,6 +36,10 @@ pub struct RoomRequest {
     pass_ttl_secs: Option<i64>,
     #[schema(minimum = 10, maximum = 3_600)]
     abandon_after_secs: Option<i64>,
+    /// A message to everyone waiting, shown as text on their next poll (at most 200
+    /// characters, no control characters; `""` removes it).
+    #[schema(max_length = 200)]
+    message: Option<String>,
 }
 
 /// A field that is present, even as `null` (absent: `None`).
@@ -72,6 +76,8 @@ pub struct RoomBody {
     max_active: u32,
     pass_ttl_secs: u64,
     abandon_after_secs: u64,
+    /// The operator's message to everyone waiting; `""`: none.
+    message: String,
     /// Bumped by every change; 0 for a room never set.
     version: i64,
     status: RoomFigures,
@@ -89,6 +95,7 @@ impl RoomBody {
             max_active: room.max_active,
             pass_ttl_secs: room.pass_ttl.as_secs(),
             abandon_after_secs: room.abandon_after.as_secs(),
+            message: room.message.clone(),
             version: room.version,
             status: RoomFigures {
                 joined: status.joined,
@@ -154,6 +161,7 @@ pub async fn update_waiting_room(
         max_active: request.max_active,
         pass_ttl_secs: request.pass_ttl_secs,
         abandon_after_secs: request.abandon_after_secs,
+        message: request.message,
     };
     let saved = room.configure(item, &edit).await?;
     // The other instances reload the rooms' settings at once, not at their next tick.
