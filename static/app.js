@@ -3,16 +3,7 @@
 // joined first; its queue is queue.js's.
 import { api, newIdempotencyKey, retryAfterMs } from './api.js';
 import { announce, byId, confirmDialog, el, keepInOrder, poll } from './dom.js';
-import {
-  formatClock,
-  formatCountdown,
-  formatDateTime,
-  formatNumber,
-  formatPrice,
-  formatTime,
-  formatWait,
-  sentence,
-} from './format.js';
+import { formatClock, formatCountdown, formatDayClock, formatNumber, formatPrice, formatWait, sentence } from './format.js';
 import { dropPanel, joinQueue, purchased, queueButton, queueOpensAt, queuePanel, queuePass, resumeQueue, setShopper, setupQueues } from './queue.js';
 import { ErrorCode, Outcome, OrderState, Phase, inShop, isLiveOrder, orderStateLabel, phaseOf } from './words.js';
 
@@ -262,8 +253,8 @@ function renderCard(id) {
 
   card.when.textContent =
     Date.parse(item.startsAt) > now
-      ? `Sale opens ${formatDateTime(item.startsAt)}`
-      : `Sale ends ${formatDateTime(item.endsAt)}`;
+      ? `Sale opens ${formatDayClock(item.startsAt)}`
+      : `Sale ends ${formatDayClock(item.endsAt)}`;
 
   const order = session ? liveOrders.get(id) : undefined;
   renderHeld(card, order);
@@ -393,7 +384,7 @@ async function loadItems() {
     if (!seen.has(id) && !inFlight.has(id)) dropCard(id);
   }
   ui.itemsEmpty.hidden = cards.size > 0;
-  ui.itemsStatus.textContent = `Stock updated ${formatTime(new Date())}`;
+  ui.itemsStatus.textContent = `Stock updated ${formatClock(Date.now())}`;
 }
 
 // Countdowns (the start, the time left to pay, the limiter's wait) and phase changes
@@ -473,7 +464,7 @@ function describe(result, item) {
       const when =
         wait === null
           ? 'Please wait a moment before trying again.'
-          : `You can try again in ${formatWait(wait)} (at ${formatTime(new Date(Date.now() + wait))}).`;
+          : `You can try again in ${formatWait(wait)} (at ${formatClock(Date.now() + wait)}).`;
       return [`${sentence(message)} ${when}`, 'warn'];
     }
     case Outcome.SOLD_OUT.code:
@@ -697,7 +688,7 @@ function orderRow(order) {
           }),
         )
       : null,
-    el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
+    el('time', { class: 'muted small', datetime: order.createdAt, text: formatDayClock(order.createdAt) }),
   );
 }
 

@@ -4,7 +4,7 @@
 // user and item, so a reload keeps the place.
 import { api, retryAfterMs } from './api.js';
 import { announce, el } from './dom.js';
-import { formatCountdown, formatNumber, formatTime, formatWait, sentence } from './format.js';
+import { formatClock, formatCountdown, formatNumber, formatWait, sentence } from './format.js';
 import { ErrorCode, Outcome, Phase, QueueState, queueStateOf } from './words.js';
 
 const STORAGE_PREFIX = 'seckill.queue';
@@ -156,7 +156,7 @@ function refusedJoin(id, result) {
     const opensAt = Date.parse(result.error.opensAt);
     if (Number.isFinite(opensAt)) {
       holds.set(id, { until: opensAt, why: 'not-open' });
-      say(id, `The queue for ${name} opens at ${formatTime(new Date(opensAt))}. Join then.`, 'warn');
+      say(id, `The queue for ${name} opens at ${formatClock(opensAt)}. Join then.`, 'warn');
     } else {
       say(id, `The queue for ${name} is not open yet.`, 'warn');
     }
@@ -403,7 +403,7 @@ function soldOutDetail(a) {
   const until = Date.parse(a.mayReturnUntil);
   if (back > 0) {
     const units = back === 1 ? '1 unit is' : `${formatNumber(back)} units are`;
-    const when = Number.isFinite(until) ? ` by ${formatTime(new Date(until))}` : '';
+    const when = Number.isFinite(until) ? ` by ${formatClock(until)}` : '';
     return `${units[0].toUpperCase()}${units.slice(1)} held by orders not paid yet. If they are not paid${when}, they come back and your place still counts: keep this page open.`;
   }
   return 'Should a unit come back, your place still counts: keep this page open.';
@@ -468,13 +468,13 @@ function renderPanel(id) {
     const left = place.passExpiresAt - now;
     detail = Number.isFinite(left)
       ? left > 0
-        ? `Buy within ${formatCountdown(left)}: your pass is kept for you until ${formatTime(new Date(place.passExpiresAt))}.`
+        ? `Buy within ${formatCountdown(left)}: your pass is kept for you until ${formatClock(place.passExpiresAt)}.`
         : 'Your pass has run out.'
       : '';
   } else if (waiting && !drawn) {
     const draws = Date.parse(a.drawsAt);
     detail = Number.isFinite(draws) && draws > now
-      ? `Places are drawn at random at ${formatTime(new Date(draws))} (in ${formatCountdown(draws - now)}): joining early or late until then makes no difference.`
+      ? `Places are drawn at random at ${formatClock(draws)} (in ${formatCountdown(draws - now)}): joining early or late until then makes no difference.`
       : 'Places are being drawn at random among those who joined.';
   } else if (waiting && typeof a.likely === 'boolean') {
     detail = a.likely
@@ -496,7 +496,7 @@ function renderPanel(id) {
   else if (place.checking) p.checked.textContent = 'Checking your place…';
   else if (place.dueAt) {
     const next = Math.max(0, Math.ceil((place.dueAt - performance.now()) / 1000));
-    const last = place.lastCheckedAt ? `Checked at ${formatTime(new Date(place.lastCheckedAt))}. ` : '';
+    const last = place.lastCheckedAt ? `Checked at ${formatClock(place.lastCheckedAt)}. ` : '';
     p.checked.textContent = `${last}Next check ${next > 0 ? `in ${next} s` : 'now'}.`;
   }
   p.checked.hidden = !p.checked.textContent;
