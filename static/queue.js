@@ -420,7 +420,10 @@ function sayState(id, place) {
 
 function placeSentence(place) {
   const a = place.answer || {};
-  const drawn = Number.isInteger(a.position) ? '' : ' Your place is drawn soon.';
+  // Not drawn yet: when, unless it is within the minute (a pre-queue's draw is at the start).
+  const draws = Date.parse(a.drawsAt);
+  const later = Number.isFinite(draws) && draws - Date.now() > 60_000;
+  const drawn = Number.isInteger(a.position) ? '' : later ? ` Your place is drawn at ${formatClock(draws)}.` : ' Your place is drawn soon.';
   return `You are in the queue. Keep this page open: it checks your place for you.${drawn}`;
 }
 

@@ -526,6 +526,8 @@ test('Q4. a turn nobody misses: the pre-queue said to a signed-out visitor, the 
     await preCard.getByRole('button', { name: 'Join the queue' }).click();
     const preQueue = preCard.getByRole('region', { name: `Queue for ${pre.name}` });
     await waitForText(preQueue.locator('.queue-place'), /^Not drawn yet$/);
+    // The draw is at the sale's start, an hour away: the header says when, not "soon".
+    await waitForText(preQueue.getByRole('status'), /Your place is drawn at (1[0-2]|[1-9]):[0-5]\d\s[AP]M\.$/);
     assert.ok(await page.locator('#outcome').isHidden(), 'the welcome is down once a queue is joined');
     assert.ok(await preQueue.locator('.queue-kept').isHidden(), 'a first join kept nothing');
     await layoutShots(page, 'queue-waiting', preCard, preQueue.locator('.queue-place'));
