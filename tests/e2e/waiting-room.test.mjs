@@ -539,6 +539,25 @@ test('Q4. a turn nobody misses: the pre-queue said to a signed-out visitor, the 
     await eventually(async () => assert.equal(calls.GET.length, checks + 1, 'one check, made at once'));
     assert.equal((await preQueue.locator('.queue-place').textContent()).trim(), 'Not drawn yet');
 
+    // --- a reload while the ticket's poll budget is dry (another client polls it without
+    // pause): the page waits what the 429 says, then shows the kept place
+    const { ticket } = JSON.parse(await page.evaluate(() => Object.entries(sessionStorage).find(([k]) => k.startsWith('seckill.queue.'))[1]));
+    const token = await shopperToken(userId(51));
+    let draining = true;
+    const drain = (async () => {
+      const until = Date.now() + 10_000;
+      while (draining && Date.now() < until) await apiCall(`/api/items/${pre.id}/queue`, { token, headers: { 'Queue-Ticket': ticket } });
+    })();
+    const refusedCheck = page.waitForResponse((r) => r.status() === 429 && new URL(r.url()).pathname === `/api/items/${pre.id}/queue`);
+    await page.reload();
+    const refused = await (await refusedCheck).json();
+    draining = false;
+    await drain;
+    assert.equal(refused.code, 'POLLING_TOO_FAST');
+    const waitS = Math.ceil(Math.max(refused.retryAfterMs, 1_000) / 1_000);
+    await waitForText(preQueue.locator('.queue-checked'), new RegExp(`^Could not check your place \\(.+\\)\\. Trying again in ${waitS} s\\.$`));
+    await waitForText(preQueue.locator('.queue-kept'), /^You kept your place\.$/, REFRESH_MS / 2);
+
     // --- a new tab (no sessionStorage): joining answers the kept place, and says so
     const tab = await shopper.context.newPage();
     await tab.goto('/');
