@@ -3,16 +3,7 @@
 // joined first; its queue is queue.js's.
 import { api, newIdempotencyKey, retryAfterMs } from './api.js';
 import { announce, byId, confirmDialog, el, keepInOrder, poll } from './dom.js';
-import {
-  formatClock,
-  formatCountdown,
-  formatDateTime,
-  formatNumber,
-  formatPrice,
-  formatTime,
-  formatWait,
-  sentence,
-} from './format.js';
+import { formatClock, formatCountdown, formatDayClock, formatNumber, formatPrice, formatWait, sentence } from './format.js';
 import { dropPanel, joinQueue, purchased, queueButton, queueOpensAt, queuePanel, queuePass, resumeQueue, setShopper, setupQueues } from './queue.js';
 import { ErrorCode, Outcome, OrderState, Phase, inShop, isLiveOrder, orderStateLabel, phaseOf } from './words.js';
 
@@ -133,7 +124,8 @@ ui.signInForm.addEventListener('submit', async (event) => {
   }
   const { token, expiresAt } = result.data;
   saveSession({ token, userId: Number(result.data.userId), expiresAt });
-  announce(ui.outcome, `Welcome, user ${result.data.userId}. Pick an item and press Buy now.`, 'info');
+  announce(ui.outcome, `Welcome, user ${result.data.userId}. ${pickHint()}`, 'info');
+  welcomeUp = true;
   loadOrders();
 });
 
@@ -144,6 +136,18 @@ ui.signOut.addEventListener('click', () => {
   for (const card of cards.values()) announce(card.outcome, '');
   ui.userId.focus();
 });
+
+/** The welcome is on screen: the first press on a card takes it down (it said what to press). */
+let welcomeUp = false;
+
+/** What to press, as fits the items listed: Buy now, Join the queue, or either. */
+function pickHint() {
+  const listed = [...items.values()];
+  const queued = listed.filter((item) => item.waitingRoom).length;
+  if (queued === 0) return 'Pick an item and press Buy now.';
+  if (queued === listed.length) return 'Join an item’s queue: this page tells you when it is your turn.';
+  return 'Pick an item: Buy now, or Join the queue where an item has one.';
+}
 
 // --- items --------------------------------------------------------------------------
 
@@ -156,6 +160,7 @@ function createCard(item) {
   refs.stockText = el('span', { class: 'stock-text' });
   refs.meter = el('progress', { class: 'stock-meter', 'aria-hidden': 'true' });
   refs.when = el('p', { class: 'when muted small' });
+  refs.roomNote = el('p', { class: 'room-note small', hidden: true });
   refs.queue = queuePanel(item.id);
   // The shopper's order of the item: when to pay by, the time left, Pay and Cancel.
   refs.heldTitle = el('p', { class: 'held-title' });
@@ -204,6 +209,7 @@ function createCard(item) {
       el('p', { class: 'stock' }, refs.stockText),
       refs.meter,
       refs.when,
+      refs.roomNote,
       refs.queue,
       refs.held,
       refs.buy,
@@ -262,8 +268,12 @@ function renderCard(id) {
 
   card.when.textContent =
     Date.parse(item.startsAt) > now
-      ? `Sale opens ${formatDateTime(item.startsAt)}`
-      : `Sale ends ${formatDateTime(item.endsAt)}`;
+      ? `Sale opens ${formatDayClock(item.startsAt)}`
+      : `Sale ends ${formatDayClock(item.endsAt)}`;
+
+  const note = roomNote(item, phase, now);
+  card.roomNote.textContent = note;
+  card.roomNote.hidden = !note;
 
   const order = session ? liveOrders.get(id) : undefined;
   renderHeld(card, order);
@@ -273,7 +283,7 @@ function renderCard(id) {
   let label = 'Buy now';
   let enabled = phase === Phase.OPEN;
   if (busy) label = 'Buying…';
-  else if (!session) label = 'Sign in to buy';
+  else if (!session) label = item.waitingRoom ? 'Sign in to join the queue' : 'Sign in to buy';
   else if (order) ({ label, enabled } = { label: 'Purchased', enabled: false });
   else if (item.waitingRoom) ({ label, enabled } = roomButton(id, phase));
   else if (phase.refusal) label = phase.refusal.label;
@@ -312,6 +322,17 @@ function turnCame(id) {
   if (card && !card.buy.disabled) card.buy.focus();
 }
 
+/**
+ * A signed-out visitor's word on an item sold through a queue that takes joiners now or
+ * later (a pre-queue opens before the sale): when, and that signing in joins it.
+ */
+function roomNote(item, phase, now) {
+  if (session || !item.waitingRoom || (phase !== Phase.OPEN && phase !== Phase.UPCOMING)) return '';
+  const opens = Date.parse(item.queueOpensAt);
+  if (Number.isFinite(opens) && opens > now) return `The queue opens ${formatDayClock(opens)}: sign in to join it then.`;
+  return 'The queue is open: sign in to join it.';
+}
+
 /** The button of an item with a waiting room: join the queue, wait, or buy with the pass. */
 function roomButton(id, phase) {
   const { label, action } = queueButton(id, phase);
@@ -325,6 +346,10 @@ function roomButton(id, phase) {
  */
 async function press(id) {
   const item = items.get(id);
+  if (welcomeUp) {
+    welcomeUp = false;
+    announce(ui.outcome, '');
+  }
   if (session && item && item.waitingRoom && queueButton(id, phaseOf(item)).action === 'join') {
     joinQueue(id);
     return;
@@ -393,7 +418,7 @@ async function loadItems() {
     if (!seen.has(id) && !inFlight.has(id)) dropCard(id);
   }
   ui.itemsEmpty.hidden = cards.size > 0;
-  ui.itemsStatus.textContent = `Stock updated ${formatTime(new Date())}`;
+  ui.itemsStatus.textContent = `Stock updated ${formatClock(Date.now())}`;
 }
 
 // Countdowns (the start, the time left to pay, the limiter's wait) and phase changes
@@ -473,7 +498,7 @@ function describe(result, item) {
       const when =
         wait === null
           ? 'Please wait a moment before trying again.'
-          : `You can try again in ${formatWait(wait)} (at ${formatTime(new Date(Date.now() + wait))}).`;
+          : `You can try again in ${formatWait(wait)} (at ${formatClock(Date.now() + wait)}).`;
       return [`${sentence(message)} ${when}`, 'warn'];
     }
     case Outcome.SOLD_OUT.code:
@@ -697,7 +722,7 @@ function orderRow(order) {
           }),
         )
       : null,
-    el('time', { class: 'muted small', datetime: order.createdAt, text: formatDateTime(order.createdAt) }),
+    el('time', { class: 'muted small', datetime: order.createdAt, text: formatDayClock(order.createdAt) }),
   );
 }
 

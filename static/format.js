@@ -35,11 +35,26 @@ export function formatTime(date) {
   return timeFormat.format(date);
 }
 
-const clockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
-/** "14:35" (or "02:35 PM"): a time of day to the minute, in the reader's way. */
-export function formatClock(iso) {
-  const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? String(iso) : clockFormat.format(d);
+// The shopper page writes every time of day one way, to the minute: formatClock, and
+// formatDayClock where the day matters too (its time part is the same).
+const clockFormat = new Intl.DateTimeFormat(undefined, { hour: 'numeric', minute: '2-digit' });
+/** "14:35" (or "2:35 PM"): a time of day (a Date, an ISO string or ms) to the minute. */
+export function formatClock(when) {
+  const d = new Date(when);
+  return Number.isNaN(d.getTime()) ? String(when) : clockFormat.format(d);
+}
+
+const dayClockFormat = new Intl.DateTimeFormat(undefined, {
+  year: 'numeric',
+  month: 'short',
+  day: 'numeric',
+  hour: 'numeric',
+  minute: '2-digit',
+});
+/** "Dec 4, 2026, 2:35 PM": a day and its time, the time as formatClock writes it. */
+export function formatDayClock(when) {
+  const d = new Date(when);
+  return Number.isNaN(d.getTime()) ? String(when) : dayClockFormat.format(d);
 }
 
 const percentFormat = new Intl.NumberFormat(undefined, { style: 'percent', maximumFractionDigits: 1 });

@@ -1,22 +1,29 @@
 // A shopper's places in the items' waiting rooms: joining, checking the place at the
 // pace the server asks (never faster), the pass that lets a purchase through, and the
 // queue panel on the item's card. The ticket is kept in this tab's sessionStorage per
-// user and item, so a reload keeps the place.
+// user and item, so a reload keeps the place: the page asks about it at once and says
+// "You kept your place" (so does a join that answers a place kept from an earlier tab).
 import { api, retryAfterMs } from './api.js';
 import { announce, el } from './dom.js';
-import { formatCountdown, formatNumber, formatTime, formatWait, sentence } from './format.js';
+import { formatClock, formatCountdown, formatNumber, formatWait, sentence } from './format.js';
 import { ErrorCode, Outcome, Phase, QueueState, queueStateOf } from './words.js';
 
 const STORAGE_PREFIX = 'seckill.queue';
 /** Until the server has said how often to ask (it says at least 6 s). */
 const DEFAULT_REFRESH_S = 6;
+/**
+ * The least gap between two checks of a place: the server refills a ticket's poll budget
+ * at one a second, so a reload (or many) asks at once without running it dry.
+ */
+const MIN_GAP_MS = 1000;
 
 /**
  * item id → the place of the signed-in shopper:
  *   { ticket, aheadAtJoin, lastCheckedAt (wall clock, kept across a reload), everyMs
  *     (the pace asked), dueAt (performance.now(): a clock set by hand moves no check), timer,
  *     state (a QueueState; null until the first answer, or after a refused pass),
- *     answer (the last one), pass, passExpiresAt, trouble (why the last check failed) }
+ *     answer (the last one), pass, passExpiresAt, trouble (why the last check failed),
+ *     kept (the place was there before this page took it up: a reload, another tab) }
  */
 const places = new Map();
 /** item id → what stops a join for now: { until (ms), why: 'not-open' | 'rate-limited' }. */
@@ -97,10 +104,12 @@ export function resumeQueue(id) {
     everyMs: Number(saved.everyMs) || DEFAULT_REFRESH_S * 1000,
     state: null,
     answer: null,
+    kept: true,
   };
   places.set(id, place);
-  // Never later than one interval from now, whatever the wall clock did meanwhile.
-  schedule(id, place, Math.min(place.everyMs, place.lastCheckedAt + place.everyMs - Date.now()));
+  // At once, so the shopper sees the kept place now, not an interval later; reloads in a
+  // row ask no faster than the poll budget refills.
+  schedule(id, place, Math.min(MIN_GAP_MS, place.lastCheckedAt + MIN_GAP_MS - Date.now()));
   changed(id);
 }
 
@@ -135,6 +144,9 @@ export async function joinQueue(id) {
       everyMs: refreshMs(result.data),
       state: null,
       answer: null,
+      // The join answered the place this user had (from another tab, or before a reload
+      // that lost this tab's storage): it was kept.
+      kept: result.data.rejoined === true,
     };
     places.set(id, place);
     take(id, place, result.data);
@@ -156,7 +168,7 @@ function refusedJoin(id, result) {
     const opensAt = Date.parse(result.error.opensAt);
     if (Number.isFinite(opensAt)) {
       holds.set(id, { until: opensAt, why: 'not-open' });
-      say(id, `The queue for ${name} opens at ${formatTime(new Date(opensAt))}. Join then.`, 'warn');
+      say(id, `The queue for ${name} opens at ${formatClock(opensAt)}. Join then.`, 'warn');
     } else {
       say(id, `The queue for ${name} is not open yet.`, 'warn');
     }
@@ -200,8 +212,12 @@ async function check(id) {
   if (result.ok && result.data) {
     place.trouble = null;
     const before = place.state;
+    const wasDrawn = isDrawn(place.answer);
     take(id, place, result.data);
-    if (place.state !== before) sayState(id, place);
+    // The place moved on from the state it was kept in: that news is old.
+    if (place.state !== before && before !== null) place.kept = false;
+    // The header follows the state, and the draw ("drawn soon" no longer holds).
+    if (place.state !== before || isDrawn(place.answer) !== wasDrawn) sayState(id, place);
     turnCame = place.state !== before && place.state === QueueState.ADMITTED;
   } else if (result.status === 401) {
     hooks.unauthenticated();
@@ -211,8 +227,10 @@ async function check(id) {
     say(id, `Your place in the queue for ${hooks.nameOf(id)} could not be found. Join again for a new one.`, 'error');
   } else {
     // No answer, or not one about the place: keep it and ask again at the usual pace
-    // (a place not asked about for a while is given up, so never stop asking).
-    const wait = Math.max(result.status === 429 ? retryAfterMs(result) ?? 0 : 0, place.everyMs);
+    // (a place not asked about for a while is given up, so never stop asking); polled
+    // too fast (a burst of reloads), ask again when the server says.
+    const asked = result.status === 429 ? retryAfterMs(result) : null;
+    const wait = asked !== null ? Math.max(asked, MIN_GAP_MS) : place.everyMs;
     place.trouble = `Could not check your place (${result.error.message.replace(/[.\s]+$/, '')}). Trying again in ${formatWait(wait)}.`;
     schedule(id, place, wait);
   }
@@ -220,6 +238,9 @@ async function check(id) {
   // After the card is redrawn, so its Buy is there to take the focus.
   if (turnCame) hooks.turnCame(id);
 }
+
+/** Whether an answer gives the place its number (`position` is null until the draw). */
+const isDrawn = (answer) => Boolean(answer) && Number.isInteger(answer.position);
 
 /** Takes in an answer about the place (the join's or a check's). */
 function take(id, place, answer) {
@@ -319,6 +340,10 @@ export function purchased(id, result) {
 export function queuePanel(id) {
   const p = {};
   p.status = el('p', { class: 'queue-status', role: 'status', 'aria-live': 'polite', 'aria-atomic': 'true', hidden: true });
+  p.kept = el('p', { class: 'queue-kept small', 'aria-live': 'polite', hidden: true });
+  // The pass's countdown for screen readers: said at the turn and then now and again
+  // (passSaying), where the visible timer changes every second.
+  p.spoken = el('p', { class: 'queue-spoken visually-hidden', 'aria-live': 'polite', 'aria-atomic': 'true' });
   p.place = el('dd', { class: 'queue-place' });
   p.ahead = el('dd', { class: 'queue-ahead' });
   p.wait = el('dd', { class: 'queue-wait' });
@@ -340,10 +365,12 @@ export function queuePanel(id) {
     'section',
     { class: 'queue', 'aria-label': `Queue for ${hooks.nameOf(id)}`, hidden: true },
     p.status,
+    p.kept,
     p.figures,
     p.detail,
     p.stale,
     p.checked,
+    p.spoken,
   );
   panels.set(id, p);
   renderPanel(id);
@@ -393,7 +420,10 @@ function sayState(id, place) {
 
 function placeSentence(place) {
   const a = place.answer || {};
-  const drawn = Number.isInteger(a.position) ? '' : ' Your place is drawn soon.';
+  // Not drawn yet: when, unless it is within the minute (a pre-queue's draw is at the start).
+  const draws = Date.parse(a.drawsAt);
+  const later = Number.isFinite(draws) && draws - Date.now() > 60_000;
+  const drawn = Number.isInteger(a.position) ? '' : later ? ` Your place is drawn at ${formatClock(draws)}.` : ' Your place is drawn soon.';
   return `You are in the queue. Keep this page open: it checks your place for you.${drawn}`;
 }
 
@@ -403,7 +433,7 @@ function soldOutDetail(a) {
   const until = Date.parse(a.mayReturnUntil);
   if (back > 0) {
     const units = back === 1 ? '1 unit is' : `${formatNumber(back)} units are`;
-    const when = Number.isFinite(until) ? ` by ${formatTime(new Date(until))}` : '';
+    const when = Number.isFinite(until) ? ` by ${formatClock(until)}` : '';
     return `${units[0].toUpperCase()}${units.slice(1)} held by orders not paid yet. If they are not paid${when}, they come back and your place still counts: keep this page open.`;
   }
   return 'Should a unit come back, your place still counts: keep this page open.';
@@ -429,6 +459,7 @@ function renderPanel(id) {
   if (!shopper) {
     announce(p.status, '');
     p.box.hidden = true;
+    renderTurn(id, p, null);
     return;
   }
   if (!place) {
@@ -439,6 +470,7 @@ function renderPanel(id) {
     p.checked.hidden = true;
     p.box.hidden = p.status.hidden;
     p.box.dataset.queueState = 'none';
+    renderTurn(id, p, null);
     return;
   }
   const a = place.answer || {};
@@ -452,6 +484,7 @@ function renderPanel(id) {
   p.figures.hidden = !(waiting || state === QueueState.SOLD_OUT);
   const drawn = Number.isInteger(a.position);
   p.place.textContent = drawn ? formatNumber(a.position) : 'Not drawn yet';
+  p.place.dataset.drawn = drawn ? 'yes' : 'no';
   p.ahead.textContent = Number.isInteger(a.ahead) ? formatNumber(a.ahead) : '–';
   p.wait.textContent = drawn ? waitText(a) : 'Not known yet';
   const start = place.aheadAtJoin;
@@ -468,13 +501,13 @@ function renderPanel(id) {
     const left = place.passExpiresAt - now;
     detail = Number.isFinite(left)
       ? left > 0
-        ? `Buy within ${formatCountdown(left)}: your pass is kept for you until ${formatTime(new Date(place.passExpiresAt))}.`
+        ? `Buy within ${formatCountdown(left)}: your pass is kept for you until ${formatClock(place.passExpiresAt)}.`
         : 'Your pass has run out.'
       : '';
   } else if (waiting && !drawn) {
     const draws = Date.parse(a.drawsAt);
     detail = Number.isFinite(draws) && draws > now
-      ? `Places are drawn at random at ${formatTime(new Date(draws))} (in ${formatCountdown(draws - now)}): joining early or late until then makes no difference.`
+      ? `Places are drawn at random at ${formatClock(draws)} (in ${formatCountdown(draws - now)}): joining early or late until then makes no difference.`
       : 'Places are being drawn at random among those who joined.';
   } else if (waiting && typeof a.likely === 'boolean') {
     detail = a.likely
@@ -496,10 +529,42 @@ function renderPanel(id) {
   else if (place.checking) p.checked.textContent = 'Checking your place…';
   else if (place.dueAt) {
     const next = Math.max(0, Math.ceil((place.dueAt - performance.now()) / 1000));
-    const last = place.lastCheckedAt ? `Checked at ${formatTime(new Date(place.lastCheckedAt))}. ` : '';
+    const last = place.lastCheckedAt ? `Checked at ${formatClock(place.lastCheckedAt)}. ` : '';
     p.checked.textContent = `${last}Next check ${next > 0 ? `in ${next} s` : 'now'}.`;
   }
   p.checked.hidden = !p.checked.textContent;
+  renderTurn(id, p, place);
+}
+
+/**
+ * What a screen reader is told of an admitted place's pass, and the mark it is said at
+ * (null: nothing to say): at the turn, at each whole minute left, at 30 s and 10 s, and
+ * when it runs out; never every second.
+ */
+function passSaying(leftMs, name) {
+  const left = Math.ceil(leftMs / 1000);
+  if (!Number.isFinite(left)) return null;
+  if (left <= 0) return { mark: 0, text: `Your pass to buy ${name} has run out.` };
+  const mark = left <= 10 ? 10 : left <= 30 ? 30 : Math.ceil(left / 60) * 60;
+  return { mark, text: `${formatWait(Math.min(leftMs, mark * 1000))} left to buy ${name}.` };
+}
+
+/** The parts of the panel that tell a returning shopper and a shopper whose turn it is. */
+function renderTurn(id, p, place) {
+  const state = place ? place.state : null;
+  p.kept.textContent = 'You kept your place.';
+  p.kept.hidden = !(place && place.kept && state && !state.final);
+  const admitted = state === QueueState.ADMITTED && Number.isFinite(place.passExpiresAt);
+  const saying = admitted ? passSaying(place.passExpiresAt - Date.now(), hooks.nameOf(id)) : null;
+  if (!saying) {
+    p.spoken.textContent = '';
+    if (place) place.spokenMark = null;
+    return;
+  }
+  if (place.spokenMark === saying.mark) return;
+  const first = place.spokenMark === null || place.spokenMark === undefined;
+  place.spokenMark = saying.mark;
+  p.spoken.textContent = first && saying.mark > 0 ? `Your turn: ${saying.text}` : saying.text;
 }
 
 function changed(id) {

@@ -485,9 +485,17 @@ mod topology {
             ),
             (Some(1), Some(2))
         );
-        // Joining again answers the same place.
+        // Joining again answers the same place, and says it was kept (a shopper back in
+        // a new tab is told so); a first join says not, a poll says nothing of it.
         let again = body(app.join_queue(&first.token, item, &ip_of(1)).await).await;
-        assert_eq!(again["position"], 1);
+        assert_eq!(
+            (
+                again["position"].as_u64(),
+                again["rejoined"].as_bool(),
+                first.joined["rejoined"].as_bool()
+            ),
+            (Some(1), Some(true), Some(false))
+        );
 
         let admitted = until_state(&app, &first, item, "admitted", Duration::from_secs(5)).await;
         let pass = admitted["pass"].as_str().expect("a pass").to_string();
@@ -497,6 +505,7 @@ mod topology {
             (waiting["state"].as_str(), waiting["ahead"].as_u64()),
             (Some("waiting"), Some(0))
         );
+        assert!(waiting.get("rejoined").is_none(), "a poll: {waiting}");
         assert!(waiting["refreshIntervalSeconds"].as_u64().unwrap() > 5);
 
         // Refused without a pass, with someone else's, with a ticket, and a pass is no
@@ -729,9 +738,9 @@ mod topology {
         let crowd = futures_util::future::join_all(joins).await;
         let again = body(two.join_queue(&crowd[0].1.token, item, &ip_of(200)).await).await;
         assert_eq!(
-            again["ticket"].as_str(),
-            Some(crowd[0].1.ticket.as_str()),
-            "same ticket on the other instance"
+            (again["ticket"].as_str(), again["rejoined"].as_bool()),
+            (Some(crowd[0].1.ticket.as_str()), Some(true)),
+            "same ticket on the other instance, and the place said kept"
         );
         // Every poll on the instance the shopper did not join on.
         let polls = crowd.iter().map(|(user, shopper)| {

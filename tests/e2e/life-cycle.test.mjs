@@ -203,7 +203,7 @@ test('L1. a shopper buys and pays on the card, cancels after a confirmation, and
     const mine = await apiCall('/api/orders/mine', { token: await shopperToken(userId(21)), ip: apiIp(21) });
     const payBy = mine.data.orders.find((o) => o.orderId === orderId).payBy;
     const clock = await page.evaluate(
-      (iso) => new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' }).format(new Date(iso)),
+      (iso) => new Intl.DateTimeFormat(undefined, { hour: 'numeric', minute: '2-digit' }).format(new Date(iso)),
       payBy,
     );
     assert.equal((await held.locator('.held-title').textContent()).trim(), `Purchased — pay by ${clock}`);

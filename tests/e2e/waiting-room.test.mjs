@@ -93,11 +93,13 @@ async function signInAdmin(page) {
   await page.getByText(`Signed in as ${ADMIN_NAME}`, { exact: true }).waitFor();
 }
 
-/** The page's next check of its place, now: its clock moves on by the interval. */
-async function nextCheck(page) {
-  const checked = page.waitForResponse(
-    (r) => r.request().method() === 'GET' && /^\/api\/items\/\d+\/queue$/.test(new URL(r.url()).pathname),
-  );
+/**
+ * The page's next check of its place (of item `itemId`'s, when it has several), now: its
+ * clock moves on by the interval.
+ */
+async function nextCheck(page, itemId) {
+  const path = itemId === undefined ? /^\/api\/items\/\d+\/queue$/ : new RegExp(`^/api/items/${itemId}/queue$`);
+  const checked = page.waitForResponse((r) => r.request().method() === 'GET' && path.test(new URL(r.url()).pathname));
   await page.clock.fastForward(REFRESH_MS);
   await page.clock.setSystemTime(Date.now());
   return (await checked).json();
@@ -107,10 +109,10 @@ async function nextCheck(page) {
  * Moves the page on, one check at a time, until `check` (which throws until then) holds
  * for the answer; the server's copy of a room lags it by up to a second or so.
  */
-async function checkUntil(page, check, timeout = 10_000) {
+async function checkUntil(page, check, timeout = 10_000, itemId = undefined) {
   const deadline = Date.now() + timeout;
   for (;;) {
-    const answer = await nextCheck(page);
+    const answer = await nextCheck(page, itemId);
     try {
       return await check(answer);
     } catch (error) {
@@ -276,17 +278,19 @@ test('Q1. an admin turns a waiting room on; a shopper joins behind others, waits
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     assert.equal(calls.GET.length, 0, 'the page checks no sooner than refreshIntervalSeconds');
 
-    // A reload keeps the place: no new join, the kept ticket is checked.
+    // A reload keeps the place: no new join, the kept ticket is checked at once (one
+    // check, well within an interval), and the page says the place was kept.
     const ticket = await page.evaluate(() => Object.entries(sessionStorage).find(([k]) => k.startsWith('seckill.queue.'))?.[1]);
     assert.ok(ticket && JSON.parse(ticket).ticket, 'the ticket is kept in sessionStorage');
     await page.reload();
     await page.getByText(`Signed in as user ${userId(20)}`, { exact: true }).waitFor();
-    await waitForText(queue.getByRole('status'), /^Checking your place in the queue…$/);
-    const first = await nextCheck(page);
-    assert.equal(first.state, 'waiting');
+    await waitForText(queue.locator('.queue-kept'), /^You kept your place\.$/, REFRESH_MS / 2);
+    await waitForText(queue.locator('.queue-ahead'), /^2$/);
+    // (The test hears of the page's requests a moment after the page has its answers.)
+    await eventually(async () => assert.equal(calls.GET.length, 1, 'the first check answered the kept place'));
     assert.equal(calls.POST.length, 1, 'a reload does not join again');
     assert.equal(calls.GET.at(-1).headers()['queue-ticket'], JSON.parse(ticket).ticket);
-    await waitForText(queue.locator('.queue-ahead'), /^2$/);
+    await waitForText(queue.getByRole('status'), /^You are in the queue\./);
     // No admission can happen while the one pass is out: an estimate, or none.
     await waitForText(queue.locator('.queue-wait'), /^(About \d+ s( \(likely .+\))?|Any moment now|Not known yet)$/);
     await screenshots(page, 'shopper-queue-waiting', c);
@@ -435,6 +439,160 @@ test('Q3. a queue not open yet says when it opens; a room turned off closes the 
     await eventually(async () => assert.equal(await c.getAttribute('data-waiting-room'), 'off'));
     await buyNow(page, c);
     await waitForText(c.locator('.item-outcome'), new RegExp(`^Order placed for ${items.closing.name}\\. Order id: `));
+    assert.deepEqual(shopper.problems, []);
+  });
+});
+
+/** The sizes the queue's layout is checked at: a desktop and a phone. */
+const LAYOUTS = [
+  ['1280', { width: 1280, height: 900 }],
+  ['390', { width: 390, height: 844 }],
+];
+
+/**
+ * `<name>-1280.png` and `<name>-390.png`: the item's card at the top of the screen. On
+ * the desktop its queue panel is at least 400 px wide; at both sizes the page is no wider
+ * than the screen and `oneLine` (if given) takes one line.
+ */
+async function layoutShots(page, name, itemCard, oneLine) {
+  for (const [label, viewport] of LAYOUTS) {
+    await page.setViewportSize(viewport);
+    await itemCard.evaluate((node) => node.scrollIntoView({ block: 'start' }));
+    await page.screenshot({ path: artifactPath(`${name}-${label}.png`), animations: 'disabled' });
+    const panel = await itemCard.locator('section.queue').boundingBox();
+    if (label === '1280') assert.ok(panel.width >= 400, `the queue panel is ${panel.width}px wide at 1280px`);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= viewport.width, `the page is ${width}px wide on a ${viewport.width}px screen`);
+    if (oneLine) {
+      // One line box: the text's client rects, one per line it wraps over.
+      const lines = await oneLine.evaluate((node) => {
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        return range.getClientRects().length;
+      });
+      assert.equal(lines, 1, `"${await oneLine.textContent()}" takes ${lines} lines at ${label}px`);
+    }
+  }
+  await page.setViewportSize(DESKTOP);
+}
+
+/** Every time of day the shopper page shows is written one way: "9:05 PM", to the minute. */
+async function assertOneTimeFormat(page) {
+  const text = await page.locator('body').innerText();
+  const times = text.match(/\b\d{1,2}:\d\d(?::\d\d)?\s?[AP]M\b/g) ?? [];
+  assert.ok(times.length > 0, 'the page shows times of day');
+  for (const time of times) assert.match(time, /^(1[0-2]|[1-9]):[0-5]\d\s[AP]M$/, `"${time}" on a page that also says ${times.join(', ')}`);
+}
+
+test('Q4. a turn nobody misses: the pre-queue said to a signed-out visitor, the kept place said at once after a reload and in a new tab, a header that follows the draw, the countdown spoken, one time format, a panel that fits its card', async () => {
+  const shopper = await client(64);
+  const page = shopper.page;
+  await withFailureShots('queue4', () => ({ shopper: page }), async () => {
+    // A sale an hour away whose pre-queue opened a minute ago, and one on sale now whose
+    // one pass is held by a shopper ahead.
+    const now = Date.now();
+    const created = await apiCall('/admin/api/items', {
+      method: 'POST',
+      token: ADMIN_TOKEN,
+      body: {
+        name: `E2E Queue Camera ${RUN}`,
+        priceCents: 129900,
+        stock: 3,
+        startsAt: new Date(now + 3_600_000).toISOString(),
+        endsAt: new Date(now + 7_200_000).toISOString(),
+      },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.data));
+    const pre = created.data;
+    await setRoom(pre.id, { enabled: true, order: 'random', prequeueStartsAt: new Date(now - 60_000).toISOString() });
+    const turn = await createItem(`E2E Queue Watch ${RUN}`, { stock: 3, priceCents: 24900 });
+    await setRoom(turn.id, { enabled: true, order: 'random', admitPerSecond: 100, maxActive: 1, passTtlSecs: 120, abandonAfterSecs: 60 });
+    const ahead = await apiShopper(50, turn.id);
+    await ahead.join();
+    await ahead.admitted();
+
+    // --- signed out: the pre-queue is open, and signing in joins it
+    await page.clock.install();
+    const calls = watchQueueCalls(page);
+    await page.goto('/');
+    const preCard = card(page, pre.name);
+    await waitForText(preCard.locator('.room-note'), /^The queue is open: sign in to join it\.$/);
+    assert.ok(await preCard.getByRole('button', { name: 'Sign in to join the queue' }).isDisabled());
+    await assertOneTimeFormat(page);
+
+    // --- signed in: the welcome goes with the first press; the place is not drawn yet
+    await signInShopper(page, userId(51));
+    await waitForText(page.locator('#outcome'), new RegExp(`^Welcome, user ${userId(51)}\\. `));
+    await preCard.getByRole('button', { name: 'Join the queue' }).click();
+    const preQueue = preCard.getByRole('region', { name: `Queue for ${pre.name}` });
+    await waitForText(preQueue.locator('.queue-place'), /^Not drawn yet$/);
+    // The draw is at the sale's start, an hour away: the header says when, not "soon".
+    await waitForText(preQueue.getByRole('status'), /Your place is drawn at (1[0-2]|[1-9]):[0-5]\d\s[AP]M\.$/);
+    assert.ok(await page.locator('#outcome').isHidden(), 'the welcome is down once a queue is joined');
+    assert.ok(await preQueue.locator('.queue-kept').isHidden(), 'a first join kept nothing');
+    await layoutShots(page, 'queue-waiting', preCard, preQueue.locator('.queue-place'));
+
+    // --- a reload: the kept place at once, from one check
+    const checks = calls.GET.length;
+    await page.reload();
+    await waitForText(preQueue.locator('.queue-kept'), /^You kept your place\.$/, REFRESH_MS / 2);
+    await eventually(async () => assert.equal(calls.GET.length, checks + 1, 'one check, made at once'));
+    assert.equal((await preQueue.locator('.queue-place').textContent()).trim(), 'Not drawn yet');
+
+    // --- a reload while the ticket's poll budget is dry (another client polls it without
+    // pause): the page waits what the 429 says, then shows the kept place
+    const { ticket } = JSON.parse(await page.evaluate(() => Object.entries(sessionStorage).find(([k]) => k.startsWith('seckill.queue.'))[1]));
+    const token = await shopperToken(userId(51));
+    let draining = true;
+    const drain = (async () => {
+      const until = Date.now() + 10_000;
+      while (draining && Date.now() < until) await apiCall(`/api/items/${pre.id}/queue`, { token, headers: { 'Queue-Ticket': ticket } });
+    })();
+    const refusedCheck = page.waitForResponse((r) => r.status() === 429 && new URL(r.url()).pathname === `/api/items/${pre.id}/queue`);
+    await page.reload();
+    const refused = await (await refusedCheck).json();
+    draining = false;
+    await drain;
+    assert.equal(refused.code, 'POLLING_TOO_FAST');
+    const waitS = Math.ceil(Math.max(refused.retryAfterMs, 1_000) / 1_000);
+    await waitForText(preQueue.locator('.queue-checked'), new RegExp(`^Could not check your place \\(.+\\)\\. Trying again in ${waitS} s\\.$`));
+    await waitForText(preQueue.locator('.queue-kept'), /^You kept your place\.$/, REFRESH_MS / 2);
+
+    // --- a new tab (no sessionStorage): joining answers the kept place, and says so
+    const tab = await shopper.context.newPage();
+    await tab.goto('/');
+    const tabCard = card(tab, pre.name);
+    const rejoin = tab.waitForResponse((r) => r.request().method() === 'POST' && /\/queue$/.test(r.url()));
+    await tabCard.getByRole('button', { name: 'Join the queue' }).click();
+    assert.equal((await (await rejoin).json()).rejoined, true);
+    await waitForText(tabCard.locator('.queue-kept'), /^You kept your place\.$/);
+    await tab.close();
+
+    // --- drawn within a second (random order): the header follows the draw
+    const turnCard = card(page, turn.name);
+    const turnQueue = turnCard.getByRole('region', { name: `Queue for ${turn.name}` });
+    const joining = page.waitForResponse((r) => r.request().method() === 'POST' && /\/queue$/.test(r.url()));
+    await turnCard.getByRole('button', { name: 'Join the queue' }).click();
+    const joined = await (await joining).json();
+    await waitForText(turnQueue.getByRole('status'), /^You are in the queue\./);
+    if (joined.position === null) await waitForText(turnQueue.getByRole('status'), /Your place is drawn soon\.$/);
+    await checkUntil(page, async (answer) => assert.ok(Number.isInteger(answer.position), JSON.stringify(answer)), 10_000, turn.id);
+    await waitForText(turnQueue.locator('.queue-place'), /^\d+$/);
+    await waitForText(turnQueue.getByRole('status'), /^You are in the queue\. Keep this page open: it checks your place for you\.$/);
+
+    // --- the turn: the countdown is spoken politely, not every second
+    await ahead.buy();
+    await checkUntil(page, async (answer) => assert.equal(answer.state, 'admitted'), 10_000, turn.id);
+    const spoken = turnQueue.locator('.queue-spoken');
+    assert.equal(await spoken.getAttribute('aria-live'), 'polite');
+    await waitForText(spoken, new RegExp(`^Your turn: (1 min \\d+ s|2 min) left to buy ${turn.name}\\.$`));
+    await layoutShots(page, 'queue-admitted', turnCard);
+    await assertOneTimeFormat(page);
+    // A minute on, it says the minute; the seconds after it say nothing new.
+    await page.clock.fastForward(61_000);
+    const [said] = await waitForText(spoken, new RegExp(`^(1 min|\\d+ s) left to buy ${turn.name}\\.$`));
+    await page.clock.runFor(3_000);
+    assert.equal((await spoken.textContent()).trim(), said);
     assert.deepEqual(shopper.problems, []);
   });
 });

@@ -44,6 +44,10 @@ pub struct QueueBody {
     /// The join's answer only: what the polls send in `Queue-Ticket`.
     #[serde(skip_serializing_if = "Option::is_none")]
     ticket: Option<String>,
+    /// The join's answer only: true when the user had joined before, so this is the
+    /// place kept for them (the same ticket, the same place).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rejoined: Option<bool>,
     /// `admitted` only: what `POST /seckill` needs in `Queue-Pass`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pass: Option<String>,
@@ -76,6 +80,7 @@ impl From<Answer> for QueueBody {
             likely: standing.likely,
             refresh_interval_seconds: POLL_EVERY_SECS,
             ticket: answer.ticket,
+            rejoined: answer.rejoined,
             pass_expires_at: answer
                 .pass
                 .as_ref()

@@ -53,6 +53,9 @@ pub struct Answer {
     pub ticket: Option<String>,
     /// The pass, when admitted.
     pub pass: Option<String>,
+    /// A join's answer only: whether the user had joined before, so the answer is the
+    /// place kept for them (a shopper back in a new tab is told so).
+    pub rejoined: Option<bool>,
 }
 
 /// An operator's view of a room: its settings and what it is doing.
@@ -180,6 +183,7 @@ impl WaitingRoom {
             answer.standing.draws_at_ms = None;
         }
         answer.ticket = Some(signed);
+        answer.rejoined = Some(!joined.new);
         Ok(answer)
     }
 
@@ -260,6 +264,7 @@ impl WaitingRoom {
             standing,
             ticket: None,
             pass,
+            rejoined: None,
         }
     }
 
