@@ -605,8 +605,11 @@ mod odds_tests {
         /// The place's rank among the places still waiting (neither admitted nor
         /// skipped), counted from 1; `None` when the place itself is not waiting.
         fn rank(&self, place: u64) -> Option<u64> {
-            let waiting = |p: u64| p >= self.serving;
-            waiting(place).then(|| (0..=place).filter(|&p| waiting(p)).count() as u64)
+            let skipped = self.skipped();
+            let admitted: HashSet<u64> =
+                (0..self.serving).filter(|p| !skipped.contains(p)).collect();
+            let waiting = |p: &u64| !admitted.contains(p) && !skipped.contains(p);
+            waiting(&place).then(|| (0..=place).filter(waiting).count() as u64)
         }
     }
 
