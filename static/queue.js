@@ -427,6 +427,24 @@ function placeSentence(place) {
   return `You are in the queue. Keep this page open: it checks your place for you.${drawn}`;
 }
 
+/**
+ * What the stock means for a drawn, waiting place: `likely` true, the stock should reach
+ * it; false, how far past the units no pass holds it is and what could still bring one
+ * back; null (not known), nothing.
+ */
+function oddsText(a) {
+  if (a.likely === true) return 'At this pace, there should still be stock when your turn comes.';
+  if (a.likely !== false) return '';
+  const back = 'A unit comes back if a pass runs out or an order goes unpaid.';
+  const past = Number(a.pastStock);
+  const free = Number(a.unitsFree);
+  if (!Number.isInteger(past) || past < 1 || !Number.isInteger(free)) return `Stock may run out before your turn comes. ${back}`;
+  const places = past === 1 ? '1 place' : `${formatNumber(past)} places`;
+  if (free === 0) return `You are ${places} past the stock: no unit is free now. ${back}`;
+  const units = free === 1 ? '1 unit' : `${formatNumber(free)} units`;
+  return `You are ${places} past the ${units} still free. ${back}`;
+}
+
 /** What may still come of a sold-out sale for a place: units held by unpaid orders. */
 function soldOutDetail(a) {
   const back = Number(a.mayReturn);
@@ -439,7 +457,12 @@ function soldOutDetail(a) {
   return 'Should a unit come back, your place still counts: keep this page open.';
 }
 
+/**
+ * The wait, told only to a place the stock should reach (`likely` true): null for a
+ * place past the stock or one whose odds are unknown (not drawn yet), which see no wait.
+ */
 function waitText(a) {
+  if (a.likely !== true) return null;
   const s = Number(a.waitSeconds);
   if (a.waitSeconds === null || a.waitSeconds === undefined || !Number.isFinite(s)) return 'Not known yet';
   if (s <= 0) return 'Any moment now';
@@ -486,14 +509,15 @@ function renderPanel(id) {
   p.place.textContent = drawn ? formatNumber(a.position) : 'Not drawn yet';
   p.place.dataset.drawn = drawn ? 'yes' : 'no';
   p.ahead.textContent = Number.isInteger(a.ahead) ? formatNumber(a.ahead) : '–';
-  p.wait.textContent = drawn ? waitText(a) : 'Not known yet';
+  const wait = waitText(a);
+  p.wait.textContent = wait ?? '';
   const start = place.aheadAtJoin;
   const done = Number.isInteger(a.ahead) && Number.isInteger(start) ? (start > 0 ? Math.max(0, start - a.ahead) / start : 1) : 0;
   p.progress.value = done;
   p.progressText.textContent = `${Math.round(done * 100)} %`;
   // Sold out, a place has no one ahead to count and no wait to estimate: only the place.
   p.aheadRow.hidden = !waiting;
-  p.waitRow.hidden = !waiting;
+  p.waitRow.hidden = !waiting || wait === null;
   p.bar.hidden = !waiting || !Number.isInteger(start) || !Number.isInteger(a.ahead);
 
   let detail = '';
@@ -509,10 +533,8 @@ function renderPanel(id) {
     detail = Number.isFinite(draws) && draws > now
       ? `Places are drawn at random at ${formatClock(draws)} (in ${formatCountdown(draws - now)}): joining early or late until then makes no difference.`
       : 'Places are being drawn at random among those who joined.';
-  } else if (waiting && typeof a.likely === 'boolean') {
-    detail = a.likely
-      ? 'At this pace, there should still be stock when your turn comes.'
-      : 'Stock may run out before your turn comes; you keep your place in case units come back.';
+  } else if (waiting) {
+    detail = oddsText(a);
   } else if (state === QueueState.SOLD_OUT) {
     detail = soldOutDetail(a);
   }

@@ -235,19 +235,25 @@ async fn the_pre_queue_is_drawn_at_the_start_and_the_draw_replays(db: PgPool) {
     assert_eq!(positions, replayed);
 }
 
+/// `POST /admin/api/items/{item}/pause` (`true`) or `…/resume` (`false`).
+async fn set_paused(app: &TestApp, item: i64, paused: bool) {
+    let verb = if paused { "pause" } else { "resume" };
+    let response = app
+        .admin_send(
+            reqwest::Method::POST,
+            &format!("/admin/api/items/{item}/{verb}"),
+            None,
+        )
+        .await;
+    assert_eq!(response.status(), 200, "{verb}");
+}
+
 #[sqlx::test]
 async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
     let app = spawn_app(&db).await;
     let item = app.open_item(10).await;
     // Paused: nothing is admitted until the shoppers' liveness has had time to differ.
-    let pause = app
-        .admin_send(
-            reqwest::Method::POST,
-            &format!("/admin/api/items/{item}/pause"),
-            None,
-        )
-        .await;
-    assert_eq!(pause.status(), 200);
+    set_paused(&app, item, true).await;
     open_room(
         &app,
         item,
@@ -264,14 +270,7 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let resume = app
-        .admin_send(
-            reqwest::Method::POST,
-            &format!("/admin/api/items/{item}/resume"),
-            None,
-        )
-        .await;
-    assert_eq!(resume.status(), 200);
+    set_paused(&app, item, false).await;
     let admitted = until_state(&app, &here, item, "admitted", Duration::from_secs(5)).await;
     let answer = body(app.poll_queue(&gone.token, item, &gone.ticket).await).await;
     assert_eq!(answer["state"], "expired");
@@ -288,6 +287,129 @@ async fn a_shopper_who_stops_polling_is_skipped(db: PgPool) {
             .await,
         1.0
     );
+}
+
+/// The odds a waiting place is told (issue 36, item 1) are exact: its rank among the
+/// places still waiting (`ahead + 1`) against the units no live pass holds.
+fn assert_odds(answer: &Value, units_free: u64) {
+    let Some(ahead) = answer["ahead"].as_u64() else {
+        panic!("not a waiting place: {answer}");
+    };
+    let rank = ahead + 1;
+    let position = answer["position"].as_u64().unwrap_or(0);
+    assert_eq!(answer["state"], "waiting", "position {position}");
+    assert_eq!(answer["unitsFree"], units_free, "position {position}");
+    if rank <= units_free {
+        assert_eq!(answer["likely"], true, "position {position}");
+        assert_eq!(answer["pastStock"], Value::Null, "position {position}");
+        assert!(
+            answer["waitSeconds"].is_u64(),
+            "position {position}: {answer}"
+        );
+    } else {
+        assert_eq!(answer["likely"], false, "position {position}");
+        assert_eq!(
+            answer["pastStock"],
+            rank - units_free,
+            "position {position}"
+        );
+        assert!(
+            answer.get("waitSeconds").is_none(),
+            "position {position}: {answer}"
+        );
+    }
+}
+
+/// Issue 36, item 1: a crowd past the stock is told so, on joining as on polling, with
+/// no wait; only the places within the units no live pass holds are told `likely`.
+/// Before, every join the copy had not seen yet answered `likely: true`, and places
+/// behind live passes were told `likely` from the stock counter alone.
+#[sqlx::test]
+async fn a_crowd_past_the_stock_is_told_how_far_past_on_joining_and_polling(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(3).await;
+    // Paused: nobody is admitted while the crowd joins, so every figure is exact.
+    set_paused(&app, item, true).await;
+    open_room(&app, item, json!({ "order": "fifo", "admitPerSecond": 50 })).await;
+    let first = joined(&app, 41, item).await;
+    // This instance may not hold a copy of the room yet: then nothing is promised.
+    assert_eq!(first.joined["position"], 1);
+    assert_ne!(first.joined["likely"], false);
+    let copy = eventually("the copy of the room", Duration::from_secs(5), || async {
+        let answer = body(app.poll_queue(&first.token, item, &first.ticket).await).await;
+        (answer["unitsFree"] == 3).then_some(answer)
+    })
+    .await
+    .0;
+    assert_odds(&copy, 3);
+
+    let joins = (42..=48).map(|user| joined(&app, user, item));
+    let crowd: Vec<Waiting> = futures_util::future::join_all(joins).await;
+    let mut positions: Vec<u64> = crowd
+        .iter()
+        .map(|who| {
+            assert_odds(&who.joined, 3);
+            who.joined["position"].as_u64().unwrap()
+        })
+        .collect();
+    positions.sort_unstable();
+    assert_eq!(positions, (2..=8).collect::<Vec<_>>());
+    let everyone: Vec<&Waiting> = std::iter::once(&first).chain(&crowd).collect();
+    for who in &everyone {
+        // Until the copy has seen the join, the poll names no place and promises nothing.
+        let answer = eventually("the place in the copy", Duration::from_secs(5), || async {
+            let answer = body(app.poll_queue(&who.token, item, &who.ticket).await).await;
+            if answer["position"].is_null() {
+                assert_eq!(answer["likely"], Value::Null, "{answer}");
+                return None;
+            }
+            Some(answer)
+        })
+        .await
+        .0;
+        assert_eq!(answer["position"], who.joined["position"]);
+        assert_odds(&answer, 3);
+    }
+
+    // Admissions resume: three passes take the three units, and the rest are past them
+    // by as many places as they were (rank and free units both down by three).
+    set_paused(&app, item, false).await;
+    let by_position = |position: u64| {
+        *everyone
+            .iter()
+            .find(|who| who.joined["position"] == position)
+            .expect("a shopper at each position")
+    };
+    for position in 1..=3 {
+        until_state(
+            &app,
+            by_position(position),
+            item,
+            "admitted",
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+    for position in 4..=8 {
+        let who = by_position(position);
+        let answer = eventually(
+            "the copy past the passes",
+            Duration::from_secs(5),
+            || async {
+                let answer = body(app.poll_queue(&who.token, item, &who.ticket).await).await;
+                // Whatever the copy's moment, its answer follows the rule.
+                let free = answer["unitsFree"].as_u64().expect("a free count");
+                assert_odds(&answer, free);
+                (free == 0 && answer["ahead"] == position - 4).then_some(answer)
+            },
+        )
+        .await
+        .0;
+        assert_eq!(
+            (answer["likely"].clone(), answer["pastStock"].clone()),
+            (json!(false), json!(position - 3))
+        );
+    }
 }
 
 #[sqlx::test]

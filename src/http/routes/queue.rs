@@ -33,12 +33,25 @@ pub struct QueueBody {
     /// Places between the one being served and this one.
     ahead: Option<u64>,
     /// The estimated wait, from the admission rate measured over the last 30 s: the
-    /// median and the 25th / 75th percentiles. `null` when nothing is being admitted.
+    /// median and the 25th / 75th percentiles. Present only when `likely` is true and
+    /// something is being admitted: a place past the stock is told no wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
     wait_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     wait_seconds_p25: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     wait_seconds_p75: Option<u64>,
-    /// False when more places are ahead than units are left.
-    likely: bool,
+    /// True only when the place's rank among the places still waiting (`ahead + 1`) is
+    /// within `unitsFree`, or the place is admitted; false past them, and when sold out;
+    /// `null` when it cannot be known: no place yet (`position` is `null`), a place
+    /// lost, a room closed.
+    likely: Option<bool>,
+    /// `waiting` only: units left that no live pass holds, as of this instance's copy.
+    units_free: Option<u64>,
+    /// `waiting` only, when `likely` is false: how many places past `unitsFree` the
+    /// place's rank is (1: the first place without a unit). A unit still reaches it if a
+    /// pass runs out or an order goes unpaid.
+    past_stock: Option<u64>,
     /// When to poll next: above the server's keep-alive, so no connection is held.
     refresh_interval_seconds: u64,
     /// The join's answer only: what the polls send in `Queue-Ticket`.
@@ -77,7 +90,9 @@ impl From<Answer> for QueueBody {
             wait_seconds: standing.wait.and_then(|w| w.p50),
             wait_seconds_p25: standing.wait.and_then(|w| w.p25),
             wait_seconds_p75: standing.wait.and_then(|w| w.p75),
-            likely: standing.likely,
+            likely: standing.odds.likely,
+            units_free: standing.odds.units_free,
+            past_stock: standing.odds.past_stock,
             refresh_interval_seconds: POLL_EVERY_SECS,
             ticket: answer.ticket,
             rejoined: answer.rejoined,

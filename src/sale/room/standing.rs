@@ -34,10 +34,11 @@ pub struct Standing {
     pub place: Option<u64>,
     /// Places between the serving position and this one.
     pub ahead: Option<u64>,
-    /// The wait for the places ahead, when a rate was measured.
+    /// The wait for the places ahead, when a rate was measured and [`Odds::likely`] is
+    /// `Some(true)`: a place past the stock is told no wait.
     pub wait: Option<WaitEstimate>,
-    /// False when more places are ahead than units are left.
-    pub likely: bool,
+    /// Whether a unit is there for the place ([`odds`]).
+    pub odds: Odds,
     /// When admitted: the pass's expiry (ms).
     pub pass_expires_ms: Option<i64>,
     /// When sold out: units held by unpaid orders, and their last deadline (ms).
@@ -55,7 +56,7 @@ impl Standing {
             place: None,
             ahead: None,
             wait: None,
-            likely: true,
+            odds: Odds::UNKNOWN,
             pass_expires_ms: None,
             may_return: None,
             draws_at_ms: None,
@@ -64,14 +65,73 @@ impl Standing {
     }
 }
 
-/// Where the joiner with `index` stands.
-pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
+/// Whether a unit is there for a place, from the copy's stock: what `likely`,
+/// `unitsFree` and `pastStock` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Odds {
+    /// `Some(true)` only when the place's rank among the places still waiting is within
+    /// the units no live pass holds; `None` when that cannot be known (no place yet, no
+    /// stock counter in the copy, a place lost or a room closed).
+    pub likely: Option<bool>,
+    /// Units left that no live pass holds (`stock − live`, never below 0), as of the copy.
+    pub units_free: Option<u64>,
+    /// When `likely` is `Some(false)` for a waiting place: how many places past those
+    /// units its rank is (1: the first without a unit).
+    pub past_stock: Option<u64>,
+}
+
+impl Odds {
+    /// Nothing known.
+    pub const UNKNOWN: Self = Self {
+        likely: None,
+        units_free: None,
+        past_stock: None,
+    };
+}
+
+/// The odds of the waiting place `place`: the one rule every answer follows, the join's
+/// included.
+///
+/// Its rank counts the places still waiting up to it, itself included: those from the
+/// serving position on. Every place below the serving position was admitted or skipped,
+/// and none at or past it was (`lua/room_admit.lua` moves the position past each place it
+/// decides), so the rank is `place − serving + 1`: skipped places count neither before
+/// nor after. The inlet admits in order and never more live passes than units left, so
+/// places whose rank is within `stock − live` get a unit whoever ahead of them is
+/// skipped; past it, only a unit coming back (a pass that runs out, an order not paid)
+/// or a raised stock reaches them. A place below the serving position, admitted, holds
+/// its unit through its pass (a stale copy answers it as waiting).
+pub fn odds(view: &RoomView, place: u64) -> Odds {
+    let Some(stock) = view.stock else {
+        return Odds::UNKNOWN;
+    };
+    let free = stock.saturating_sub(view.live as i64).max(0) as u64;
+    let serving = view.counters.serving;
+    if place < serving {
+        return Odds {
+            likely: Some(true),
+            units_free: Some(free),
+            past_stock: None,
+        };
+    }
+    let rank = place - serving + 1;
+    Odds {
+        likely: Some(rank <= free),
+        units_free: Some(free),
+        past_stock: (rank > free).then(|| rank - free),
+    }
+}
+
+/// Where the joiner with `index` stands. `given`: the place the join's script gave it
+/// (`fifo` after the draw places a joiner at its index), which the copy may not show yet;
+/// `None` for a poll, whose place comes from the copy alone.
+pub fn standing(situation: &Situation<'_>, index: u64, given: Option<u64>) -> Standing {
     let view = situation.view;
     let now = situation.now_ms;
     if !situation.room.enabled || now >= situation.sale_ends_ms {
         return Standing::new(QueueState::Closed, situation);
     }
-    let place = view.place_of(index);
+    let place = view.place_of(index).or(given);
     let admitted = place.and_then(|place| view.admitted_at_ms(place));
     // Whole seconds, as the pass's `exp` counts them (see `WaitingRoom::stand`).
     let expires = admitted
@@ -90,7 +150,10 @@ pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
         let counters = &view.counters;
         return Standing {
             place,
-            likely: false,
+            odds: Odds {
+                likely: Some(false),
+                ..Odds::UNKNOWN
+            },
             may_return: Some((counters.may_return, counters.may_return_until_ms)),
             ..Standing::new(QueueState::SoldOut, situation)
         };
@@ -100,6 +163,10 @@ pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
         return Standing {
             place,
             ahead: Some(0),
+            odds: Odds {
+                likely: Some(true),
+                ..Odds::UNKNOWN
+            },
             pass_expires_ms: Some(expires),
             ..Standing::new(QueueState::Admitted, situation)
         };
@@ -115,11 +182,12 @@ pub fn standing(situation: &Situation<'_>, index: u64) -> Standing {
         .rate
         .unwrap_or_else(|| AdmissionRate::flat(situation.room.admit_per_second.into()));
     let until_open = (situation.sale_starts_ms - now).max(0).div_euclid(1_000) as u64;
+    let odds = odds(view, place);
     Standing {
         place: Some(place),
         ahead: Some(ahead),
-        wait: Some(WaitEstimate::new(ahead, rate, until_open)),
-        likely: view.stock.is_none_or(|stock| (ahead as i64) < stock),
+        wait: (odds.likely == Some(true)).then(|| WaitEstimate::new(ahead, rate, until_open)),
+        odds,
         ..Standing::new(QueueState::Waiting, situation)
     }
 }
@@ -201,6 +269,7 @@ mod tests {
             standing(
                 &at(&view, &room, now, sold_out, stale),
                 index_at(&view, place),
+                None,
             )
         };
         let admitted = poll(0, now, false, false);
@@ -225,8 +294,20 @@ mod tests {
             (waiting.state, waiting.place, waiting.ahead),
             (QueueState::Waiting, Some(7), Some(3))
         );
-        assert!(waiting.likely);
-        assert!(!poll(9, now, false, false).likely, "5 ahead, 5 units");
+        assert_eq!(waiting.odds.likely, Some(true), "rank 4 of 5 units");
+        let past = poll(9, now, false, false);
+        assert_eq!(
+            (past.odds, past.wait),
+            (
+                Odds {
+                    likely: Some(false),
+                    units_free: Some(5),
+                    past_stock: Some(1),
+                },
+                None
+            ),
+            "rank 6 of 5 units"
+        );
         let sold_out = poll(7, now, true, false);
         assert_eq!(
             (sold_out.state, sold_out.may_return),
@@ -238,7 +319,7 @@ mod tests {
             ..room.clone()
         };
         assert_eq!(
-            standing(&at(&view, &off, now, false, false), 7).state,
+            standing(&at(&view, &off, now, false, false), 7, None).state,
             QueueState::Closed
         );
         let stale = poll(0, now, false, true);
@@ -246,18 +327,356 @@ mod tests {
             (stale.state, stale.pass_expires_ms, stale.stale),
             (QueueState::Waiting, None, true)
         );
-        let unplaced = standing(&at(&view, &room, now, false, false), 10);
+        let unplaced = standing(&at(&view, &room, now, false, false), 10, None);
         assert_eq!(
             (unplaced.state, unplaced.place, unplaced.draws_at_ms),
             (QueueState::Waiting, None, Some(now))
         );
+        assert_eq!((unplaced.odds, unplaced.wait), (Odds::UNKNOWN, None));
     }
 
     #[test]
     fn a_pending_reservation_keeps_the_room_waiting_when_the_board_says_sold_out() {
         let mut view = view();
         view.pending = 1;
-        let answer = standing(&at(&view, &room(), START + 2_000, true, false), 7);
+        let answer = standing(&at(&view, &room(), START + 2_000, true, false), 7, None);
         assert_eq!(answer.state, QueueState::Waiting);
+    }
+}
+
+/// The odds against the issue's figures (issue 36) and against a model of random rooms.
+#[cfg(test)]
+mod odds_tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::sale::room::room_view::{Counters, Round};
+    use crate::sale::room::step::Step;
+
+    const START: i64 = 1_000_000;
+
+    fn room() -> RoomConfig {
+        RoomConfig {
+            enabled: true,
+            ..Default::default()
+        }
+    }
+
+    /// A fifo room of `joined` places, `serving` of them admitted at START (none
+    /// skipped), with `stock` on the counter and `live` passes alive.
+    fn fifo(joined: u64, serving: u64, stock: i64, live: u64) -> RoomView {
+        RoomView {
+            counters: Counters {
+                joined,
+                drawn: true,
+                mapped: joined,
+                serving,
+                admitted: serving,
+                ..Default::default()
+            },
+            steps: Arc::new(vec![Step {
+                from: 0,
+                to: serving,
+                at_ms: START,
+                skipped: Vec::new(),
+            }]),
+            stock: Some(stock),
+            live,
+            ..Default::default()
+        }
+    }
+
+    fn poll(view: &RoomView, index: u64, given: Option<u64>) -> Standing {
+        let room = room();
+        let situation = Situation {
+            view,
+            stale: false,
+            room: &room,
+            sale_starts_ms: START,
+            sale_ends_ms: START + 3_600_000,
+            sold_out: false,
+            now_ms: START + 1_000,
+        };
+        standing(&situation, index, given)
+    }
+
+    fn past(free: u64, by: u64) -> Odds {
+        Odds {
+            likely: Some(false),
+            units_free: Some(free),
+            past_stock: Some(by),
+        }
+    }
+
+    /// 20 units, places 1–20 admitted with their passes alive: the counter still says 20
+    /// (a pass holds its unit until used), and places 22–35 were told "likely" with a
+    /// 1 s wait. No unit is free: every one of them is past the stock, with no wait.
+    #[test]
+    fn places_behind_twenty_live_passes_are_past_the_stock() {
+        let view = fifo(35, 20, 20, 20);
+        for position in 21..=35u64 {
+            let answer = poll(&view, position - 1, None);
+            assert_eq!(answer.state, QueueState::Waiting);
+            assert_eq!(answer.ahead, Some(position - 21));
+            assert_eq!(answer.odds, past(0, position - 20), "position {position}");
+            assert_eq!(answer.wait, None, "position {position}");
+        }
+    }
+
+    /// Place 103 with 82 ahead and 17 units left was shown "About 5 s".
+    #[test]
+    fn eighty_two_ahead_of_seventeen_units_is_sixty_six_past_with_no_wait() {
+        let view = fifo(110, 20, 17, 0);
+        let answer = poll(&view, 102, None);
+        assert_eq!(answer.ahead, Some(82));
+        assert_eq!((answer.odds, answer.wait), (past(17, 66), None));
+        let within = poll(&view, 36, None);
+        assert_eq!(within.odds.likely, Some(true), "rank 17 of 17");
+        assert!(within.wait.is_some_and(|w| w.p50.is_some()));
+    }
+
+    /// The 100 who joined after the start (places 105–204, one unit left) were told
+    /// "likely" on joining: the copy had not seen their joins. The join's place counts
+    /// as the poll's would; without one, nothing is promised.
+    #[test]
+    fn a_join_the_copy_has_not_seen_follows_the_same_rule() {
+        let view = fifo(104, 103, 1, 0);
+        let next = poll(&view, 103, None);
+        assert_eq!((next.place, next.odds.likely), (Some(103), Some(true)));
+        for index in 104..204 {
+            let joined = poll(&view, index, Some(index));
+            assert_eq!(joined.place, Some(index));
+            assert_eq!(joined.ahead, Some(index - 103));
+            assert_eq!((joined.odds, joined.wait), (past(1, index - 103), None));
+            let unplaced = poll(&view, index, None);
+            assert_eq!(
+                (unplaced.place, unplaced.odds, unplaced.wait),
+                (None, Odds::UNKNOWN, None)
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_stock_counter_nothing_is_promised() {
+        let mut view = fifo(10, 0, 5, 0);
+        view.stock = None;
+        let answer = poll(&view, 0, None);
+        assert_eq!((answer.odds, answer.wait), (Odds::UNKNOWN, None));
+        view.stock = Some(-3);
+        assert_eq!(poll(&view, 0, None).odds, past(0, 1), "a counter below 0");
+    }
+
+    /// A random room as the inlet leaves it: a pre-queue round, rounds of the random
+    /// order, fifo joiners after them, some joins not placed yet; places below the
+    /// serving position admitted or skipped in steps; some live passes.
+    #[derive(Debug, Clone)]
+    struct Model {
+        rounds: Vec<(u64, u64)>,
+        fifo: u64,
+        unplaced: u64,
+        drawn: bool,
+        serving: u64,
+        /// Per place below `serving`: skipped, and whether a step ends after it.
+        reached: Vec<(bool, bool)>,
+        stock: Option<i64>,
+        live: u64,
+        pending: u64,
+        sold_out: bool,
+        stale: bool,
+        /// Ms after START between two steps, and of now after the last one.
+        step_every_ms: i64,
+        now_after_ms: i64,
+    }
+
+    fn model() -> impl Strategy<Value = Model> {
+        (
+            prop::collection::vec((1..12u64, any::<u64>()), 0..5),
+            0..25u64,
+            0..4u64,
+            prop::bool::weighted(0.9),
+            prop::collection::vec((prop::bool::weighted(0.3), prop::bool::weighted(0.3)), 90),
+            0..=90u64,
+            prop::option::weighted(0.95, -2..40i64),
+            0..30u64,
+            (0..3u64, any::<bool>(), prop::bool::weighted(0.1)),
+            (0..3_000i64, 0..200_000i64),
+        )
+            .prop_map(
+                |(rounds, fifo, unplaced, drawn, reached, serving, stock, live, flags, times)| {
+                    let mapped = rounds.iter().map(|r| r.0).sum::<u64>() + fifo;
+                    let serving = serving.min(mapped);
+                    Model {
+                        rounds,
+                        fifo,
+                        unplaced,
+                        drawn,
+                        serving,
+                        reached: reached[..serving as usize].to_vec(),
+                        stock,
+                        live,
+                        pending: flags.0,
+                        sold_out: flags.1,
+                        stale: flags.2,
+                        step_every_ms: times.0,
+                        now_after_ms: times.1,
+                    }
+                },
+            )
+    }
+
+    impl Model {
+        fn mapped(&self) -> u64 {
+            self.rounds.iter().map(|r| r.0).sum::<u64>() + self.fifo
+        }
+
+        fn skipped(&self) -> HashSet<u64> {
+            (0..self.serving)
+                .filter(|&p| self.reached[p as usize].0)
+                .collect()
+        }
+
+        fn steps(&self) -> Vec<Step> {
+            let mut steps = Vec::new();
+            let mut from = 0;
+            for place in 0..self.serving {
+                let (_, ends) = self.reached[place as usize];
+                if ends || place + 1 == self.serving {
+                    steps.push(Step {
+                        from,
+                        to: place + 1,
+                        at_ms: START + steps.len() as i64 * self.step_every_ms,
+                        skipped: (from..=place)
+                            .filter(|&p| self.reached[p as usize].0)
+                            .collect(),
+                    });
+                    from = place + 1;
+                }
+            }
+            steps
+        }
+
+        fn now_ms(&self) -> i64 {
+            START + self.steps().len() as i64 * self.step_every_ms + self.now_after_ms
+        }
+
+        fn view(&self) -> RoomView {
+            let mut first = 0;
+            let rounds = self
+                .rounds
+                .iter()
+                .map(|&(size, seed)| {
+                    let round = Round { first, size, seed };
+                    first += size;
+                    round
+                })
+                .collect();
+            let mapped = self.mapped();
+            let skipped = self.skipped();
+            RoomView {
+                counters: Counters {
+                    joined: mapped + self.unplaced,
+                    pre: self.rounds.first().map(|r| r.0),
+                    drawn: self.drawn,
+                    mapped,
+                    serving: self.serving,
+                    admitted: self.serving - skipped.len() as u64,
+                    skipped: skipped.len() as u64,
+                    ..Default::default()
+                },
+                rounds: Arc::new(rounds),
+                steps: Arc::new(self.steps()),
+                skipped: Arc::new(skipped),
+                stock: self.stock,
+                pending: self.pending,
+                live: self.live,
+                rate: None,
+            }
+        }
+
+        /// Units no live pass holds.
+        fn free(&self) -> Option<u64> {
+            self.stock
+                .map(|stock| (stock - self.live as i64).max(0) as u64)
+        }
+
+        /// The place's rank among the places still waiting (neither admitted nor
+        /// skipped), counted from 1; `None` when the place itself is not waiting.
+        fn rank(&self, place: u64) -> Option<u64> {
+            let skipped = self.skipped();
+            let admitted: HashSet<u64> =
+                (0..self.serving).filter(|p| !skipped.contains(p)).collect();
+            let waiting = |p: &u64| !admitted.contains(p) && !skipped.contains(p);
+            waiting(&place).then(|| (0..=place).filter(waiting).count() as u64)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 3_000,
+            // A failure prints its smallest input; nothing is written beside the tests.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Every place of a random room: `likely` is true only within the units no live
+        /// pass holds, never before the place is drawn, and the wait comes with it.
+        #[test]
+        fn likely_never_names_a_place_past_the_free_units(model in model()) {
+            let view = model.view();
+            let room = room();
+            let situation = Situation {
+                view: &view,
+                stale: model.stale,
+                room: &room,
+                sale_starts_ms: START,
+                sale_ends_ms: START + 3_600_000,
+                sold_out: model.sold_out,
+                now_ms: model.now_ms(),
+            };
+            let mapped = model.mapped();
+            // Every placed joiner, then the joins not placed yet: fifo ones the join's
+            // script placed at their index (the copy has not seen them), random ones not.
+            let placed = (0..mapped).map(|place| (view.index_at(place), Some(place), None));
+            let unplaced = (mapped..mapped + model.unplaced).flat_map(|index| {
+                [(Some(index), Some(index), Some(index)), (Some(index), None, None)]
+            });
+            for (index, place, given) in placed.chain(unplaced) {
+                let index = if model.drawn { index.unwrap() } else { place.unwrap_or(0) };
+                let answer = standing(&situation, index, given);
+                let odds = answer.odds;
+                prop_assert!(answer.wait.is_none() || odds.likely == Some(true), "a wait without odds: {answer:?}");
+                if answer.state == QueueState::SoldOut {
+                    prop_assert_eq!(odds.likely, Some(false));
+                }
+                // No place yet: unknown (sold out: no unit for anyone), never true.
+                let Some(shown) = answer.place else {
+                    prop_assert_ne!(odds.likely, Some(true));
+                    prop_assert_eq!((odds.units_free, odds.past_stock), (None, None));
+                    continue;
+                };
+                if model.drawn || given.is_some() {
+                    prop_assert_eq!(Some(shown), place);
+                }
+                if answer.state != QueueState::Waiting {
+                    continue;
+                }
+                match (model.rank(shown), model.free()) {
+                    (Some(rank), Some(free)) => {
+                        prop_assert_eq!(odds.likely, Some(rank <= free), "rank {} of {} free", rank, free);
+                        prop_assert_eq!(odds.units_free, Some(free));
+                        prop_assert_eq!(odds.past_stock, (rank > free).then(|| rank - free));
+                    }
+                    (Some(_), None) => prop_assert_eq!(odds, Odds::UNKNOWN),
+                    // Admitted, answered as waiting from a stale copy: its pass holds a unit.
+                    (None, _) => {
+                        prop_assert!(model.stale && !model.skipped().contains(&shown));
+                        prop_assert!(odds.likely != Some(false));
+                    }
+                }
+            }
+        }
     }
 }

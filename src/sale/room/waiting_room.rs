@@ -174,14 +174,9 @@ impl WaitingRoom {
             .ticket(ticket, item.ends_at)
             .map_err(RoomError::Unavailable)?;
         let held = self.lobby.held(item_id);
-        let mut answer = self.stand(&item, &room, held.as_deref(), user, joined.index);
-        if answer.standing.place.is_none() && joined.placed {
-            // A fifo join the lobby's copy has not seen yet: its index is its place.
-            let serving = held.map(|h| h.view.counters.serving).unwrap_or(0);
-            answer.standing.place = Some(joined.index);
-            answer.standing.ahead = Some(joined.index.saturating_sub(serving));
-            answer.standing.draws_at_ms = None;
-        }
+        // A fifo join the lobby's copy may not have seen yet: its index is its place.
+        let given = joined.placed.then_some(joined.index);
+        let mut answer = self.stand(&item, &room, held.as_deref(), user, joined.index, given);
         answer.ticket = Some(signed);
         answer.rejoined = Some(!joined.new);
         Ok(answer)
@@ -203,7 +198,7 @@ impl WaitingRoom {
         let item = self.item(item_id)?;
         let room = self.rooms.get(item_id);
         let held = self.lobby.held(item_id);
-        let answer = self.stand(&item, &room, held.as_deref(), user, ticket.index);
+        let answer = self.stand(&item, &room, held.as_deref(), user, ticket.index, None);
         if answer.standing.state != QueueState::Closed {
             self.lobby.heard(item_id, ticket.index);
         }
@@ -215,7 +210,7 @@ impl WaitingRoom {
             enabled: false,
             ..room.clone()
         };
-        self.stand(item, &ended, None, user, 0)
+        self.stand(item, &ended, None, user, 0, None)
     }
 
     fn stand(
@@ -225,6 +220,7 @@ impl WaitingRoom {
         held: Option<&Held>,
         user: UserId,
         index: u64,
+        given: Option<u64>,
     ) -> Answer {
         let empty = super::room_view::RoomView::default();
         let now_ms = Utc::now().timestamp_millis();
@@ -239,7 +235,7 @@ impl WaitingRoom {
             sold_out: self.parts.sold_out.is_sold_out(item.id),
             now_ms,
         };
-        let standing = standing(&situation, index);
+        let standing = standing(&situation, index, given);
         let pass = match (standing.place, standing.pass_expires_ms) {
             (Some(place), Some(expires_ms)) => {
                 let pass = Pass {
