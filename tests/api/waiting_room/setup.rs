@@ -142,10 +142,23 @@ async fn every_room_change_is_in_the_items_history_and_a_bad_room_creates_nothin
     faster["admitPerSecond"] = json!(20);
     assert_eq!((&entries[0]["old"], &entries[0]["new"]), (&made, &faster));
     assert!(entries[0]["changedAt"].as_str() > entries[1]["changedAt"].as_str());
-    // A refused change is no entry.
+    // A refused change is no entry, nor is one that changes nothing (the dashboard's
+    // form sends every field).
     let refused = app.set_room(item, json!({ "maxActive": 0 })).await;
     assert_eq!(refused.status(), 400);
+    let same = app.set_room(item, faster.clone()).await;
+    assert_eq!(same.status(), 200);
+    assert_eq!(body(same).await["version"], 2);
     assert_eq!(history(&app, item).await.len(), 3);
+
+    // A room left at its defaults (off) is no room: nothing stored, nothing recorded.
+    let plain = create_with_room(&app, "Plain", 5, json!({ "enabled": false })).await;
+    assert_eq!(plain.status(), 201);
+    let plain = body(plain).await["id"].as_i64().expect("an id");
+    assert_eq!(app.get_room(plain).await["version"], 0);
+    let entries = history(&app, plain).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["action"], "create");
 }
 
 mod topology {

@@ -99,7 +99,9 @@ pub async fn create_item(
             RoomConfig::default().edited(&edit, new.starts_at)
         })
         .transpose()
-        .map_err(|e| ApiError::validation(format!("waitingRoom.{}", e.field()), e.to_string()))?;
+        .map_err(|e| ApiError::validation(format!("waitingRoom.{}", e.field()), e.to_string()))?
+        // The defaults are what an item without a room has: nothing to store or record.
+        .filter(|room| *room != RoomConfig::default());
     let (item, room) = items.create(new, room.as_ref(), &admin.name).await?;
     tracing::info!(admin = %admin.name, item.id = %item.id, room.on = room.is_some_and(|r| r.enabled), "admin created an item");
     Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
