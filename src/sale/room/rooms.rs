@@ -235,7 +235,7 @@ impl Rooms {
 /// Writes `room` for `item` in `tx` as the next version (the first, for an item without
 /// one), unless the stored version is no longer `room.version` (`None`: nothing
 /// written), and records the change in the item's history (`records::record_room`: `old`
-/// before, the stored room after, by `by`). The caller commits: the room, its audit and
+/// before, the stored room after, by `by`) when a setting changed. The caller commits: the room, its audit and
 /// whatever else the transaction holds (the item itself, when the room is made with it)
 /// land together or not at all.
 pub async fn store(
@@ -274,6 +274,11 @@ pub async fn store(
     let Some(row) = row else { return Ok(None) };
     // The word written is this build's own, so the row reads back.
     let saved = row.config()?;
-    records::record_room(tx, item, by, old, &saved).await?;
+    // An edit that changes no setting still takes a version (so it is checked against
+    // a concurrent change like any other) but is no change to record: the dashboard's
+    // form sends every field.
+    if saved.settings() != old.settings() {
+        records::record_room(tx, item, by, old, &saved).await?;
+    }
     Ok(Some(saved))
 }

@@ -318,14 +318,7 @@ impl WaitingRoom {
         let item = self.item(item_id)?;
         for _ in 0..3 {
             let mut current = self.rooms.get(item_id);
-            let unreadable = self.rooms.unreadable(item_id);
-            if unreadable.is_none() && current.edited(edit, item.starts_at)? == *current {
-                // Nothing changes: no new version, no history entry; the gate is put in
-                // force again (what an edit sent again after a 503 is for).
-                self.set_gate(&item, &current).await?;
-                return Ok(current);
-            }
-            if let Some(unreadable) = unreadable {
+            if let Some(unreadable) = self.rooms.unreadable(item_id) {
                 if edit.order.is_none() {
                     return Err(RoomError::Unavailable(unreadable.into()));
                 }
