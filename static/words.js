@@ -113,6 +113,7 @@ export const ItemAction = Object.freeze({
   ARCHIVE: word('archive', 'Archived'),
   PAUSE: word('pause', 'Paused'),
   RESUME: word('resume', 'Resumed'),
+  ROOM: word('room', 'Waiting room set'),
 });
 
 /** An item action's label; one this page does not know shows as the server spells it. */

@@ -22,3 +22,22 @@ pub(crate) fn crash_point(point: &str, user: UserId) -> bool {
 pub(crate) fn crash_point(_point: &str, _user: UserId) -> bool {
     false
 }
+
+/// A fault-injection point of the item's creation: with the `failpoints` feature,
+/// `sale::after_create` configured as `return(<item name>)` makes the creation of an item
+/// so named stop after its Postgres commit and before any Redis write, as if the process
+/// had died there (keyed by the name, since tests share the process). Without the
+/// feature, `false`.
+#[cfg(feature = "failpoints")]
+pub(crate) fn dies_after_create(name: &str) -> bool {
+    fail::eval("sale::after_create", |target| {
+        target.as_deref() == Some(name)
+    })
+    .unwrap_or(false)
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn dies_after_create(_name: &str) -> bool {
+    false
+}

@@ -11,8 +11,9 @@ use super::catalog::Catalog;
 use super::consistency;
 use super::item::{Item, ItemEdit, ItemId, NewItem};
 use super::parts::SaleParts;
-use super::records::{self, AuditEntry, ChangeRefused, ItemFigures, ItemLedger};
-use super::stock::{Adjusted, Rebuilds, RoomGate, StockEdits};
+use super::records::{self, AuditEntry, ChangeRefused, ItemFigures};
+use super::room::{rooms, RoomConfig, Rooms};
+use super::stock::{Adjusted, StockEdits};
 
 /// Why an operator's change to an item was not made.
 #[derive(Debug, thiserror::Error)]
@@ -41,13 +42,16 @@ impl From<anyhow::Error> for ItemChangeError {
 /// process.
 pub struct Items {
     parts: SaleParts,
+    /// The waiting rooms' settings: a room made with its item is stored beside it.
+    rooms: Arc<Rooms>,
 }
 
 impl Items {
-    /// The items over the shared parts.
-    pub fn new(parts: &SaleParts) -> Self {
+    /// The items over the shared parts and the rooms' settings.
+    pub fn new(parts: &SaleParts, rooms: Arc<Rooms>) -> Self {
         Self {
             parts: parts.clone(),
+            rooms,
         }
     }
 
@@ -72,23 +76,42 @@ impl Items {
         self.refresh_sold_out().await
     }
 
-    /// Stores a new item, audited as `by`'s, and puts its stock into Redis.
-    pub async fn create(&self, new: NewItem, by: &str) -> anyhow::Result<Item> {
-        let item = records::insert_item(&self.parts.pool, &new).await?;
-        records::audit_creation(&self.parts.pool, &item, by).await?;
-        let ledger = ItemLedger {
-            remaining: item.remaining_stock,
-            owed: Vec::new(),
-            buyers: Vec::new(),
-            // A new item's room was never set: off, version 0.
-            room: RoomGate::default(),
+    /// Stores a new item, audited as `by`'s, with its waiting room when `room` is given
+    /// (checked by the caller, `RoomConfig::edited`): the item, its `create` entry, the
+    /// room and its `room` entry in one transaction. Then Redis, from what Postgres
+    /// holds (`SaleParts::rebuild`): the room gate before the stock, so the item never
+    /// sells bare while its room is on. Should the process stop between the two, nothing
+    /// sells bare either: a purchase finding the keys missing rebuilds them from
+    /// Postgres, as the warm-up and the reconciler do, gate first.
+    pub async fn create(
+        &self,
+        new: NewItem,
+        room: Option<&RoomConfig>,
+        by: &str,
+    ) -> anyhow::Result<(Item, Option<RoomConfig>)> {
+        let mut tx = self.parts.pool.begin().await?;
+        let item = records::insert_item(&mut tx, &new).await?;
+        records::audit_creation(&mut tx, &item, by).await?;
+        let room = match room {
+            None => None,
+            Some(room) => {
+                let stored = rooms::store(&mut tx, item.id, &RoomConfig::default(), room, by)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("a new item already had a waiting room"))?;
+                Some(stored)
+            }
         };
-        Rebuilds::new(self.parts.redis.clone(), self.parts.lifetime)
-            .rebuild(&item, &ledger)
-            .await?;
+        tx.commit().await?;
+        if let Some(room) = &room {
+            self.rooms.adopt(item.id, room);
+        }
+        if super::failpoints::dies_after_create(&new.name) {
+            anyhow::bail!("failpoint sale::after_create: stopped before Redis");
+        }
+        self.parts.rebuild(&item).await?;
         self.changed(item.id).await?;
-        tracing::info!(item.id = %item.id, stock = item.total_stock, "item created");
-        Ok(item)
+        tracing::info!(item.id = %item.id, stock = item.total_stock, room = room.is_some(), "item created");
+        Ok((item, room))
     }
 
     /// Tells every instance that an operator changed `item` or its waiting room: each

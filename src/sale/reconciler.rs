@@ -93,8 +93,13 @@ impl Reconciler {
         let parts = &self.parts;
         parts.catalog.reload(&parts.pool).await?;
         let now = Utc::now();
+        // The items before the gates: an item is committed with its room (one
+        // transaction), so every item listed here has its room in the gates read after.
+        // Read the other way round, an item created between the two reads would get the
+        // gate of no room (off, version 0) until the next round.
+        let items = parts.catalog.all();
         let gates = records::room_gates(&parts.pool).await?;
-        for item in parts.catalog.all() {
+        for item in items {
             if parts.lifetime.expire_at(&item) <= now {
                 continue;
             }

@@ -22,8 +22,8 @@ pub use commit::{
     commit_orders, transaction_status, CommitError, ItemRefusal, NewOrder, TxId, TxStatus,
 };
 pub use item_edits::{
-    audit_creation, edit_item, end_item, item_audit, items_with_figures, pause_item, AuditEntry,
-    ChangeRefused, ItemFigures,
+    audit_creation, edit_item, end_item, item_audit, items_with_figures, pause_item, record_room,
+    AuditEntry, ChangeRefused, ItemFigures,
 };
 pub use life_cycle::{
     expire_due, mark_returned, order_state_counts, owing_items, states_by_item, transition,
@@ -103,8 +103,12 @@ impl TryFrom<OrderRow> for Order {
     }
 }
 
-/// Stores a new item, its remaining stock its total.
-pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> {
+/// Stores a new item, its remaining stock its total, in `tx` (its audit, and its room
+/// when it has one, go in the same transaction).
+pub async fn insert_item(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    item: &NewItem,
+) -> anyhow::Result<Item> {
     let row = sqlx::query_as!(
         ItemRow,
         r#"INSERT INTO items (name, price_cents, total_stock, remaining_stock, starts_at, ends_at)
@@ -116,7 +120,7 @@ pub async fn insert_item(pool: &PgPool, item: &NewItem) -> anyhow::Result<Item> 
         item.starts_at,
         item.ends_at,
     )
-    .fetch_one(pool)
+    .fetch_one(&mut **tx)
     .await?;
     row.try_into()
 }

@@ -130,7 +130,8 @@ impl Services {
             pending: Duration::from_millis(settings.reservation_deadline_ms),
             replica_wait: Duration::from_millis(settings.reservation_replica_wait_ms),
         };
-        let items = Arc::new(Items::new(&sale));
+        let rooms = Arc::new(Rooms::new(pool.clone()));
+        let items = Arc::new(Items::new(&sale, Arc::clone(&rooms)));
         let purchases = Arc::new(Purchases::new(
             &sale,
             PurchaseOptions {
@@ -149,7 +150,6 @@ impl Services {
             seed_demo_item(&pool, &items).await?;
         }
         items.warm_up().await.context("loading items and stock")?;
-        let rooms = Arc::new(Rooms::new(pool.clone()));
         rooms.reload().await.context("loading waiting rooms")?;
         let room_redis = Arc::new(RoomRedis::new(sale.redis.clone()));
         let lobby = Arc::new(Lobby::new(sale.clone(), Arc::clone(&room_redis)));
@@ -273,7 +273,7 @@ async fn seed_demo_item(pool: &sqlx::PgPool, items: &Items) -> anyhow::Result<()
         now + chrono::Duration::days(1),
     )
     .map_err(|e| anyhow::anyhow!("demo item: {e}"))?;
-    items.create(demo, "seed").await?;
+    items.create(demo, None, "seed").await?;
     Ok(())
 }
 

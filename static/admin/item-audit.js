@@ -1,9 +1,13 @@
 // An item's history, in a dialog: who created, edited, paused, resumed, ended or
-// archived it, when, and what changed (GET /admin/api/items/{id}/audit, newest first).
+// archived it or set its waiting room, when, and what changed (GET
+// /admin/api/items/{id}/audit, newest first). A waiting room's entry holds its whole
+// settings before and after; the dialog lists the fields that changed.
 import { announce, el } from '../dom.js';
 import { formatDateTime, formatNumber, formatPrice } from '../format.js';
-import { itemActionLabel } from '../words.js';
+import { itemActionLabel, RoomOrder } from '../words.js';
 import { adminApi } from './session.js';
+
+const roomOrderLabel = (word) => Object.values(RoomOrder).find((o) => o.word === word)?.label || word;
 
 /** The fields an entry may carry (the API's spelling): their name in words and format. */
 const FIELDS = {
@@ -15,6 +19,15 @@ const FIELDS = {
   totalStock: ['stock', formatNumber],
   paused: ['paused', (v) => (v ? 'yes' : 'no')],
   archivedAt: ['archived', (v) => (v ? formatDateTime(v) : 'no')],
+  // A waiting room's settings (action `room`).
+  enabled: ['waiting room', (v) => (v ? 'on' : 'off')],
+  order: ['order', (v) => roomOrderLabel(v)],
+  prequeueStartsAt: ['pre-queue opens', (v) => formatDateTime(v)],
+  admitPerSecond: ['admitted per second', formatNumber],
+  maxActive: ['live passes at most', formatNumber],
+  passTtlSecs: ['pass valid for', (v) => `${formatNumber(v)} s`],
+  abandonAfterSecs: ['place lost after', (v) => `${formatNumber(v)} s`],
+  message: ['message', (v) => (v ? `“${v}”` : 'none')],
 };
 
 const show = (key, value) => {
@@ -34,7 +47,9 @@ export function describeItemChange(entry) {
       .filter(([key, value]) => !((key === 'paused' && value === false) || (key === 'archivedAt' && value === null)))
       .map(([key, value]) => `${nameOf(key)} ${show(key, value)}`);
   }
-  const keys = [...new Set([...Object.keys(before), ...Object.keys(after)])];
+  // In this page's order of the fields: Postgres's JSON keeps its own.
+  const rank = (key) => (key in FIELDS ? Object.keys(FIELDS).indexOf(key) : Infinity);
+  const keys = [...new Set([...Object.keys(before), ...Object.keys(after)])].sort((a, b) => rank(a) - rank(b));
   return keys
     .filter((key) => JSON.stringify(before[key]) !== JSON.stringify(after[key]))
     .map((key) => `${nameOf(key)} ${show(key, before[key])} → ${show(key, after[key])}`);

@@ -50,7 +50,7 @@ function drawSummary(r) {
   ui.window.textContent = `On sale ${formatDateRange(r.item.startsAt, r.item.endsAt)}`;
   figure('report-joined', formatNumber(r.queue.joined));
   figure('report-admitted', formatNumber(r.queue.admitted));
-  figure('report-abandoned', `${formatNumber(r.queue.abandoned)} left the queue or let their pass expire`);
+  figure('report-abandoned', `given a pass to buy; ${formatNumber(r.queue.abandoned)} left the queue or let their pass expire`);
   figure('report-bought', formatNumber(r.orders.bought));
   figure('report-units', `of ${formatNumber(r.item.totalStock)} units; ${formatNumber(r.item.unitsLeft)} left now`);
   for (const [key, state, field] of [

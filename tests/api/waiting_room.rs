@@ -1,6 +1,7 @@
 //! The waiting room (issue 24): settings, joining, polling, admission, the pass a
 //! purchase needs, sold out while waiting, the pre-queue's draw, abandonment, and two
-//! instances sharing one room.
+//! instances sharing one room; [`setup`]: a room made with its item, and the room's
+//! history.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use sqlx::PgPool;
 use seckill_test_support::{
     eventually, ip_of, json as body, spawn_app, spawn_app_with, use_own_redis, OwnRedis, TestApp,
 };
+
+mod setup;
 
 /// Turns the room on and waits until `app` has read it (its listing says so).
 async fn open_room(app: &TestApp, item: i64, settings: Value) {

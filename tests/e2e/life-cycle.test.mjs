@@ -569,3 +569,69 @@ test('L5. the dashboard: tiles counted once, stock as a share for the items pick
     assert.deepEqual(admin.problems, []);
   });
 });
+
+test('L6. an item and its waiting room are made in one form; the room is on in its panel and in force; each room change is in the item history', async () => {
+  const admin = await client(40);
+  const page = admin.page;
+  await withFailureShots('life6', () => ({ admin: page }), async () => {
+    await signInAdmin(page);
+    const name = `E2E Life Queued Drone ${RUN}`;
+    const form = page.locator('#create-form');
+    await form.getByLabel('Name').fill(name);
+    await form.getByLabel('Price').fill('499.00');
+    await form.getByLabel('Stock').fill('3');
+    // The room's fields show only once it is turned on.
+    assert.equal(await form.getByLabel('Admitted per second').isVisible(), false);
+    await form.getByLabel('Queue shoppers for this item').check();
+    await form.getByLabel('Order').selectOption('random');
+    await form.getByLabel('Admitted per second').fill('5');
+    await form.getByLabel('Pass valid for (min)').fill('3');
+    await screenshots(page, 'admin-create-with-room', form, { element: true });
+    const sent = page.waitForRequest((r) => r.method() === 'POST' && new URL(r.url()).pathname === '/admin/api/items');
+    await form.getByRole('button', { name: 'Create item' }).click();
+    assert.deepEqual((await sent).postDataJSON().waitingRoom, { enabled: true, order: 'random', admitPerSecond: 5, passTtlSecs: 180 });
+    await waitForText(
+      page.locator('#create-result'),
+      new RegExp(`^Created item (\\d+): ${name} \\(3 units, through its waiting room\\)\\.$`),
+    );
+    const id = Number((await page.locator('#create-result').textContent()).match(/^Created item (\d+)/)[1]);
+
+    // In force from the 201: a purchase without a pass is refused.
+    const bare = await apiCall('/seckill', { method: 'POST', token: await shopperToken(userId(41)), ip: apiIp(41), body: { itemId: id } });
+    assert.deepEqual([bare.status, bare.data.code], [403, 'NOT_ADMITTED']);
+
+    // Its panel shows the room on, as made.
+    const row = page.locator(`#item-rows tr[data-item-id="${id}"]`);
+    await row.getByRole('button', { name: `Waiting room of item ${id} (${name})` }).click();
+    const panel = page.locator('#room-form');
+    await eventually(async () => {
+      assert.equal(await panel.getByLabel('Queue shoppers for this item').isChecked(), true);
+      assert.equal(await panel.getByLabel('Order').inputValue(), 'random');
+      assert.equal(await panel.getByLabel('Admitted per second').inputValue(), '5');
+      assert.equal(await panel.getByLabel('Pass valid for (s)').inputValue(), '180');
+    });
+    // A change of rate there.
+    await panel.getByLabel('Admitted per second').fill('8');
+    await panel.getByRole('button', { name: 'Save waiting room' }).click();
+    await waitForText(page.locator('#room-result'), new RegExp(`^Saved the waiting room of item ${id} \\(version 2\\)`));
+
+    // The history: created, the room made with it, the change; who, and what changed.
+    await row.getByRole('button', { name: `History of item ${id} (${name})` }).click();
+    const history = page.getByRole('dialog', { name: `History of item ${id}: ${name}` });
+    await waitForText(history.getByRole('status'), /^3 changes, newest first\.$/);
+    const entries = history.locator('li.audit-entry');
+    assert.deepEqual(await entries.evaluateAll((nodes) => nodes.map((n) => n.dataset.action)), ['room', 'room', 'create']);
+    const changes = async (n) => entries.nth(n).locator('.audit-changes li').allTextContents();
+    assert.match(await entries.nth(0).locator('.audit-head').textContent(), new RegExp(`^Waiting room set by ${ADMIN_NAME} · `));
+    assert.deepEqual(await changes(0), ['admitted per second 5 → 8']);
+    assert.deepEqual(await changes(1), [
+      'waiting room off → on',
+      'order First come, first served → Random',
+      'admitted per second 50 → 5',
+      'pass valid for 120 s → 180 s',
+    ]);
+    await screenshots(page, 'admin-item-history-room', history, { element: true });
+    await history.getByRole('button', { name: 'Close' }).click();
+    assert.deepEqual(admin.problems, []);
+  });
+});

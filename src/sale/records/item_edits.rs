@@ -9,6 +9,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::ItemRow;
 use crate::sale::item::{Item, ItemEdit, ItemId};
+use crate::sale::room::RoomConfig;
 use crate::vocabulary::{ItemAction, Word};
 
 /// One audited change.
@@ -100,13 +101,41 @@ async fn record(
     Ok(())
 }
 
-/// Records an item's creation (its first audit entry).
-pub async fn audit_creation(pool: &PgPool, item: &Item, by: &str) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    record(&mut tx, item.id, ItemAction::Create, by, None, item)
+/// Records an item's creation (its first audit entry), in the transaction that inserts
+/// it.
+pub async fn audit_creation(
+    tx: &mut Transaction<'_, Postgres>,
+    item: &Item,
+    by: &str,
+) -> anyhow::Result<()> {
+    record(tx, item.id, ItemAction::Create, by, None, item)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    tx.commit().await?;
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Records a change of `item`'s waiting room (action `room`): its whole settings before
+/// and after, in the API's spelling (`RoomConfig::settings`), by `by`. Called in the
+/// transaction that writes `waiting_rooms`, so a room never changes unrecorded: the
+/// operator's edit, the room made with its item, a room reopened by a stock raise.
+pub async fn record_room(
+    tx: &mut Transaction<'_, Postgres>,
+    item: ItemId,
+    by: &str,
+    old: &RoomConfig,
+    new: &RoomConfig,
+) -> anyhow::Result<()> {
+    let settings = |room: &RoomConfig| serde_json::to_value(room.settings());
+    sqlx::query!(
+        "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
+         VALUES ($1, $2, $3, $4, $5)",
+        item.get(),
+        ItemAction::Room.label(),
+        by,
+        Json(settings(old)?) as _,
+        Json(settings(new)?) as _,
+    )
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

@@ -39,7 +39,7 @@ pub mod waiting_room;
 pub use inlet::Inlet;
 pub use lobby::Lobby;
 pub use poll_budget::{PollBudget, PollLimits};
-pub use room_config::{InvalidRoom, RoomConfig, RoomEdit};
+pub use room_config::{InvalidRoom, RoomConfig, RoomEdit, RoomSettings};
 pub use room_error::RoomError;
 pub use room_redis::RoomRedis;
 pub use rooms::Rooms;

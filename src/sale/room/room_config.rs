@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 use crate::vocabulary::RoomOrder;
 
@@ -29,6 +30,30 @@ pub struct RoomConfig {
     pub message: String,
     /// Bumped by every change.
     pub version: i64,
+}
+
+/// A room's settings in the API's spelling: the admin's read of a room and the item
+/// history's `room` entries (before and after) both show them so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomSettings {
+    /// Whether purchases need a pass.
+    pub enabled: bool,
+    /// `fifo` or `random`.
+    #[schema(example = "fifo")]
+    pub order: &'static str,
+    /// When joining opens; `null`: at the sale's start.
+    pub prequeue_starts_at: Option<DateTime<Utc>>,
+    /// Places admitted a second at most.
+    pub admit_per_second: u32,
+    /// Live passes at most.
+    pub max_active: u32,
+    /// How long a pass lasts.
+    pub pass_ttl_secs: u64,
+    /// A shopper not heard of for this long loses the place.
+    pub abandon_after_secs: u64,
+    /// The operator's message to everyone waiting; `""`: none.
+    pub message: String,
 }
 
 /// The longest message an operator can post to a room, in characters (the column's
@@ -97,6 +122,9 @@ pub enum InvalidRoom {
     /// Longer than [`MESSAGE_MAX_CHARS`], or holding a control character.
     #[error("message must be at most 200 characters, without control characters")]
     Message,
+    /// No `RoomOrder` word.
+    #[error("order must be fifo or random")]
+    Order,
 }
 
 impl InvalidRoom {
@@ -109,6 +137,7 @@ impl InvalidRoom {
             Self::AbandonAfter => "abandonAfterSecs",
             Self::Prequeue => "prequeueStartsAt",
             Self::Message => "message",
+            Self::Order => "order",
         }
     }
 }
@@ -173,6 +202,20 @@ impl RoomConfig {
             message,
             version: self.version,
         })
+    }
+
+    /// The settings as the API spells them (the version aside).
+    pub fn settings(&self) -> RoomSettings {
+        RoomSettings {
+            enabled: self.enabled,
+            order: self.order.label(),
+            prequeue_starts_at: self.prequeue_starts_at,
+            admit_per_second: self.admit_per_second,
+            max_active: self.max_active,
+            pass_ttl_secs: self.pass_ttl.as_secs(),
+            abandon_after_secs: self.abandon_after.as_secs(),
+            message: self.message.clone(),
+        }
     }
 
     /// When joining opens for a sale starting at `sale_starts_at`.

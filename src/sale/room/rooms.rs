@@ -19,10 +19,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use super::room_config::RoomConfig;
 use crate::sale::item::ItemId;
+use crate::sale::records;
 use crate::vocabulary::RoomOrder;
 
 /// The waiting rooms' settings, cached from Postgres (see the module docs); one per
@@ -152,45 +153,30 @@ impl Rooms {
         Ok(())
     }
 
-    /// Stores `room` for `item` as the next version, unless another change landed since
-    /// `room` was read (its version no longer the stored one): then `None`, and the
-    /// caller reads again.
+    /// Stores `room` for `item` as the next version, with its `room` entry in the item's
+    /// history (`old` → the stored room, by `by`) in the same transaction, unless another
+    /// change landed since `room` was read (its version no longer the stored one): then
+    /// `None`, nothing written, and the caller reads again.
     pub async fn save(
         &self,
         item: ItemId,
+        old: &RoomConfig,
         room: &RoomConfig,
+        by: &str,
     ) -> anyhow::Result<Option<RoomConfig>> {
-        let row = sqlx::query_as!(
-            Row,
-            "INSERT INTO waiting_rooms (item_id, enabled, order_kind, prequeue_starts_at, \
-                 admit_per_second, max_active, pass_ttl_secs, abandon_after_secs, message, \
-                 version) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, 1) \
-             ON CONFLICT (item_id) DO UPDATE SET enabled = $2, order_kind = $3, \
-                 prequeue_starts_at = $4, admit_per_second = $5, max_active = $6, \
-                 pass_ttl_secs = $7, abandon_after_secs = $8, message = $10, \
-                 version = waiting_rooms.version + 1, changed_at = now() \
-             WHERE waiting_rooms.version = $9 \
-             RETURNING item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
-                 max_active, pass_ttl_secs, abandon_after_secs, message, version",
-            item.get(),
-            room.enabled,
-            room.order.label(),
-            room.prequeue_starts_at,
-            room.admit_per_second as i32,
-            room.max_active as i32,
-            room.pass_ttl.as_secs() as i32,
-            room.abandon_after.as_secs() as i32,
-            room.version,
-            room.message.as_str(),
-        )
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        // The word written is this build's own, so the row reads back.
-        let saved = row.config()?;
-        self.install([(row.item_id, saved.clone())], Vec::new());
+        let mut tx = self.pool.begin().await?;
+        let Some(saved) = store(&mut tx, item, old, room, by).await? else {
+            return Ok(None);
+        };
+        tx.commit().await?;
+        self.adopt(item, &saved);
         Ok(Some(saved))
+    }
+
+    /// Puts a room this process stored (`store`, committed) in the cache at once, so this
+    /// instance's next read sees it before the next reload.
+    pub fn adopt(&self, item: ItemId, saved: &RoomConfig) {
+        self.install([(item.get(), saved.clone())], Vec::new());
     }
 
     /// Puts rooms in the cache, each only over an older version of itself, and marks the
@@ -244,4 +230,55 @@ impl Rooms {
             next
         });
     }
+}
+
+/// Writes `room` for `item` in `tx` as the next version (the first, for an item without
+/// one), unless the stored version is no longer `room.version` (`None`: nothing
+/// written), and records the change in the item's history (`records::record_room`: `old`
+/// before, the stored room after, by `by`) when a setting changed. The caller commits: the room, its audit and
+/// whatever else the transaction holds (the item itself, when the room is made with it)
+/// land together or not at all.
+pub async fn store(
+    tx: &mut Transaction<'_, Postgres>,
+    item: ItemId,
+    old: &RoomConfig,
+    room: &RoomConfig,
+    by: &str,
+) -> anyhow::Result<Option<RoomConfig>> {
+    let row = sqlx::query_as!(
+        Row,
+        "INSERT INTO waiting_rooms (item_id, enabled, order_kind, prequeue_starts_at, \
+             admit_per_second, max_active, pass_ttl_secs, abandon_after_secs, message, \
+             version) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, 1) \
+         ON CONFLICT (item_id) DO UPDATE SET enabled = $2, order_kind = $3, \
+             prequeue_starts_at = $4, admit_per_second = $5, max_active = $6, \
+             pass_ttl_secs = $7, abandon_after_secs = $8, message = $10, \
+             version = waiting_rooms.version + 1, changed_at = now() \
+         WHERE waiting_rooms.version = $9 \
+         RETURNING item_id, enabled, order_kind, prequeue_starts_at, admit_per_second, \
+             max_active, pass_ttl_secs, abandon_after_secs, message, version",
+        item.get(),
+        room.enabled,
+        room.order.label(),
+        room.prequeue_starts_at,
+        room.admit_per_second as i32,
+        room.max_active as i32,
+        room.pass_ttl.as_secs() as i32,
+        room.abandon_after.as_secs() as i32,
+        room.version,
+        room.message.as_str(),
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    // The word written is this build's own, so the row reads back.
+    let saved = row.config()?;
+    // An edit that changes no setting still takes a version (so it is checked against
+    // a concurrent change like any other) but is no change to record: the dashboard's
+    // form sends every field.
+    if saved.settings() != old.settings() {
+        records::record_room(tx, item, by, old, &saved).await?;
+    }
+    Ok(Some(saved))
 }

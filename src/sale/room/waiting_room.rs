@@ -308,11 +308,13 @@ impl WaitingRoom {
         Ok(self.rooms.get(item))
     }
 
-    /// Applies an operator's edit. A concurrent edit makes it read and merge again.
+    /// Applies an operator's edit, recorded in the item's history as `by`'s. A
+    /// concurrent edit makes it read and merge again.
     pub async fn configure(
         &self,
         item_id: ItemId,
         edit: &RoomEdit,
+        by: &str,
     ) -> Result<Arc<RoomConfig>, RoomError> {
         let item = self.item(item_id)?;
         for _ in 0..3 {
@@ -331,7 +333,7 @@ impl WaitingRoom {
             let next = current.edited(edit, item.starts_at)?;
             match self
                 .rooms
-                .save(item_id, &next)
+                .save(item_id, &current, &next, by)
                 .await
                 .map_err(RoomError::Unavailable)?
             {

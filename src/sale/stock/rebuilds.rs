@@ -27,11 +27,17 @@ impl Rebuilds {
         Self { redis, lifetime }
     }
 
-    /// Rebuilds `item`'s stock counter and buyers from Postgres's `ledger` when the
-    /// counter is missing (see `lua/rebuild_item.lua`); a live counter is never
-    /// overwritten. Then the room gate, unless it holds the ledger's version of the room
-    /// or a newer one. Returns whether the counter was (re)created.
+    /// Sets `item`'s room gate from Postgres's `ledger`, unless it holds the ledger's
+    /// version of the room or a newer one; then rebuilds the stock counter and buyers
+    /// when the counter is missing (see `lua/rebuild_item.lua`); a live counter is never
+    /// overwritten. The gate goes first, so a counter never stands without it: a new
+    /// item whose room is on never sells bare between the two writes (a missing gate
+    /// asks for a rebuild, never reads as open). Returns whether the counter was
+    /// (re)created.
     pub async fn rebuild(&self, item: &Item, ledger: &ItemLedger) -> anyhow::Result<bool> {
+        RoomGates::new(self.redis.clone(), self.lifetime)
+            .set(item, ledger.room)
+            .await?;
         let keys = self.redis.keys(item.id);
         let mut invocation = REBUILD.prepare_invoke();
         invocation
@@ -49,9 +55,6 @@ impl Rebuilds {
         let created: i64 = self
             .redis
             .call(RedisPurpose::Other, "rebuild item", &invocation)
-            .await?;
-        RoomGates::new(self.redis.clone(), self.lifetime)
-            .set(item, ledger.room)
             .await?;
         Ok(created == 1)
     }

@@ -34,7 +34,7 @@ use crate::http::QueryParams;
 use crate::identity::Admin;
 use crate::sale::item::{ItemId, NewItem};
 use crate::sale::records::{OrderFilter, OrderLine};
-use crate::sale::room::WaitingRoom;
+use crate::sale::room::{RoomConfig, WaitingRoom};
 use crate::sale::{Items, Orders};
 use crate::stats::series::Series;
 use crate::stats::{LiveStats, MAX_SERIES_SECS};
@@ -66,11 +66,18 @@ pub struct CreateItemRequest {
     starts_at: DateTime<Utc>,
     /// After `startsAt`.
     ends_at: DateTime<Utc>,
+    /// The item's waiting room, made with it: the fields of `PUT …/waiting-room`, over
+    /// the defaults (off unless `enabled`). A field out of bounds is named
+    /// `waitingRoom.<field>`, and nothing is created.
+    waiting_room: Option<queue_settings::RoomRequest>,
 }
 
 /// `POST /admin/api/items`.
 #[utoipa::path(post, path = "/admin/api/items", operation_id = "createItem", tag = "admin", request_body = CreateItemRequest,
-    responses((status = 201, description = "The item, on sale from `startsAt`", body = crate::http::routes::items::ItemBody)))]
+    responses(
+        (status = 201, description = "The item, on sale from `startsAt` (through its waiting room when `waitingRoom.enabled`)", body = crate::http::routes::items::ItemBody),
+        (status = 400, description = "`VALIDATION_FAILED` with `field` (`waitingRoom.admitPerSecond`, …): nothing created", body = crate::http::api_error::ErrorBody),
+    ))]
 pub async fn create_item(
     admin: Admin,
     body: JsonBody<CreateItemRequest>,
@@ -85,8 +92,18 @@ pub async fn create_item(
         request.ends_at,
     )
     .map_err(|e| ApiError::validation(e.field(), e.to_string()))?;
-    let item = items.create(new, &admin.name).await?;
-    tracing::info!(admin = %admin.name, item.id = %item.id, "admin created an item");
+    let room = request
+        .waiting_room
+        .map(|room| {
+            let edit = room.edit()?;
+            RoomConfig::default().edited(&edit, new.starts_at)
+        })
+        .transpose()
+        .map_err(|e| ApiError::validation(format!("waitingRoom.{}", e.field()), e.to_string()))?
+        // The defaults are what an item without a room has: nothing to store or record.
+        .filter(|room| *room != RoomConfig::default());
+    let (item, room) = items.create(new, room.as_ref(), &admin.name).await?;
+    tracing::info!(admin = %admin.name, item.id = %item.id, room.on = room.is_some_and(|r| r.enabled), "admin created an item");
     Ok(HttpResponse::Created().json(ItemBody::new(&item, i64::from(item.remaining_stock))))
 }
 

@@ -11,7 +11,7 @@ use crate::http::ApiError;
 use crate::http::JsonBody;
 use crate::identity::Admin;
 use crate::sale::item::ItemId;
-use crate::sale::room::{RoomEdit, RoomStatus, WaitingRoom};
+use crate::sale::room::{InvalidRoom, RoomEdit, RoomError, RoomSettings, RoomStatus, WaitingRoom};
 use crate::sale::Items;
 
 /// An edit: every field optional; `prequeueStartsAt: null` removes the pre-queue.
@@ -42,6 +42,28 @@ pub struct RoomRequest {
     message: Option<String>,
 }
 
+impl RoomRequest {
+    /// The edit this request asks for; a bad `order` is refused here, every other bound by
+    /// `RoomConfig::edited`. The one conversion, for the room's PUT and for the room made
+    /// with its item (`POST /admin/api/items`'s `waitingRoom`).
+    pub fn edit(self) -> Result<RoomEdit, InvalidRoom> {
+        let order = match self.order.as_deref() {
+            None => None,
+            Some(word) => Some(word.parse().map_err(|_| InvalidRoom::Order)?),
+        };
+        Ok(RoomEdit {
+            enabled: self.enabled,
+            order,
+            prequeue_starts_at: self.prequeue_starts_at,
+            admit_per_second: self.admit_per_second,
+            max_active: self.max_active,
+            pass_ttl_secs: self.pass_ttl_secs,
+            abandon_after_secs: self.abandon_after_secs,
+            message: self.message,
+        })
+    }
+}
+
 /// A field that is present, even as `null` (absent: `None`).
 fn present<'de, D: serde::Deserializer<'de>>(
     d: D,
@@ -68,16 +90,8 @@ pub struct RoomFigures {
 #[serde(rename_all = "camelCase")]
 pub struct RoomBody {
     item_id: i64,
-    enabled: bool,
-    #[schema(example = "fifo")]
-    order: &'static str,
-    prequeue_starts_at: Option<DateTime<Utc>>,
-    admit_per_second: u32,
-    max_active: u32,
-    pass_ttl_secs: u64,
-    abandon_after_secs: u64,
-    /// The operator's message to everyone waiting; `""`: none.
-    message: String,
+    #[serde(flatten)]
+    settings: RoomSettings,
     /// Bumped by every change; 0 for a room never set.
     version: i64,
     status: RoomFigures,
@@ -88,14 +102,7 @@ impl RoomBody {
         let room = &status.room;
         Self {
             item_id: item.get(),
-            enabled: room.enabled,
-            order: room.order.label(),
-            prequeue_starts_at: room.prequeue_starts_at,
-            admit_per_second: room.admit_per_second,
-            max_active: room.max_active,
-            pass_ttl_secs: room.pass_ttl.as_secs(),
-            abandon_after_secs: room.abandon_after.as_secs(),
-            message: room.message.clone(),
+            settings: room.settings(),
             version: room.version,
             status: RoomFigures {
                 joined: status.joined,
@@ -145,25 +152,8 @@ pub async fn update_waiting_room(
     items: web::Data<Items>,
 ) -> Result<HttpResponse, ApiError> {
     let item = item_id(id.into_inner())?;
-    let request = body.0;
-    let order = match request.order.as_deref() {
-        None => None,
-        Some(word) => Some(
-            word.parse()
-                .map_err(|_| ApiError::validation("order", "order must be fifo or random"))?,
-        ),
-    };
-    let edit = RoomEdit {
-        enabled: request.enabled,
-        order,
-        prequeue_starts_at: request.prequeue_starts_at,
-        admit_per_second: request.admit_per_second,
-        max_active: request.max_active,
-        pass_ttl_secs: request.pass_ttl_secs,
-        abandon_after_secs: request.abandon_after_secs,
-        message: request.message,
-    };
-    let saved = room.configure(item, &edit).await?;
+    let edit = body.0.edit().map_err(RoomError::from)?;
+    let saved = room.configure(item, &edit, &admin.name).await?;
     // The other instances reload the rooms' settings at once, not at their next tick.
     items.announce_change(item).await;
     tracing::info!(admin = %admin.name, item.id = %item, enabled = saved.enabled, version = saved.version, "admin changed a waiting room");
