@@ -754,6 +754,98 @@ mod topology {
         assert_eq!(admissions, 40.0);
     }
 
+    /// A clean close (issue 36, item 2): two units, three shoppers; the two admitted buy
+    /// and pay, so no unit can come back: the room closes on both instances (polls
+    /// answer `closed` / `sold_out`, joins 409 `ROOM_CLOSED`), the operator's message is
+    /// in every answer as the text it was; a stock raise on one instance reopens it on
+    /// the other from its 200 on, with an entry in the item's history.
+    #[sqlx::test]
+    async fn a_sold_out_room_closes_on_both_instances_and_a_raise_on_one_reopens_it_on_the_other(
+        db: PgPool,
+    ) {
+        let one = spawn_app(&db).await;
+        let prefix = one.settings.redis_key_prefix.clone();
+        let two = spawn_app_with(&db, |s| s.redis_key_prefix = prefix).await;
+        let item = one.open_item(2).await;
+        let message = "<b>hi</b> & thanks";
+        open_room(
+            &one,
+            item,
+            json!({ "order": "fifo", "admitPerSecond": 50, "message": message }),
+        )
+        .await;
+        until_listed(&two, item).await;
+        let (a, b, c) = (
+            joined(&one, 21, item).await,
+            joined(&two, 22, item).await,
+            joined(&one, 23, item).await,
+        );
+        assert_eq!(a.joined["message"], message);
+        for buyer in [&a, &b] {
+            let admitted = until_state(&one, buyer, item, "admitted", Duration::from_secs(5)).await;
+            let pass = admitted["pass"].as_str().expect("a pass");
+            let bought = one
+                .post_seckill_with(&buyer.token, item, &ip_of(buyer.user), Some(pass), None)
+                .await;
+            assert_eq!(bought.status(), 200);
+            let order = body(bought).await["orderId"].as_str().unwrap().to_string();
+            let paid = one.order_call(&buyer.token, &order, "pay", None).await;
+            assert_eq!(paid.status(), 200);
+        }
+
+        // Closed on both instances, with the close's time and the message.
+        let mut closed_at = Vec::new();
+        for app in [&one, &two] {
+            let closed = until_state(app, &c, item, "closed", Duration::from_secs(5)).await;
+            assert_eq!(
+                (&closed["closedReason"], &closed["message"]),
+                (&json!("sold_out"), &json!(message)),
+                "{closed}"
+            );
+            closed_at.push(closed["closedAt"].as_str().expect("closedAt").to_string());
+        }
+        assert_eq!(closed_at[0], closed_at[1], "one close, one time");
+        for (app, user) in [(&one, 24), (&two, 25), (&two, 21)] {
+            let token = app.token_for(user).await;
+            let refused = app.join_queue(&token, item, &ip_of(user)).await;
+            assert_eq!(refused.status(), 409);
+            assert_eq!(body(refused).await["code"], "ROOM_CLOSED", "user {user}");
+        }
+        let room = one.get_room(item).await;
+        assert_eq!(
+            (&room["status"]["closed"], &room["status"]["closedAt"]),
+            (&json!(true), &json!(closed_at[0])),
+            "{room}"
+        );
+
+        // One more unit on the first instance: the second takes a join from the 200 on.
+        let raised = one.patch_item(item, json!({ "stock": 3 })).await;
+        assert_eq!(raised.status(), 200);
+        let token = two.token_for(26).await;
+        let again = two.join_queue(&token, item, &ip_of(26)).await;
+        assert_eq!(again.status(), 200, "{}", body(again).await);
+        let history = body(
+            one.admin_get(&format!("/admin/api/items/{item}/audit"))
+                .await,
+        )
+        .await;
+        let reopened = history["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["action"] == "room")
+            .unwrap_or_else(|| panic!("a room entry: {history}"));
+        assert_eq!(
+            (&reopened["old"], &reopened["new"]),
+            (
+                &json!({ "closed": true, "closedAt": closed_at[0] }),
+                &json!({ "closed": false })
+            )
+        );
+        // The third shopper kept the place: the unit is theirs.
+        until_state(&two, &c, item, "admitted", Duration::from_secs(5)).await;
+    }
+
     /// The room's gate over two instances (issue 33): the reservation script decides with
     /// the room flag in Redis, so an operator's change on one instance holds on the other
     /// from its 200 on, whatever that instance's copy of the settings says.
@@ -782,7 +874,11 @@ mod topology {
         let mut seen = Vec::new();
         for (item, order) in [(1, RoomOrder::Fifo), (2, RoomOrder::Random)] {
             let item = ItemId::try_from(item).unwrap();
-            let joined = rooms.join(item, user, &moment(order, now)).await.unwrap();
+            let joined = rooms
+                .join(item, user, &moment(order, now))
+                .await
+                .unwrap()
+                .expect("an open room");
             let sealed = rooms
                 .seal(item, &moment(order, now + 1_000), 7, 1_000)
                 .await
