@@ -846,6 +846,121 @@ mod topology {
         until_state(&two, &c, item, "admitted", Duration::from_secs(5)).await;
     }
 
+    /// `lua/room_close.lua` closes a room only when nothing moved since the inlet's first
+    /// read (the stock counter's version, no reservation in flight then), Postgres had
+    /// nothing unpaid, and no reservation or live pass is left; units back reopen it.
+    #[tokio::test]
+    async fn the_close_script_closes_only_when_nothing_moved_since_its_first_read() {
+        use seckill::sale::item::ItemId;
+        use seckill::sale::room::room_redis::CloseWatch;
+        use seckill::sale::room::RoomRedis;
+
+        let settings = seckill_test_support::redis_test_settings();
+        let rooms = RoomRedis::new(stock_redis(&settings).await);
+        let mut conn = seckill_test_support::redis_connection(&settings).await;
+        let keys = seckill_test_support::item_keys(&settings.redis_key_prefix, 1);
+        let item = ItemId::try_from(1).unwrap();
+        let now = Utc::now().timestamp_millis();
+        let expire = now + 600_000;
+        let set = |key: String, value: i64| redis::cmd("SET").arg(key).arg(value).clone();
+        let _: () = redis::pipe()
+            .add_command(set(keys.stock(), 0))
+            .add_command(set(keys.version(), 7))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let seen = rooms.watch_close(item).await.unwrap();
+        assert_eq!(
+            seen,
+            CloseWatch {
+                version: 7,
+                pending: 0
+            }
+        );
+        // Postgres still had an unpaid order, or the version moved since: open.
+        assert_eq!(
+            rooms.close(item, seen, false, now, expire).await.unwrap(),
+            None
+        );
+        let moved = CloseWatch { version: 6, ..seen };
+        assert_eq!(
+            rooms.close(item, moved, true, now, expire).await.unwrap(),
+            None
+        );
+        // A reservation in flight at the first read, or a live pass: open.
+        let in_flight = CloseWatch { pending: 1, ..seen };
+        assert_eq!(
+            rooms
+                .close(item, in_flight, true, now, expire)
+                .await
+                .unwrap(),
+            None
+        );
+        let _: () = redis::cmd("ZADD")
+            .arg(keys.room_live())
+            .arg(now + 1_000)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            rooms.close(item, seen, true, now, expire).await.unwrap(),
+            None
+        );
+        // The pass expired: closed, once; a later call keeps the first time.
+        assert_eq!(
+            rooms
+                .close(item, seen, true, now + 2_000, expire)
+                .await
+                .unwrap(),
+            Some(now + 2_000)
+        );
+        assert_eq!(
+            rooms
+                .close(item, seen, false, now + 3_000, expire)
+                .await
+                .unwrap(),
+            Some(now + 2_000)
+        );
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(keys.room())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "the state hash keeps an expiry: {ttl}");
+        // A unit back (a repair): reopened.
+        let _: () = redis::cmd("SET")
+            .arg(keys.stock())
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            rooms
+                .close(item, seen, true, now + 4_000, expire)
+                .await
+                .unwrap(),
+            None
+        );
+        let closed: Option<String> = redis::cmd("HGET")
+            .arg(keys.room())
+            .arg("closed_at")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(closed, None);
+        let every: Vec<String> = keys
+            .item_wide()
+            .into_iter()
+            .chain(keys.room_wide())
+            .collect();
+        let _: () = redis::cmd("DEL")
+            .arg(every)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
     /// The room's gate over two instances (issue 33): the reservation script decides with
     /// the room flag in Redis, so an operator's change on one instance holds on the other
     /// from its 200 on, whatever that instance's copy of the settings says.
