@@ -823,7 +823,13 @@ mod topology {
         assert_eq!(raised.status(), 200);
         let token = two.token_for(26).await;
         let again = two.join_queue(&token, item, &ip_of(26)).await;
-        assert_eq!(again.status(), 200, "{}", body(again).await);
+        assert_eq!(again.status(), 200);
+        let again = body(again).await;
+        assert_eq!(
+            (&again["state"], &again["closedReason"]),
+            (&json!("waiting"), &Value::Null),
+            "{again}"
+        );
         let history = body(
             one.admin_get(&format!("/admin/api/items/{item}/audit"))
                 .await,

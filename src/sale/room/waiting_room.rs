@@ -183,6 +183,12 @@ impl WaitingRoom {
             .map_err(RoomError::Unavailable)?;
         let held = self.lobby.held(item_id);
         let mut answer = self.stand(&item, &room, held.as_deref(), user, joined.index);
+        if matches!(answer.standing.closed, Some((ClosedReason::SoldOut, _))) {
+            // The script, which decides, found the room open (a stock raise reopened it):
+            // this copy is behind by a refresh at most.
+            answer.standing.state = QueueState::Waiting;
+            answer.standing.closed = None;
+        }
         if answer.standing.place.is_none() && joined.placed {
             // A fifo join the lobby's copy has not seen yet: its index is its place.
             let serving = held.map(|h| h.view.counters.serving).unwrap_or(0);
