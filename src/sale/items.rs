@@ -243,10 +243,10 @@ impl Items {
         };
         let Some(closed_at) = reopened else { return };
         tracing::info!(item.id = %id, by, "a stock raise reopened a closed waiting room");
-        // The room closed after the edit read it: its reopening is recorded on its own.
         let Some(closed_at) = chrono::DateTime::from_timestamp_millis(closed_at) else {
             return;
         };
+        // The room closed after the edit read it: its reopening is recorded on its own.
         if !audited {
             if let Err(e) = records::audit_reopen(&self.parts.pool, id, closed_at, by).await {
                 tracing::warn!(item.id = %id, error = %e, "could not record a room's reopening");
