@@ -11,8 +11,11 @@
 -- ARGV[5]     when the room's keys expire, ms
 --
 -- Returns {index, new (1/0), placed (1 when the index is its own place already: a
--- fifo joiner after the pre-queue, placed)}; an error reply `ERR unknown room order
--- <word>`, with nothing written, when ARGV[4] is neither word.
+-- fifo joiner after the pre-queue, placed)}; {-1, 0, 0}, with nothing written, when the
+-- room is closed for good (`closed_at`, `lua/room_close.lua`): checked here, where every
+-- instance's join looks, so a close or a reopen holds on all of them at once; an error
+-- reply `ERR unknown room order <word>`, with nothing written, when ARGV[4] is neither
+-- word.
 
 local room = KEYS[1]
 local now = tonumber(ARGV[2])
@@ -21,6 +24,7 @@ if order ~= 'fifo' and order ~= 'random' then
   return redis.error_reply('ERR unknown room order ' .. tostring(order))
 end
 local fifo = order == 'fifo'
+if redis.call('HEXISTS', room, 'closed_at') == 1 then return {-1, 0, 0} end
 local known = redis.call('HGET', KEYS[2], ARGV[1])
 if known then
   redis.call('ZADD', KEYS[5], now, known)

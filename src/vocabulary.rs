@@ -342,8 +342,22 @@ words! {
         SoldOut => "sold_out",
         /// The place was given up (not polled in time) or its pass expired unused.
         Expired => "expired",
-        /// The room is off or the sale has ended.
+        /// The queue has ended for good: the item sold out with no unit left to come
+        /// back, the room is off or the sale has ended ([`ClosedReason`]).
         Closed => "closed",
+    }
+}
+
+words! {
+    /// Why a queue is closed: the `closedReason` of a poll that answers `closed`.
+    ClosedReason {
+        /// Sold out and no unit can come back: no unpaid order, no reservation in
+        /// flight, no live pass (`lua/room_close.lua`). Raising the stock reopens it.
+        SoldOut => "sold_out",
+        /// The sale has ended (or the ticket, which lives until the sale's end, has).
+        Ended => "ended",
+        /// The operator turned the room off.
+        Off => "off",
     }
 }
 
@@ -457,6 +471,8 @@ words! {
         QueueNotOpen => "QUEUE_NOT_OPEN",
         /// Joining an item with no waiting room on, or whose sale has ended.
         QueueClosed => "QUEUE_CLOSED",
+        /// Joining a room closed for good: sold out, no unit can come back.
+        RoomClosed => "ROOM_CLOSED",
         /// The same `Idempotency-Key` is still being processed.
         IdempotencyInProgress => "IDEMPOTENCY_IN_PROGRESS",
         /// Paying or cancelling an order the caller does not have.
@@ -527,6 +543,7 @@ impl ErrorCode {
             | Self::SoldOut
             | Self::QueueNotOpen
             | Self::QueueClosed
+            | Self::RoomClosed
             | Self::IdempotencyInProgress
             | Self::OrderState
             | Self::StockTooLow
@@ -576,6 +593,7 @@ mod tests {
         assert!(distinct::<Repair>() && distinct::<ConnectionCut>());
         assert!(distinct::<FailMode>() && distinct::<LimiterMode>());
         assert!(distinct::<RoomOrder>() && distinct::<QueueState>() && distinct::<PassOutcome>());
+        assert!(distinct::<ClosedReason>());
         assert!(distinct::<ErrorCode>());
         for (index, outcome) in Outcome::ALL.iter().enumerate() {
             assert_eq!(*outcome as usize, index);

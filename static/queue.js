@@ -6,7 +6,7 @@
 import { api, retryAfterMs } from './api.js';
 import { announce, el } from './dom.js';
 import { formatClock, formatCountdown, formatNumber, formatWait, sentence } from './format.js';
-import { ErrorCode, Outcome, Phase, QueueState, queueStateOf } from './words.js';
+import { ClosedReason, ErrorCode, Outcome, Phase, QueueState, queueStateOf } from './words.js';
 
 const STORAGE_PREFIX = 'seckill.queue';
 /** Until the server has said how often to ask (it says at least 6 s). */
@@ -174,6 +174,8 @@ function refusedJoin(id, result) {
     }
   } else if (code === ErrorCode.QUEUE_CLOSED) {
     say(id, `The queue for ${name} is closed: the sale has ended or no longer needs a queue.`, 'error');
+  } else if (code === ErrorCode.ROOM_CLOSED) {
+    say(id, `${name} is sold out and the queue has ended: no unit can come back.`, 'error');
   } else if (code === Outcome.SOLD_OUT.code) {
     say(id, `${Outcome.SOLD_OUT.label}: ${name} has no stock left.`, 'error');
   } else if (code === ErrorCode.RATE_LIMITED || result.status === 429) {
@@ -351,6 +353,7 @@ export function queuePanel(id) {
   p.progressText = el('span', { class: 'queue-progress-text small muted' });
   p.detail = el('p', { class: 'queue-detail small' });
   p.stale = el('p', { class: 'queue-stale small', hidden: true });
+  p.message = el('p', { class: 'queue-message small', hidden: true });
   p.checked = el('p', { class: 'queue-checked small muted' });
   p.aheadRow = el('div', {}, el('dt', { text: 'Ahead of you' }), p.ahead);
   p.waitRow = el('div', { class: 'queue-wait-row' }, el('dt', { text: 'Estimated wait' }), p.wait);
@@ -366,6 +369,7 @@ export function queuePanel(id) {
     { class: 'queue', 'aria-label': `Queue for ${hooks.nameOf(id)}`, hidden: true },
     p.status,
     p.kept,
+    p.message,
     p.figures,
     p.detail,
     p.stale,
@@ -404,7 +408,7 @@ function sayState(id, place) {
       say(id, 'Your place has expired: the page could not check in for too long, or your turn passed without a purchase. Join again for a new place.', 'error');
       break;
     case QueueState.CLOSED:
-      say(id, `The queue for ${name} is closed: the sale has ended or no longer needs a queue.`, 'error');
+      say(id, closedSentence(name, a), 'error');
       break;
     case QueueState.WAITING:
       say(id, placeSentence(place), 'info');
@@ -445,16 +449,42 @@ function oddsText(a) {
   return `You are ${places} past the ${units} still free. ${back}`;
 }
 
-/** What may still come of a sold-out sale for a place: units held by unpaid orders. */
+/**
+ * Why the queue ended, from a `closed` answer: "Sold out at 18:05 — the queue has ended"
+ * (the server says when), or the sale's end, or the room turned off.
+ */
+function closedSentence(name, a) {
+  const at = Date.parse(a.closedAt);
+  const when = Number.isFinite(at) ? ` at ${formatClock(at)}` : '';
+  switch (a.closedReason) {
+    case ClosedReason.SOLD_OUT.word:
+      return `Sold out${when} — the queue for ${name} has ended.`;
+    case ClosedReason.ENDED.word:
+      return `The sale of ${name} ended${when} — the queue has ended.`;
+    case ClosedReason.OFF.word:
+      return `The queue for ${name} is closed: the sale no longer needs a queue.`;
+    default:
+      return `The queue for ${name} is closed: the sale has ended or no longer needs a queue.`;
+  }
+}
+
+/** What may still come of a sold-out sale for a place: units held by unpaid orders, until when. */
 function soldOutDetail(a) {
   const back = Number(a.mayReturn);
   const until = Date.parse(a.mayReturnUntil);
   if (back > 0) {
     const units = back === 1 ? '1 unit is' : `${formatNumber(back)} units are`;
-    const when = Number.isFinite(until) ? ` by ${formatClock(until)}` : '';
-    return `${units[0].toUpperCase()}${units.slice(1)} held by orders not paid yet. If they are not paid${when}, they come back and your place still counts: keep this page open.`;
+    const when = Number.isFinite(until) ? ` A unit may come back until ${formatClock(until)}; your place still counts.` : ' If they are not paid, they come back; your place still counts.';
+    return `${units[0].toUpperCase()}${units.slice(1)} held by orders not paid yet.${when}`;
   }
-  return 'Should a unit come back, your place still counts: keep this page open.';
+  return 'No unit is held by an unpaid order: the queue ends unless a purchase in progress gives one back.';
+}
+
+/** The operator's message to everyone waiting, as text (never HTML). */
+function showMessage(p, a) {
+  const message = typeof a.message === 'string' ? a.message : '';
+  p.message.textContent = message;
+  p.message.hidden = !message;
 }
 
 /**
@@ -489,6 +519,7 @@ function renderPanel(id) {
     // No place: only a message (a refused join, a lost place) may remain.
     p.figures.hidden = true;
     p.detail.hidden = true;
+    p.message.hidden = true;
     p.stale.hidden = true;
     p.checked.hidden = true;
     p.box.hidden = p.status.hidden;
@@ -502,6 +533,7 @@ function renderPanel(id) {
   p.box.hidden = false;
   p.box.dataset.queueState = state ? state.word : 'checking';
   if (p.status.hidden) sayState(id, place);
+  showMessage(p, a);
 
   const waiting = state === QueueState.WAITING || (state === null && place.answer !== null);
   p.figures.hidden = !(waiting || state === QueueState.SOLD_OUT);

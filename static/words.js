@@ -35,6 +35,7 @@ export const ErrorCode = Object.freeze({
   BLOCKED: 'BLOCKED',
   QUEUE_NOT_OPEN: 'QUEUE_NOT_OPEN',
   QUEUE_CLOSED: 'QUEUE_CLOSED',
+  ROOM_CLOSED: 'ROOM_CLOSED',
   /** Made up by api.js: no answer reached the page. */
   NETWORK: 'NETWORK',
 });
@@ -85,6 +86,13 @@ export const QueueState = Object.freeze({
   SOLD_OUT: word('sold_out', Outcome.SOLD_OUT.label),
   EXPIRED: word('expired', 'Place expired', { final: true }),
   CLOSED: word('closed', 'Queue closed', { final: true }),
+});
+
+/** Why a queue is closed (vocabulary::ClosedReason): the `closedReason` of a `closed` answer. */
+export const ClosedReason = Object.freeze({
+  SOLD_OUT: word('sold_out', 'Sold out'),
+  ENDED: word('ended', 'Sale ended'),
+  OFF: word('off', 'Queue turned off'),
 });
 
 /** A queue state by its spelling, or undefined for one this page does not know. */

@@ -160,7 +160,9 @@ impl Items {
     /// Applies an operator's edit. A stock change moves the total and the units left
     /// together, in Postgres and in Redis, without ever letting Redis offer a unit
     /// Postgres does not have (see `stock::StockEdits`): lowered, Redis first (refused
-    /// when fewer units are left than the cut); raised, Postgres first.
+    /// when fewer units are left than the cut); raised, Postgres first. A raise reopens
+    /// the item's waiting room if it had closed (sold out for good), in Redis before the
+    /// 200, with an entry `room` in the item's history.
     pub async fn edit(
         &self,
         id: ItemId,
@@ -168,7 +170,7 @@ impl Items {
         by: &str,
     ) -> Result<Item, ItemChangeError> {
         let Some(stock) = edit.stock else {
-            let edited = records::edit_item(&self.parts.pool, id, edit, None, by).await?;
+            let edited = records::edit_item(&self.parts.pool, id, edit, None, None, by).await?;
             self.changed(id).await?;
             return Ok(edited);
         };
@@ -222,15 +224,21 @@ impl Items {
                 Adjusted::Applied(_) => {}
             }
         }
-        let stored = records::edit_item(pool, id, edit, Some((total, change as i32)), by).await;
+        // The room a raise reopens, for the history in the edit's own transaction.
+        let reopens = if change > 0 {
+            edits
+                .closed_at(id)
+                .await?
+                .and_then(chrono::DateTime::from_timestamp_millis)
+        } else {
+            None
+        };
+        let stored =
+            records::edit_item(pool, id, edit, Some((total, change as i32)), reopens, by).await;
         match stored {
             Ok(item) => {
                 if change > 0 {
-                    // A failure here leaves Redis short of the new units until the
-                    // reconciler's next round (it counts from Postgres).
-                    if let Err(e) = edits.adjust(id, change).await {
-                        tracing::warn!(item.id = %id, error = %format!("{e:#}"), "raised stock not in redis yet: left to the reconciler");
-                    }
+                    self.raise(edits, id, change, reopens.is_some(), by).await;
                 }
                 Ok(item)
             }
@@ -240,6 +248,31 @@ impl Items {
                     edits.adjust(id, -change).await?;
                 }
                 Err(refused.into())
+            }
+        }
+    }
+
+    /// The Redis side of a raise, which reopens a closed room (`lua/adjust_stock.lua`);
+    /// `audited`: the edit recorded the reopening already. A failure leaves Redis short
+    /// of the new units until the reconciler's next round (it counts from Postgres), and
+    /// the room closed until the inlet sees them (`lua/room_close.lua` reopens it).
+    async fn raise(&self, edits: &StockEdits, id: ItemId, change: i64, audited: bool, by: &str) {
+        let reopened = match edits.adjust_reopening(id, change).await {
+            Ok((_, reopened)) => reopened,
+            Err(e) => {
+                tracing::warn!(item.id = %id, error = %format!("{e:#}"), "raised stock not in redis yet: left to the reconciler");
+                return;
+            }
+        };
+        let Some(closed_at) = reopened else { return };
+        tracing::info!(item.id = %id, by, "a stock raise reopened a closed waiting room");
+        let Some(closed_at) = chrono::DateTime::from_timestamp_millis(closed_at) else {
+            return;
+        };
+        // The room closed after the edit read it: its reopening is recorded on its own.
+        if !audited {
+            if let Err(e) = records::audit_reopen(&self.parts.pool, id, closed_at, by).await {
+                tracing::warn!(item.id = %id, error = %e, "could not record a room's reopening");
             }
         }
     }

@@ -22,8 +22,8 @@ pub use commit::{
     commit_orders, transaction_status, CommitError, ItemRefusal, NewOrder, TxId, TxStatus,
 };
 pub use item_edits::{
-    audit_creation, edit_item, end_item, item_audit, items_with_figures, pause_item, record_room,
-    AuditEntry, ChangeRefused, ItemFigures,
+    audit_creation, audit_reopen, edit_item, end_item, item_audit, items_with_figures, pause_item,
+    record_room, AuditEntry, ChangeRefused, ItemFigures,
 };
 pub use life_cycle::{
     expire_due, mark_returned, order_state_counts, owing_items, states_by_item, transition,

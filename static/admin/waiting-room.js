@@ -7,7 +7,7 @@ import { announce, byId, el, fieldError } from '../dom.js';
 import { dateToLocalInput, formatDateTime, formatNumber, formatTime, localInputToIso, sentence } from '../format.js';
 import { ErrorCode, RoomOrder } from '../words.js';
 import { renderLineChart } from './charts.js';
-import { itemList, itemName } from './items.js';
+import { itemList, itemName, itemOf } from './items.js';
 import { adminApi, loadPanel } from './session.js';
 
 /** How often the figures are sampled (the panel's poll, admin.js). */
@@ -27,6 +27,7 @@ const ui = {
   livePasses: byId('room-live-passes'),
   abandoned: byId('room-abandoned'),
   totals: byId('room-totals'),
+  closed: byId('room-closed'),
   chart: byId('chart-room'),
   form: byId('room-form'),
   version: byId('room-version'),
@@ -48,6 +49,7 @@ const fields = {
   maxActive: byId('room-max-active'),
   passTtlSecs: byId('room-pass-ttl'),
   abandonAfterSecs: byId('room-abandon'),
+  message: byId('room-message'),
 };
 
 /** The whole-number settings: their bounds (the server's) and their names in words. */
@@ -100,6 +102,7 @@ export function chooseRoom(id) {
   ui.form.setAttribute('aria-busy', 'true');
   for (const tile of [ui.waiting, ui.admittedMinute, ui.livePasses, ui.abandoned]) tile.textContent = '–';
   ui.totals.textContent = '';
+  ui.closed.hidden = true;
   ui.updated.textContent = id === null ? '' : 'Loading…';
   ui.chart.replaceChildren();
   if (id !== null) sampleRoom();
@@ -133,7 +136,8 @@ function showFigures(room, status) {
     `${room.enabled ? 'On' : 'Off'}. Since the queue opened: ${formatNumber(status.joined)} joined; ` +
     `the first ${formatNumber(status.serving)} places reached (${formatNumber(status.admitted)} admitted, ` +
     `${formatNumber(status.abandoned)} abandoned).` +
-    (status.soldOut ? ' Sold out: admissions wait for a unit to come back.' : '');
+    (status.soldOut && !status.closed ? ' Sold out: admissions wait for a unit to come back.' : '');
+  showClosed(status);
   const last = Math.floor(Date.now() / ROOM_SAMPLE_MS);
   const first = last - POINTS + 1;
   const line = (key, label, pick) => ({
@@ -159,6 +163,19 @@ function showFigures(room, status) {
     ],
   });
   ui.updated.textContent = `Updated ${formatTime(new Date())}`;
+}
+
+/** A room closed for good: when, and its final figures. */
+function showClosed(status) {
+  ui.closed.hidden = !status.closed;
+  if (!status.closed) return;
+  const at = Date.parse(status.closedAt);
+  const item = itemOf(chosen);
+  const bought = item && Number.isInteger(item.sold) ? `, ${formatNumber(item.sold)} bought` : '';
+  ui.closed.textContent =
+    `Closed: sold out at ${Number.isFinite(at) ? formatTime(new Date(at)) : '–'}, no unit can come back. ` +
+    `Final figures: ${formatNumber(status.joined)} joined, ${formatNumber(status.admitted)} admitted, ` +
+    `${formatNumber(status.abandoned)} abandoned${bought}. Raising the item’s stock reopens the queue.`;
 }
 
 // --- the settings ------------------------------------------------------------------------
@@ -187,12 +204,14 @@ function fillForm(room) {
   fields.prequeueStartsAt.value = room.prequeueStartsAt ? dateToLocalInput(new Date(room.prequeueStartsAt)) : '';
   fields.prequeueStartsAt.title = room.prequeueStartsAt ? formatDateTime(room.prequeueStartsAt) : '';
   for (const name of Object.keys(NUMBERS)) fields[name].value = String(room[name] ?? '');
+  fields.message.value = room.message ?? '';
 }
 
 /** The PUT body the form describes, or the message of each field that is wrong. */
 function readForm() {
   const errors = {};
-  const body = { enabled: fields.enabled.checked, order: fields.order.value };
+  const body = { enabled: fields.enabled.checked, order: fields.order.value, message: fields.message.value.trim() };
+  if (body.message.length > 200) errors.message = 'At most 200 characters.';
   // The input holds minutes: an unchanged one sends the stored instant as it is.
   const pre = fields.prequeueStartsAt.value;
   const storedPre = stored.prequeueStartsAt ? dateToLocalInput(new Date(stored.prequeueStartsAt)) : '';

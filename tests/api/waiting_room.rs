@@ -888,6 +888,219 @@ mod topology {
         assert_eq!(admissions, 40.0);
     }
 
+    /// A clean close (issue 36, item 2): two units, three shoppers; the two admitted buy
+    /// and pay, so no unit can come back: the room closes on both instances (polls
+    /// answer `closed` / `sold_out`, joins 409 `ROOM_CLOSED`), the operator's message is
+    /// in every answer as the text it was; a stock raise on one instance reopens it on
+    /// the other from its 200 on, with an entry in the item's history.
+    #[sqlx::test]
+    async fn a_sold_out_room_closes_on_both_instances_and_a_raise_on_one_reopens_it_on_the_other(
+        db: PgPool,
+    ) {
+        let one = spawn_app(&db).await;
+        let prefix = one.settings.redis_key_prefix.clone();
+        let two = spawn_app_with(&db, |s| s.redis_key_prefix = prefix).await;
+        let item = one.open_item(2).await;
+        let message = "<b>hi</b> & thanks";
+        open_room(
+            &one,
+            item,
+            json!({ "order": "fifo", "admitPerSecond": 50, "message": message }),
+        )
+        .await;
+        until_listed(&two, item).await;
+        let (a, b, c) = (
+            joined(&one, 21, item).await,
+            joined(&two, 22, item).await,
+            joined(&one, 23, item).await,
+        );
+        assert_eq!(a.joined["message"], message);
+        for buyer in [&a, &b] {
+            let admitted = until_state(&one, buyer, item, "admitted", Duration::from_secs(5)).await;
+            let pass = admitted["pass"].as_str().expect("a pass");
+            let bought = one
+                .post_seckill_with(&buyer.token, item, &ip_of(buyer.user), Some(pass), None)
+                .await;
+            assert_eq!(bought.status(), 200);
+            let order = body(bought).await["orderId"].as_str().unwrap().to_string();
+            let paid = one.order_call(&buyer.token, &order, "pay", None).await;
+            assert_eq!(paid.status(), 200);
+        }
+
+        // Closed on both instances, with the close's time and the message.
+        let mut closed_at = Vec::new();
+        for app in [&one, &two] {
+            let closed = until_state(app, &c, item, "closed", Duration::from_secs(5)).await;
+            assert_eq!(
+                (&closed["closedReason"], &closed["message"]),
+                (&json!("sold_out"), &json!(message)),
+                "{closed}"
+            );
+            closed_at.push(closed["closedAt"].as_str().expect("closedAt").to_string());
+        }
+        assert_eq!(closed_at[0], closed_at[1], "one close, one time");
+        for (app, user) in [(&one, 24), (&two, 25), (&two, 21)] {
+            let token = app.token_for(user).await;
+            let refused = app.join_queue(&token, item, &ip_of(user)).await;
+            assert_eq!(refused.status(), 409);
+            assert_eq!(body(refused).await["code"], "ROOM_CLOSED", "user {user}");
+        }
+        let room = one.get_room(item).await;
+        assert_eq!(
+            (&room["status"]["closed"], &room["status"]["closedAt"]),
+            (&json!(true), &json!(closed_at[0])),
+            "{room}"
+        );
+
+        // One more unit on the first instance: the second takes a join from the 200 on.
+        let raised = one.patch_item(item, json!({ "stock": 3 })).await;
+        assert_eq!(raised.status(), 200);
+        let token = two.token_for(26).await;
+        let again = two.join_queue(&token, item, &ip_of(26)).await;
+        assert_eq!(again.status(), 200);
+        let again = body(again).await;
+        assert_eq!(
+            (&again["state"], &again["closedReason"]),
+            (&json!("waiting"), &Value::Null),
+            "{again}"
+        );
+        let history = body(
+            one.admin_get(&format!("/admin/api/items/{item}/audit"))
+                .await,
+        )
+        .await;
+        let reopened = history["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["action"] == "room")
+            .unwrap_or_else(|| panic!("a room entry: {history}"));
+        assert_eq!(
+            (&reopened["old"], &reopened["new"]),
+            (
+                &json!({ "closed": true, "closedAt": closed_at[0] }),
+                &json!({ "closed": false })
+            )
+        );
+        // The third shopper kept the place: the unit is theirs.
+        until_state(&two, &c, item, "admitted", Duration::from_secs(5)).await;
+    }
+
+    /// `lua/room_close.lua` closes a room only when nothing moved since the inlet's first
+    /// read (the stock counter's version, no reservation in flight then), Postgres had
+    /// nothing unpaid, and no reservation or live pass is left; units back reopen it.
+    #[tokio::test]
+    async fn the_close_script_closes_only_when_nothing_moved_since_its_first_read() {
+        use seckill::sale::item::ItemId;
+        use seckill::sale::room::room_redis::CloseWatch;
+        use seckill::sale::room::RoomRedis;
+
+        let settings = seckill_test_support::redis_test_settings();
+        let rooms = RoomRedis::new(stock_redis(&settings).await);
+        let mut conn = seckill_test_support::redis_connection(&settings).await;
+        let keys = seckill_test_support::item_keys(&settings.redis_key_prefix, 1);
+        let item = ItemId::try_from(1).unwrap();
+        let now = Utc::now().timestamp_millis();
+        let expire = now + 600_000;
+        let set = |key: String, value: i64| redis::cmd("SET").arg(key).arg(value).clone();
+        let _: () = redis::pipe()
+            .add_command(set(keys.stock(), 0))
+            .add_command(set(keys.version(), 7))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let seen = rooms.watch_close(item).await.unwrap();
+        assert_eq!(
+            seen,
+            CloseWatch {
+                version: 7,
+                pending: 0
+            }
+        );
+        // Postgres still had an unpaid order, or the version moved since: open.
+        assert_eq!(
+            rooms.close(item, seen, false, now, expire).await.unwrap(),
+            None
+        );
+        let moved = CloseWatch { version: 6, ..seen };
+        assert_eq!(
+            rooms.close(item, moved, true, now, expire).await.unwrap(),
+            None
+        );
+        // A reservation in flight at the first read, or a live pass: open.
+        let in_flight = CloseWatch { pending: 1, ..seen };
+        assert_eq!(
+            rooms
+                .close(item, in_flight, true, now, expire)
+                .await
+                .unwrap(),
+            None
+        );
+        let _: () = redis::cmd("ZADD")
+            .arg(keys.room_live())
+            .arg(now + 1_000)
+            .arg(0)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            rooms.close(item, seen, true, now, expire).await.unwrap(),
+            None
+        );
+        // The pass expired: closed, once; a later call keeps the first time.
+        assert_eq!(
+            rooms
+                .close(item, seen, true, now + 2_000, expire)
+                .await
+                .unwrap(),
+            Some(now + 2_000)
+        );
+        assert_eq!(
+            rooms
+                .close(item, seen, false, now + 3_000, expire)
+                .await
+                .unwrap(),
+            Some(now + 2_000)
+        );
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(keys.room())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "the state hash keeps an expiry: {ttl}");
+        // A unit back (a repair): reopened.
+        let _: () = redis::cmd("SET")
+            .arg(keys.stock())
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            rooms
+                .close(item, seen, true, now + 4_000, expire)
+                .await
+                .unwrap(),
+            None
+        );
+        let closed: Option<String> = redis::cmd("HGET")
+            .arg(keys.room())
+            .arg("closed_at")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(closed, None);
+        let every: Vec<String> = keys
+            .item_wide()
+            .into_iter()
+            .chain(keys.room_wide())
+            .collect();
+        let _: () = redis::cmd("DEL")
+            .arg(every)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
     /// The room's gate over two instances (issue 33): the reservation script decides with
     /// the room flag in Redis, so an operator's change on one instance holds on the other
     /// from its 200 on, whatever that instance's copy of the settings says.
@@ -916,7 +1129,11 @@ mod topology {
         let mut seen = Vec::new();
         for (item, order) in [(1, RoomOrder::Fifo), (2, RoomOrder::Random)] {
             let item = ItemId::try_from(item).unwrap();
-            let joined = rooms.join(item, user, &moment(order, now)).await.unwrap();
+            let joined = rooms
+                .join(item, user, &moment(order, now))
+                .await
+                .unwrap()
+                .expect("an open room");
             let sealed = rooms
                 .seal(item, &moment(order, now + 1_000), 7, 1_000)
                 .await

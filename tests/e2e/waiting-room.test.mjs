@@ -46,6 +46,7 @@ before(async () => {
   items.room = await createItem(`E2E Queue Console ${RUN}`, { stock: 5, priceCents: 39900 });
   items.scarce = await createItem(`E2E Queue Sneakers ${RUN}`, { stock: 1, priceCents: 17900 });
   items.closing = await createItem(`E2E Queue Lamp ${RUN}`, { stock: 5, priceCents: 5900 });
+  items.ending = await createItem(`E2E Queue Kettle ${RUN}`, { stock: 1, priceCents: 4900 });
   const now = Date.now();
   const upcoming = await apiCall('/admin/api/items', {
     method: 'POST',
@@ -246,6 +247,7 @@ test('Q1. an admin turns a waiting room on; a shopper joins behind others, waits
       maxActive: 1,
       passTtlSecs: 120,
       abandonAfterSecs: 60,
+      message: '',
     });
     await waitForText(adminPage.locator('#room-result'), new RegExp(`^Saved the waiting room of item ${item.id} \\(version \\d+\\): on,`));
     assert.equal(await adminPage.locator('#room-prequeue-error').isHidden(), true);
@@ -380,7 +382,7 @@ test('Q2. sold out while waiting: the page says so at once, with the unit an unp
     });
     assert.ok(soldOut.mayReturnUntil, 'when the unpaid unit may come back');
     await waitForText(queue.getByRole('status'), new RegExp(`^Sold out: every unit of ${item.name} is taken for now\\.$`));
-    await waitForText(queue.locator('.queue-detail'), /^1 unit is held by orders not paid yet\. If they are not paid by .+, they come back and your place still counts: keep this page open\.$/);
+    await waitForText(queue.locator('.queue-detail'), /^1 unit is held by orders not paid yet\. A unit may come back until .+; your place still counts\.$/);
     assert.ok(await queue.locator('.queue-ahead').isHidden(), 'sold out, nobody ahead is counted');
     const button = c.getByRole('button', { name: 'Sold out' });
     assert.equal(await button.isDisabled(), true);
@@ -593,6 +595,82 @@ test('Q4. a turn nobody misses: the pre-queue said to a signed-out visitor, the 
     const [said] = await waitForText(spoken, new RegExp(`^(1 min|\\d+ s) left to buy ${turn.name}\\.$`));
     await page.clock.runFor(3_000);
     assert.equal((await spoken.textContent()).trim(), said);
+    assert.deepEqual(shopper.problems, []);
+  });
+});
+
+test('Q5. a room closes once sold out for good: the page stops checking and says so, the operator\'s message shown as text; the admin sees it closed', async () => {
+  const admin = await client(64);
+  const shopper = await client(65);
+  const page = shopper.page;
+  const adminPage = admin.page;
+  await withFailureShots('queue4', () => ({ admin: adminPage, shopper: page }), async () => {
+    const item = items.ending;
+    const message = '<b>hi</b> — thanks for waiting';
+    await setRoom(item.id, { enabled: true, order: 'fifo', admitPerSecond: 100, maxActive: 1, passTtlSecs: 120, abandonAfterSecs: 60, message });
+    const first = await apiShopper(50, item.id);
+    await first.join();
+    await first.admitted();
+
+    await page.clock.install();
+    const calls = watchQueueCalls(page);
+    await signInShopper(page, userId(51));
+    const c = card(page, item.name);
+    await c.getByRole('button', { name: 'Join the queue' }).click();
+    const queue = c.getByRole('region', { name: `Queue for ${item.name}` });
+    await waitForText(queue.getByRole('status'), /^You are in the queue\./);
+    // The operator's message, as the text it is: no element made of it.
+    await waitForText(queue.locator('.queue-message'), /^<b>hi<\/b> — thanks for waiting$/);
+    assert.equal(await queue.locator('.queue-message b').count(), 0);
+
+    // The one unit is bought and paid: nothing can come back, the room closes.
+    const order = await first.buy();
+    const paid = await apiCall(`/api/orders/${order.orderId}/pay`, { method: 'POST', token: first.token, ip: first.ip });
+    assert.equal(paid.status, 200, JSON.stringify(paid.data));
+    const closed = await checkUntil(page, async (answer) => {
+      assert.equal(answer.state, 'closed');
+      return answer;
+    });
+    assert.equal(closed.closedReason, 'sold_out');
+    assert.equal(closed.message, message);
+    await waitForText(queue.getByRole('status'), new RegExp(`^Sold out at .+ — the queue for ${item.name} has ended\\.$`));
+    assert.equal((await queue.locator('.queue-message').textContent()).trim(), message);
+    assert.equal(
+      await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('seckill.queue.')).length),
+      0,
+      'a closed place is forgotten',
+    );
+
+    // No check after the close, however long the page stays open.
+    const checks = calls.GET.length;
+    const another = page
+      .waitForRequest((r) => r.method() === 'GET' && /^\/api\/items\/\d+\/queue$/.test(new URL(r.url()).pathname), { timeout: 1_500 })
+      .then(() => true, () => false);
+    await page.clock.fastForward(REFRESH_MS * 3);
+    await page.clock.setSystemTime(Date.now());
+    assert.equal(await another, false, 'the page stopped checking');
+    assert.equal(calls.GET.length, checks);
+
+    for (const [width, height] of [[1280, 900], [390, 844]]) {
+      await page.setViewportSize({ width, height });
+      await c.evaluate((node) => node.scrollIntoView({ block: 'start' }));
+      await page.screenshot({ path: artifactPath(`queue-closed-${width}.png`), animations: 'disabled' });
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      assert.ok(wide <= width, `the page is ${wide}px wide on a ${width}px screen`);
+    }
+
+    // The admin's panel: closed, when, and the final figures; the message in its field.
+    await signInAdmin(adminPage);
+    const panel = adminPage.getByRole('region', { name: 'Waiting room' });
+    await adminPage.getByRole('button', { name: `Waiting room of item ${item.id} (${item.name})` }).click();
+    await waitForText(
+      adminPage.locator('#room-closed'),
+      /^Closed: sold out at .+, no unit can come back\. Final figures: 2 joined, 1 admitted, 0 abandoned, 1 bought\. Raising the item’s stock reopens the queue\.$/,
+    );
+    assert.doesNotMatch(await adminPage.locator('#room-totals').textContent(), /wait for a unit to come back/);
+    assert.equal(await panel.getByLabel('Message to everyone waiting').inputValue(), message);
+    await panel.screenshot({ path: artifactPath('admin-room-closed.png'), animations: 'disabled' });
+    assert.deepEqual(admin.problems, []);
     assert.deepEqual(shopper.problems, []);
   });
 });

@@ -74,6 +74,19 @@ pub struct QueueBody {
     /// When the place will be drawn (while `position` is `null`).
     #[serde(skip_serializing_if = "Option::is_none")]
     draws_at: Option<DateTime<Utc>>,
+    /// `closed` only: `sold_out` (sold out and no unit can come back: the queue has
+    /// ended; a stock raise reopens it), `ended` (the sale's end) or `off` (the room
+    /// was turned off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "sold_out")]
+    closed_reason: Option<&'static str>,
+    /// `closed` only, where known: when the room closed (`sold_out`) or the sale ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed_at: Option<DateTime<Utc>>,
+    /// The operator's message to everyone waiting (plain text, at most 200 characters);
+    /// absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
     /// True when this instance could not read the room lately: the answer is what it
     /// last knew, and no pass is handed out.
     stale: bool,
@@ -107,6 +120,9 @@ impl From<Answer> for QueueBody {
                 .may_return
                 .and_then(|(_, until)| until.and_then(time)),
             draws_at: standing.draws_at_ms.and_then(time),
+            closed_reason: standing.closed.map(|(reason, _)| reason.label()),
+            closed_at: standing.closed.and_then(|(_, at)| at.and_then(time)),
+            message: answer.message,
             stale: standing.stale,
         }
     }
@@ -122,7 +138,7 @@ impl From<Answer> for QueueBody {
         (status = 200, description = "The place and the ticket", body = QueueBody),
         (status = 404, description = "`ITEM_NOT_FOUND`", body = crate::http::api_error::ErrorBody),
         (status = 403, description = "`BLOCKED`: an operator blocked the user or the address", body = crate::http::api_error::ErrorBody),
-        (status = 409, description = "`QUEUE_NOT_OPEN` (with `opensAt`), `QUEUE_CLOSED`, or `SOLD_OUT`", body = crate::http::api_error::ErrorBody),
+        (status = 409, description = "`QUEUE_NOT_OPEN` (with `opensAt`); `QUEUE_CLOSED`: the room is off or the sale has ended; `ROOM_CLOSED`: the item sold out and no unit can come back (the queue has ended; a stock raise reopens it); `SOLD_OUT`: no unit left, some may come back", body = crate::http::api_error::ErrorBody),
         (status = 429, description = "`RATE_LIMITED` by the `queue_join` policy", body = crate::http::api_error::ErrorBody),
         (status = 503, description = "`QUEUE_UNAVAILABLE` or `LIMITER_UNAVAILABLE`: Redis did not answer", body = crate::http::api_error::ErrorBody),
     ))]

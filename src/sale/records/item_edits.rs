@@ -101,6 +101,42 @@ async fn record(
     Ok(())
 }
 
+/// The item's history entry of a closed room reopened by a stock raise (action `room`):
+/// old `{"closed": true, "closedAt": …}`, new `{"closed": false}`.
+async fn record_reopen(
+    tx: &mut Transaction<'_, Postgres>,
+    item: ItemId,
+    closed_at: DateTime<Utc>,
+    by: &str,
+) -> Result<(), ChangeRefused> {
+    sqlx::query!(
+        "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
+         VALUES ($1, $2, $3, $4, $5)",
+        item.get(),
+        ItemAction::Room.label(),
+        by,
+        Json(json!({ "closed": true, "closedAt": closed_at })) as _,
+        Json(json!({ "closed": false })) as _,
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records that a stock raise reopened the item's closed room, in a transaction of its
+/// own: for a room that closed between the edit's read of it and its raise in Redis.
+pub async fn audit_reopen(
+    pool: &PgPool,
+    item: ItemId,
+    closed_at: DateTime<Utc>,
+    by: &str,
+) -> Result<(), ChangeRefused> {
+    let mut tx = pool.begin().await?;
+    record_reopen(&mut tx, item, closed_at, by).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Records an item's creation (its first audit entry), in the transaction that inserts
 /// it.
 pub async fn audit_creation(
@@ -140,12 +176,14 @@ pub async fn record_room(
 }
 
 /// Applies `edit`; a stock change adds `stock_delta` to the total and the remaining
-/// count, and only if the stored total is still `expected_total`.
+/// count, and only if the stored total is still `expected_total`. `reopens`: the raise
+/// reopens the item's waiting room, closed since then: recorded in the same transaction.
 pub async fn edit_item(
     pool: &PgPool,
     id: ItemId,
     edit: &ItemEdit,
     stock: Option<(i32, i32)>,
+    reopens: Option<DateTime<Utc>>,
     by: &str,
 ) -> Result<Item, ChangeRefused> {
     let mut tx = pool.begin().await?;
@@ -180,6 +218,9 @@ pub async fn edit_item(
     .await?;
     let new = Item::try_from(row)?;
     record(&mut tx, id, ItemAction::Edit, by, Some(&old), &new).await?;
+    if let (Some(closed_at), true) = (reopens, delta > 0) {
+        record_reopen(&mut tx, id, closed_at, by).await?;
+    }
     tx.commit().await?;
     Ok(new)
 }

@@ -9,7 +9,10 @@
 //!    used or expires), nothing while the item is paused; places whose shopper went
 //!    quiet are skipped;
 //! 3. every `MAY_RETURN_EVERY` steps, the units unpaid orders hold (Postgres) for the
-//!    polls' `mayReturn`.
+//!    polls' `mayReturn`, and the close: once the item is sold out and no unit can come
+//!    back (no unpaid order, none in flight, no live pass), the room is closed for good
+//!    (`closed_at` in its state hash, `lua/room_close.lua`): polls answer `closed`, joins
+//!    `ROOM_CLOSED`; units back (a stock raise, a repair) reopen it.
 //!
 //! Two instances running a step at once (a lock that expired mid-step) cannot admit a
 //! place twice: `lua/room_admit.lua` runs only from the serving position it was given.
@@ -217,10 +220,18 @@ impl Inlet {
         }
     }
 
+    /// The units unpaid orders hold, for the polls, then the close (see the module docs):
+    /// Redis's reservations in flight are read before Postgres, so an order Postgres did
+    /// not have yet cannot be missed (`lua/room_close.lua` says how).
     async fn note_may_return(&self, item: &Item, expire_at: i64) -> anyhow::Result<()> {
+        let watch = self.redis.watch_close(item.id).await?;
         let unpaid = sqlx::query!(
-            r#"SELECT count(*) AS "units!", max(pay_by) AS until FROM orders
-               WHERE item_id = $1 AND state = 'pending_payment'"#,
+            r#"SELECT count(*) FILTER (WHERE state = 'pending_payment') AS "units!",
+                   max(pay_by) FILTER (WHERE state = 'pending_payment') AS until,
+                   count(*) FILTER (WHERE state IN ('cancelled', 'expired')
+                                    AND returned_at IS NULL) AS "returning!"
+               FROM orders
+               WHERE item_id = $1 AND (state = 'pending_payment' OR returned_at IS NULL)"#,
             item.id.get(),
         )
         .fetch_one(&self.parts.pool)
@@ -228,7 +239,17 @@ impl Inlet {
         let until = unpaid.until.map(|at| at.timestamp_millis());
         self.redis
             .note_may_return(item.id, unpaid.units.max(0) as u64, until, expire_at)
-            .await
+            .await?;
+        let drained = unpaid.units == 0 && unpaid.returning == 0;
+        let now_ms = Utc::now().timestamp_millis();
+        let closed = self
+            .redis
+            .close(item.id, watch, drained, now_ms, expire_at)
+            .await?;
+        if closed == Some(now_ms) {
+            tracing::info!(item.id = %item.id, "waiting room closed: sold out, no unit can come back");
+        }
+        Ok(())
     }
 }
 

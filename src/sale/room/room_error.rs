@@ -21,6 +21,10 @@ pub enum RoomError {
     /// The item has no waiting room on.
     #[error("this item has no waiting room open")]
     Closed,
+    /// The room is closed for good: the item sold out and no unit can come back (an
+    /// operator's stock raise reopens it).
+    #[error("the queue has ended: the item sold out and no unit can come back")]
+    RoomClosed,
     /// Missing, forged, someone else's or another item's ticket.
     #[error("this queue ticket is not valid for you and this item: join the queue")]
     InvalidTicket,
@@ -48,6 +52,7 @@ impl RoomError {
             Self::Sale(error) => error.code(),
             Self::NotOpen(_) => ErrorCode::QueueNotOpen,
             Self::Closed => ErrorCode::QueueClosed,
+            Self::RoomClosed => ErrorCode::RoomClosed,
             Self::InvalidTicket => ErrorCode::InvalidTicket,
             Self::InvalidSettings(_) => ErrorCode::ValidationFailed,
             Self::PollingTooFast { .. } => ErrorCode::PollingTooFast,

@@ -1,6 +1,6 @@
-//! The waiting room's Redis side: the three scripts (`lua/room_join.lua`,
-//! `lua/room_seal.lua`, `lua/room_admit.lua`), the lobby's read of a room, and the
-//! batched liveness write. Every key is the item's (`ItemKeys::room_wide`), in the
+//! The waiting room's Redis side: the four scripts (`lua/room_join.lua`,
+//! `lua/room_seal.lua`, `lua/room_admit.lua`, `lua/room_close.lua`), the lobby's read of
+//! a room, and the batched liveness write. Every key is the item's (`ItemKeys::room_wide`), in the
 //! item's slot, so the reservation script can free a used pass's slot in its own step.
 
 use std::collections::HashMap;
@@ -94,12 +94,22 @@ pub struct ReadFrom {
     pub steps: usize,
 }
 
+/// What the close's first read saw (`lua/room_close.lua`'s step A).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseWatch {
+    /// The stock counter's version.
+    pub version: i64,
+    /// Reservations in flight.
+    pub pending: u64,
+}
+
 /// The waiting room's scripts, built once; one per process.
 pub struct RoomRedis {
     redis: StockRedis,
     join: Script,
     seal: Script,
     admit: Script,
+    close: Script,
 }
 
 impl RoomRedis {
@@ -110,17 +120,18 @@ impl RoomRedis {
             join: Script::new(include_str!("../../../lua/room_join.lua")),
             seal: Script::new(include_str!("../../../lua/room_seal.lua")),
             admit: Script::new(include_str!("../../../lua/room_admit.lua")),
+            close: Script::new(include_str!("../../../lua/room_close.lua")),
         }
     }
 
     /// Joins `user` to `item`'s room (`lua/room_join.lua`); a second join answers the same
-    /// index.
+    /// index; `None` when the room is closed for good.
     pub async fn join(
         &self,
         item: ItemId,
         user: UserId,
         at: &RoomMoment,
-    ) -> anyhow::Result<Joined> {
+    ) -> anyhow::Result<Option<Joined>> {
         let mut call = self.join.prepare_invoke();
         for key in self.redis.keys(item).room_wide() {
             call.key(key);
@@ -130,15 +141,60 @@ impl RoomRedis {
             .arg(at.sale_starts_ms)
             .arg(at.order.label())
             .arg(at.expire_at_ms);
-        let (index, new, placed): (u64, i64, i64) = self
+        let (index, new, placed): (i64, i64, i64) = self
             .redis
             .call(RedisPurpose::Queue, "join a waiting room", &call)
             .await?;
-        Ok(Joined {
+        Ok(u64::try_from(index).ok().map(|index| Joined {
             index,
             new: new == 1,
             placed: placed == 1,
+        }))
+    }
+
+    /// The close's first read (see `lua/room_close.lua`): before the inlet reads
+    /// Postgres.
+    pub async fn watch_close(&self, item: ItemId) -> anyhow::Result<CloseWatch> {
+        let keys = self.redis.keys(item);
+        let mut pipe = redis::pipe();
+        pipe.get(keys.version()).zcard(keys.pending());
+        let (version, pending): (Option<i64>, u64) = self
+            .redis
+            .call(RedisPurpose::Queue, "watch a waiting room's close", &pipe)
+            .await?;
+        Ok(CloseWatch {
+            version: version.unwrap_or(0),
+            pending,
         })
+    }
+
+    /// Closes the room if no unit can come back, or reopens it if units are back
+    /// (`lua/room_close.lua`); `drained`: Postgres has no unpaid order nor a unit on its
+    /// way back. Answers the room's `closed_at` after the call (ms), `None` when open.
+    pub async fn close(
+        &self,
+        item: ItemId,
+        seen: CloseWatch,
+        drained: bool,
+        now_ms: i64,
+        expire_at_ms: i64,
+    ) -> anyhow::Result<Option<i64>> {
+        let keys = self.redis.keys(item);
+        let mut call = self.close.prepare_invoke();
+        call.key(keys.room())
+            .key(keys.stock())
+            .key(keys.version())
+            .key(keys.pending())
+            .key(keys.room_live())
+            .arg(seen.version)
+            .arg(i64::from(drained && seen.pending == 0))
+            .arg(now_ms)
+            .arg(expire_at_ms);
+        let closed: i64 = self
+            .redis
+            .call(RedisPurpose::Queue, "close a waiting room", &call)
+            .await?;
+        Ok((closed > 0).then_some(closed))
     }
 
     /// Seals what can be sealed, shuffling with `seed`; the round recorded, if any.

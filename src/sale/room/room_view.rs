@@ -69,6 +69,9 @@ pub struct Counters {
     pub may_return: u64,
     /// The last of those orders' payment deadline (ms).
     pub may_return_until_ms: Option<i64>,
+    /// When the room closed for good (ms): sold out and no unit can come back
+    /// (`lua/room_close.lua`); cleared when the stock is raised.
+    pub closed_at_ms: Option<i64>,
 }
 
 impl Counters {
@@ -91,6 +94,7 @@ impl Counters {
             credit_at_ms: hash.get("credit_at").and_then(|v| v.parse().ok()),
             may_return: number("may_return").unwrap_or(0),
             may_return_until_ms: hash.get("may_return_until").and_then(|v| v.parse().ok()),
+            closed_at_ms: hash.get("closed_at").and_then(|v| v.parse().ok()),
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::estimate::{AdmissionRate, WaitEstimate};
 use super::room_config::RoomConfig;
 use super::room_view::RoomView;
-use crate::vocabulary::QueueState;
+use crate::vocabulary::{ClosedReason, QueueState};
 
 /// What the poll looks at besides the ticket.
 pub struct Situation<'a> {
@@ -47,6 +47,8 @@ pub struct Standing {
     pub draws_at_ms: Option<i64>,
     /// The copy it was answered from is stale (Redis did not answer the last refreshes).
     pub stale: bool,
+    /// When closed: why, and since when (ms) where known.
+    pub closed: Option<(ClosedReason, Option<i64>)>,
 }
 
 impl Standing {
@@ -61,8 +63,30 @@ impl Standing {
             may_return: None,
             draws_at_ms: None,
             stale: situation.stale,
+            closed: None,
         }
     }
+
+    /// The queue is over for this shopper, for `reason`, since `at_ms` where known.
+    pub fn closed(reason: ClosedReason, at_ms: Option<i64>, situation: &Situation<'_>) -> Self {
+        Self {
+            closed: Some((reason, at_ms)),
+            ..Self::new(QueueState::Closed, situation)
+        }
+    }
+}
+
+/// Why the queue is over, if it is: the room off, the sale ended, or sold out for good
+/// (`closed_at`, written by the inlet in Redis and read with the counters).
+fn closed(situation: &Situation<'_>) -> Option<(ClosedReason, Option<i64>)> {
+    if !situation.room.enabled {
+        return Some((ClosedReason::Off, None));
+    }
+    if situation.now_ms >= situation.sale_ends_ms {
+        return Some((ClosedReason::Ended, Some(situation.sale_ends_ms)));
+    }
+    let at = situation.view.counters.closed_at_ms?;
+    Some((ClosedReason::SoldOut, Some(at)))
 }
 
 /// Whether a unit is there for a place, from the copy's stock: what `likely`,
@@ -128,8 +152,8 @@ pub fn odds(view: &RoomView, place: u64) -> Odds {
 pub fn standing(situation: &Situation<'_>, index: u64, given: Option<u64>) -> Standing {
     let view = situation.view;
     let now = situation.now_ms;
-    if !situation.room.enabled || now >= situation.sale_ends_ms {
-        return Standing::new(QueueState::Closed, situation);
+    if let Some((reason, at)) = closed(situation) {
+        return Standing::closed(reason, at, situation);
     }
     let place = view.place_of(index).or(given);
     let admitted = place.and_then(|place| view.admitted_at_ms(place));
@@ -313,14 +337,19 @@ mod tests {
             (sold_out.state, sold_out.may_return),
             (QueueState::SoldOut, Some((0, None)))
         );
-        assert_eq!(poll(7, END, false, false).state, QueueState::Closed);
+        let ended = poll(7, END, false, false);
+        assert_eq!(
+            (ended.state, ended.closed),
+            (QueueState::Closed, Some((ClosedReason::Ended, Some(END))))
+        );
         let off = RoomConfig {
             enabled: false,
             ..room.clone()
         };
+        let off = standing(&at(&view, &off, now, false, false), 7, None);
         assert_eq!(
-            standing(&at(&view, &off, now, false, false), 7, None).state,
-            QueueState::Closed
+            (off.state, off.closed),
+            (QueueState::Closed, Some((ClosedReason::Off, None)))
         );
         let stale = poll(0, now, false, true);
         assert_eq!(
@@ -333,6 +362,28 @@ mod tests {
             (QueueState::Waiting, None, Some(now))
         );
         assert_eq!((unplaced.odds, unplaced.wait), (Odds::UNKNOWN, None));
+    }
+
+    #[test]
+    fn a_room_closed_for_good_answers_closed_sold_out_for_every_place() {
+        let mut view = view();
+        view.stock = Some(0);
+        view.counters.closed_at_ms = Some(START + 5_000);
+        for place in [0, 2, 7, 9] {
+            let answer = standing(
+                &at(&view, &room(), START + 6_000, true, false),
+                index_at(&view, place),
+                None,
+            );
+            assert_eq!(
+                (answer.state, answer.closed, answer.odds),
+                (
+                    QueueState::Closed,
+                    Some((ClosedReason::SoldOut, Some(START + 5_000))),
+                    Odds::UNKNOWN
+                )
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::sale::item::{Item, ItemId};
 use crate::sale::parts::SaleParts;
 use crate::sale::stock::{RoomGate, RoomGates};
 use crate::sale::SaleError;
-use crate::vocabulary::{Outcome, PassOutcome, QueueState};
+use crate::vocabulary::{ClosedReason, Outcome, PassOutcome, QueueState};
 
 /// What a purchase's `Queue-Pass` header offered ([`WaitingRoom::check_pass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct Answer {
     /// A join's answer only: whether the user had joined before, so the answer is the
     /// place kept for them (a shopper back in a new tab is told so).
     pub rejoined: Option<bool>,
+    /// The operator's message to everyone waiting, when the room has one.
+    pub message: Option<String>,
 }
 
 /// An operator's view of a room: its settings and what it is doing.
@@ -78,6 +80,8 @@ pub struct RoomStatus {
     pub admitted_last_minute: u64,
     /// The sold-out board says so.
     pub sold_out: bool,
+    /// When the room closed for good (ms): sold out, no unit can come back.
+    pub closed_at_ms: Option<i64>,
 }
 
 /// The waiting room: one per process, shared by every worker; its state is in Redis and
@@ -133,7 +137,13 @@ impl WaitingRoom {
         if now < opens_at {
             return Err(RoomError::NotOpen(opens_at));
         }
-        if self.parts.sold_out.is_sold_out(item_id) {
+        // A room this copy saw closed asks Redis all the same: a stock raise on another
+        // instance may have reopened it (the join script decides).
+        let seen_closed = self
+            .lobby
+            .held(item_id)
+            .is_some_and(|held| held.view.counters.closed_at_ms.is_some());
+        if self.parts.sold_out.is_sold_out(item_id) && !seen_closed {
             return Err(RoomError::Sale(SaleError::SoldOut));
         }
         let joined = self
@@ -149,7 +159,8 @@ impl WaitingRoom {
                 ),
             )
             .await
-            .map_err(RoomError::Unavailable)?;
+            .map_err(RoomError::Unavailable)?
+            .ok_or(RoomError::RoomClosed)?;
         if joined.new {
             let metrics = &self.parts.metrics;
             metrics.queue_joins.inc();
@@ -173,7 +184,16 @@ impl WaitingRoom {
             .tokens
             .ticket(ticket, item.ends_at)
             .map_err(RoomError::Unavailable)?;
-        let held = self.lobby.held(item_id);
+        let held = self.lobby.held(item_id).map(|held| {
+            if held.view.counters.closed_at_ms.is_none() {
+                return held;
+            }
+            // The script, which decides, found the room open (a stock raise reopened
+            // it): this copy's close is behind by a refresh at most.
+            let mut reopened = Held::clone(&held);
+            reopened.view.counters.closed_at_ms = None;
+            Arc::new(reopened)
+        });
         // A fifo join the lobby's copy may not have seen yet: its index is its place.
         let given = joined.placed.then_some(joined.index);
         let mut answer = self.stand(&item, &room, held.as_deref(), user, joined.index, given);
@@ -205,12 +225,15 @@ impl WaitingRoom {
         Ok(answer)
     }
 
+    /// A ticket past its expiry: it lives until the sale's end, so the sale has ended.
     fn closed(&self, item: &Item, room: &RoomConfig, user: UserId) -> Answer {
         let ended = RoomConfig {
             enabled: false,
             ..room.clone()
         };
-        self.stand(item, &ended, None, user, 0, None)
+        let mut answer = self.stand(item, &ended, None, user, 0, None);
+        answer.standing.closed = Some((ClosedReason::Ended, Some(item.ends_at.timestamp_millis())));
+        answer
     }
 
     fn stand(
@@ -261,6 +284,7 @@ impl WaitingRoom {
             ticket: None,
             pass,
             rejoined: None,
+            message: (!room.message.is_empty()).then(|| room.message.clone()),
         }
     }
 
@@ -392,6 +416,7 @@ impl WaitingRoom {
             abandoned: counters.skipped,
             admitted_last_minute,
             sold_out: self.parts.sold_out.is_sold_out(item_id),
+            closed_at_ms: counters.closed_at_ms,
         })
     }
 

@@ -122,7 +122,7 @@ impl ItemKeys {
         format!("{}:stock-edit", self.base)
     }
     /// The waiting room's counters (hash: joined, pre, sealed0, mapped, serving,
-    /// admitted, skipped, credit, credit_at, may_return, may_return_until; see
+    /// admitted, skipped, credit, credit_at, may_return, may_return_until, closed_at; see
     /// `sale::room`).
     pub fn room(&self) -> String {
         format!("{}:room", self.base)

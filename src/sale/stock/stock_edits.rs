@@ -76,17 +76,44 @@ impl StockEdits {
 
     /// Adds `change` (negative: lowers) to the counter.
     pub async fn adjust(&self, item: ItemId, change: i64) -> anyhow::Result<Adjusted> {
+        Ok(self.adjust_reopening(item, change).await?.0)
+    }
+
+    /// Adds `change` to the counter; a raise reopens the item's waiting room if it was
+    /// closed, and answers when it had closed (ms).
+    pub async fn adjust_reopening(
+        &self,
+        item: ItemId,
+        change: i64,
+    ) -> anyhow::Result<(Adjusted, Option<i64>)> {
         let keys = self.redis.keys(item);
         let mut invocation = self.adjust.prepare_invoke();
-        invocation.key(keys.stock()).key(keys.version()).arg(change);
-        let (status, stock): (i64, i64) = self
+        invocation
+            .key(keys.stock())
+            .key(keys.version())
+            .key(keys.room())
+            .arg(change);
+        let (status, stock, reopened): (i64, i64, i64) = self
             .redis
             .call(RedisPurpose::Other, "adjust stock", &invocation)
             .await?;
-        Ok(match status {
+        let adjusted = match status {
             1 => Adjusted::Applied(stock),
             0 => Adjusted::TooFew(stock),
             _ => Adjusted::Missing,
-        })
+        };
+        Ok((adjusted, (reopened > 0).then_some(reopened)))
+    }
+
+    /// When the item's waiting room closed (sold out for good, ms), if it is closed: what
+    /// a raise of the stock is about to reopen, for the item's history.
+    pub async fn closed_at(&self, item: ItemId) -> anyhow::Result<Option<i64>> {
+        let mut get = redis::cmd("HGET");
+        get.arg(self.redis.keys(item).room()).arg("closed_at");
+        let closed: Option<i64> = self
+            .redis
+            .call(RedisPurpose::Other, "read a room's close", &get)
+            .await?;
+        Ok(closed.filter(|&at| at > 0))
     }
 }

@@ -83,6 +83,11 @@ pub struct RoomFigures {
     abandoned: u64,
     admitted_last_minute: u64,
     sold_out: bool,
+    /// Sold out and no unit can come back: the queue has ended (raising the item's
+    /// stock reopens it).
+    closed: bool,
+    /// When it closed.
+    closed_at: Option<DateTime<Utc>>,
 }
 
 /// An item's waiting room: its settings and figures.
@@ -113,6 +118,10 @@ impl RoomBody {
                 abandoned: status.abandoned,
                 admitted_last_minute: status.admitted_last_minute,
                 sold_out: status.sold_out,
+                closed: status.closed_at_ms.is_some(),
+                closed_at: status
+                    .closed_at_ms
+                    .and_then(DateTime::<Utc>::from_timestamp_millis),
             },
         }
     }
