@@ -28,6 +28,9 @@ const FIELDS = {
   passTtlSecs: ['pass valid for', (v) => `${formatNumber(v)} s`],
   abandonAfterSecs: ['place lost after', (v) => `${formatNumber(v)} s`],
   message: ['message', (v) => (v ? `“${v}”` : 'none')],
+  // A closed room reopened by a stock raise.
+  closed: ['queue', (v) => (v ? 'closed, sold out' : 'reopened')],
+  closedAt: ['closed at', (v) => formatDateTime(v)],
 };
 
 const show = (key, value) => {
