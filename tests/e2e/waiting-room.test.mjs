@@ -600,21 +600,21 @@ test('Q4. a turn nobody misses: the pre-queue said to a signed-out visitor, the 
 });
 
 test('Q5. a room closes once sold out for good: the page stops checking and says so, the operator\'s message shown as text; the admin sees it closed', async () => {
-  const admin = await client(64);
-  const shopper = await client(65);
+  const admin = await client(66);
+  const shopper = await client(67);
   const page = shopper.page;
   const adminPage = admin.page;
   await withFailureShots('queue4', () => ({ admin: adminPage, shopper: page }), async () => {
     const item = items.ending;
     const message = '<b>hi</b> — thanks for waiting';
     await setRoom(item.id, { enabled: true, order: 'fifo', admitPerSecond: 100, maxActive: 1, passTtlSecs: 120, abandonAfterSecs: 60, message });
-    const first = await apiShopper(50, item.id);
+    const first = await apiShopper(70, item.id);
     await first.join();
     await first.admitted();
 
     await page.clock.install();
     const calls = watchQueueCalls(page);
-    await signInShopper(page, userId(51));
+    await signInShopper(page, userId(71));
     const c = card(page, item.name);
     await c.getByRole('button', { name: 'Join the queue' }).click();
     const queue = c.getByRole('region', { name: `Queue for ${item.name}` });
