@@ -736,10 +736,11 @@ mod topology {
 
     #[sqlx::test]
     async fn a_pass_survives_a_429_and_the_room_never_admits_past_the_stock(db: PgPool) {
-        // The user rule: 1 purchase attempt per 2 s.
+        // The user rule: 1 purchase attempt a minute, so B's second attempt is refused
+        // however slowly the machine runs; the operator raises it to give B its turn.
         let app = spawn_app_with(&db, |s| {
             let rule = &mut s.limiter.policies.get_mut("seckill").unwrap().rules[1];
-            (rule.threshold, rule.window_ms) = (1, 2_000);
+            (rule.threshold, rule.window_ms) = (1, 60_000);
         })
         .await;
         let item = app.open_item(2).await;
@@ -780,16 +781,28 @@ mod topology {
             .post_seckill_with(&b.token, item, &ip_of(12), Some(&pass_b), None)
             .await;
         assert_eq!(limited.status(), 429);
-        // ... A buys; B, once its quota is back, buys with the same pass: its unit waited.
+        // ... A buys; B, once its quota is back (the operator raises the rule), buys with
+        // the same pass: its unit waited.
         assert_eq!(
             app.post_seckill_with(&a.token, item, &ip_of(11), Some(&pass_a), None)
                 .await
                 .status(),
             200
         );
+        let raised = json!({ "rules": [{ "name": "user", "threshold": 2 }] });
+        let raised = app
+            .admin_send(
+                reqwest::Method::PUT,
+                "/admin/api/policies/seckill",
+                Some(raised),
+            )
+            .await;
+        assert_eq!(raised.status(), 200);
+        // Rules are in force everywhere within about half a second of their change
+        // (`rules::rule_store`): until then B is refused, and a refusal writes nothing.
         eventually(
-            "B's quota back and its unit bought",
-            Duration::from_secs(5),
+            "the raised rule in force and B's unit bought",
+            Duration::from_secs(10),
             || async {
                 let response = app
                     .post_seckill_with(&b.token, item, &ip_of(12), Some(&pass_b), None)
