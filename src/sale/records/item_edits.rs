@@ -87,14 +87,28 @@ async fn record(
     old: Option<&Item>,
     new: &Item,
 ) -> Result<(), ChangeRefused> {
+    entry(tx, item, action, by, old.map(fields), fields(new)).await?;
+    Ok(())
+}
+
+/// Writes one entry of the item's history: the one insert every kind of entry goes
+/// through.
+async fn entry(
+    tx: &mut Transaction<'_, Postgres>,
+    item: ItemId,
+    action: ItemAction,
+    by: &str,
+    old: Option<Value>,
+    new: Value,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
          VALUES ($1, $2, $3, $4, $5)",
         item.get(),
         action.label(),
         by,
-        old.map(|old| Json(fields(old))) as _,
-        Json(fields(new)) as _,
+        old.map(Json) as _,
+        Json(new) as _,
     )
     .execute(&mut **tx)
     .await?;
@@ -109,16 +123,15 @@ async fn record_reopen(
     closed_at: DateTime<Utc>,
     by: &str,
 ) -> Result<(), ChangeRefused> {
-    sqlx::query!(
-        "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
-         VALUES ($1, $2, $3, $4, $5)",
-        item.get(),
-        ItemAction::Room.label(),
+    let old = json!({ "closed": true, "closedAt": closed_at });
+    entry(
+        tx,
+        item,
+        ItemAction::Room,
         by,
-        Json(json!({ "closed": true, "closedAt": closed_at })) as _,
-        Json(json!({ "closed": false })) as _,
+        Some(old),
+        json!({ "closed": false }),
     )
-    .execute(&mut **tx)
     .await?;
     Ok(())
 }
@@ -161,16 +174,14 @@ pub async fn record_room(
     new: &RoomConfig,
 ) -> anyhow::Result<()> {
     let settings = |room: &RoomConfig| serde_json::to_value(room.settings());
-    sqlx::query!(
-        "INSERT INTO item_audit (item_id, action, changed_by, old_values, new_values) \
-         VALUES ($1, $2, $3, $4, $5)",
-        item.get(),
-        ItemAction::Room.label(),
+    entry(
+        tx,
+        item,
+        ItemAction::Room,
         by,
-        Json(settings(old)?) as _,
-        Json(settings(new)?) as _,
+        Some(settings(old)?),
+        settings(new)?,
     )
-    .execute(&mut **tx)
     .await?;
     Ok(())
 }
