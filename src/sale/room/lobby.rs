@@ -122,15 +122,7 @@ impl Lobby {
             .into_iter()
             .flatten()
             .collect();
-        let waiting: u64 = fresh
-            .values()
-            .map(|h| {
-                h.view
-                    .counters
-                    .joined
-                    .saturating_sub(h.view.counters.serving)
-            })
-            .sum();
+        let waiting: u64 = fresh.values().map(|h| h.view.counters.waiting()).sum();
         self.parts.metrics.queue_waiting.set(waiting as i64);
         self.views.store(Arc::new(fresh));
         self.join_times.keep_only(items);

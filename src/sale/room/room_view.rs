@@ -75,6 +75,15 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Places joined and not yet reached by the serving position: none once the room
+    /// closed for good, whose queue ended for everyone in it.
+    pub fn waiting(&self) -> u64 {
+        if self.closed_at_ms.is_some() {
+            return 0;
+        }
+        self.joined.saturating_sub(self.serving)
+    }
+
     /// The counters from the state hash; a missing or unreadable field reads as its
     /// default.
     pub fn from_hash(hash: &HashMap<String, String>) -> Self {

@@ -66,7 +66,7 @@ pub struct RoomStatus {
     pub room: Arc<RoomConfig>,
     /// Shoppers who ever joined.
     pub joined: u64,
-    /// Joined and not yet reached by the serving position.
+    /// Joined and not yet reached by the serving position; 0 once the room closed for good.
     pub waiting: u64,
     /// The serving position: places below it were admitted or skipped.
     pub serving: u64,
@@ -409,7 +409,7 @@ impl WaitingRoom {
         Ok(RoomStatus {
             room,
             joined: counters.joined,
-            waiting: counters.joined.saturating_sub(counters.serving),
+            waiting: counters.waiting(),
             serving: counters.serving,
             admitted: counters.admitted,
             live_passes: view.map(|v| v.live).unwrap_or(0),
