@@ -336,6 +336,8 @@ async fn a_batch_commits_in_one_exchange_with_postgres(db: PgPool) {
         (pg_orders(&db, item).await, pg_remaining(&db, item).await),
         (4, 6)
     );
+    // Its connections gone, the test's database can be dropped at once.
+    pool.close().await;
 }
 
 #[sqlx::test]
