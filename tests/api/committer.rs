@@ -392,3 +392,116 @@ async fn a_batch_still_waiting_for_the_item_when_its_answer_is_given_up_never_la
         "the unit is back in Redis"
     );
 }
+
+/// In this test's own database, the orders of `users` wait at their COMMIT (a deferred
+/// trigger) until advisory lock 38 is free, then commit, or fail when `fail` is set.
+async fn commits_wait_for_lock_38(db: &PgPool, users: &[i64], fail: bool) {
+    let users: Vec<String> = users.iter().map(i64::to_string).collect();
+    // Built from numbers only (the test's own ids).
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        r#"CREATE FUNCTION wait_for_38() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.user_id = ANY(ARRAY[{users}]::bigint[]) THEN
+               PERFORM pg_advisory_xact_lock(38);
+               IF {fail} THEN RAISE EXCEPTION 'refused at commit'; END IF;
+             END IF;
+             RETURN NULL;
+           END $$;
+           CREATE CONSTRAINT TRIGGER wait_for_38 AFTER INSERT ON orders
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_for_38();"#,
+        users = users.join(","),
+    )))
+    .execute(db)
+    .await
+    .unwrap();
+}
+
+/// Holds advisory lock 38 while the purchase of `user` runs past its commit timeout, lets
+/// go once the purchase's settle waits for the batch's statement, and answers the
+/// purchase's (status, code).
+async fn purchase_settled_while_its_statement_runs(
+    app: &TestApp,
+    db: &PgPool,
+    item: i64,
+    user: i64,
+) -> (u16, Option<String>) {
+    let mut holder = db.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(38)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let token = app.token_for(user).await;
+    let (response, ()) = tokio::join!(app.post_seckill(&token, item, "10.44.0.1"), async {
+        eventually(
+            "the settle waits for the batch's statement",
+            Duration::from_secs(10),
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'
+                       AND query LIKE 'INSERT INTO order_batches (id) VALUES%'",
+                )
+                .fetch_one(db)
+                .await
+                .unwrap();
+                (waiting == 1).then_some(())
+            },
+        )
+        .await;
+        sqlx::query("SELECT pg_advisory_unlock(38)")
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+    });
+    let status = response.status().as_u16();
+    (
+        status,
+        json(response).await["code"].as_str().map(String::from),
+    )
+}
+
+#[sqlx::test]
+async fn a_batch_whose_answer_is_late_is_settled_as_committed_once_its_statement_commits(
+    db: PgPool,
+) {
+    commits_wait_for_lock_38(&db, &[5601], false).await;
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(10).await;
+
+    assert_eq!(
+        purchase_settled_while_its_statement_runs(&app, &db, item, 5601).await,
+        (200, None),
+        "the settle waited for the statement, then found its order"
+    );
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (1, 9)
+    );
+    app.until_nothing_pending(item, "settled by the purchase", Duration::from_secs(2))
+        .await;
+}
+
+#[sqlx::test]
+async fn a_batch_whose_answer_is_late_is_settled_as_failed_once_its_statement_rolls_back(
+    db: PgPool,
+) {
+    commits_wait_for_lock_38(&db, &[5701], true).await;
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(10).await;
+
+    assert_eq!(
+        purchase_settled_while_its_statement_runs(&app, &db, item, 5701).await,
+        (503, Some("ORDER_FAILED".into())),
+        "the settle waited for the statement, then found no order"
+    );
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (0, 10)
+    );
+    assert_eq!(
+        app.redis_command::<Option<i64>>("GET", &app.item_keys(item).stock())
+            .await,
+        Some(10),
+        "the unit is back in Redis"
+    );
+}
