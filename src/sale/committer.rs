@@ -71,7 +71,7 @@ impl Committer {
         }
         answer.await.unwrap_or_else(|_| {
             Err(CommitError::InDoubt {
-                txid: None,
+                batch: None,
                 cause: anyhow::anyhow!("the committer stopped with this order in hand"),
             })
         })

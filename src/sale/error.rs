@@ -58,7 +58,7 @@ pub enum SaleError {
     /// The cause is for the log, never for the client.
     #[error("the order could not be placed, please try again")]
     OrderFailed(anyhow::Error),
-    /// The order's COMMIT is still running in Postgres: it may yet land. The reservation
+    /// The order's commit went unanswered and could not be settled yet: it may yet land. The reservation
     /// stays pending and the reconciler settles it either way. The client is given the
     /// order id to look for in `GET /api/orders/mine`.
     #[error("your order is being confirmed; check your orders in a few seconds")]

@@ -26,13 +26,14 @@
 //!    in the limiter's own call (one round trip for steps 2 and 3);
 //! 4. **the success pipeline** (MULTI/EXEC): counter, per-user marker, order hash;
 //! 5. **the commit** through this instance's committer (group commit, on a pool of its
-//!    own): conditional decrement + order insert per item, one transaction;
+//!    own): conditional decrement + order insert per item, one statement;
 //! 6. **settle**: the pending record is cleared.
 //!
 //! When step 5 does not succeed, the reservation is undone (`lua/undo_reservation.lua`).
-//! When its COMMIT goes unanswered, Postgres is asked what became of the transaction
-//! (`txid_status`): committed is a success, aborted is undone, still running is left
-//! pending (the client hears 202 `ORDER_PENDING`). When the process dies between 3 and
+//! When its answer never comes, the batch is settled by its key
+//! ([`records::settle`]) and its orders looked up: there is a success, not there is
+//! undone, a settle that cannot finish in time is left pending (the client hears 202
+//! `ORDER_PENDING`). When the process dies between 3 and
 //! 6, the [`Reconciler`] finds the overdue pending record and settles or undoes it from
 //! Postgres the same way. Postgres is the final guard against overselling throughout.
 

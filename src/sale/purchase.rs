@@ -450,19 +450,18 @@ impl Purchases {
                 self.undo(item, reservation, Undo::Whole).await;
                 Err(SaleError::OrderFailed(e))
             }
-            // The order may yet land: the reservation stays pending (with its
-            // transaction id, when known) and the reconciler settles it after the
-            // deadline, by when Postgres's own timeouts have ended the transaction.
-            Err(CommitError::InDoubt { txid, cause }) => {
+            // The order may yet land: the reservation stays pending (with its batch's
+            // key, when known) and the reconciler settles it after the deadline.
+            Err(CommitError::InDoubt { batch, cause }) => {
                 tracing::warn!(
-                    item.id = %item.id, order.id = %order_id, txid = ?txid.map(|t| t.0),
+                    item.id = %item.id, order.id = %order_id, batch = ?batch.map(|b| b.0),
                     error = %format!("{cause:#}"),
                     "order commit in doubt: left pending for the reconciler"
                 );
-                if let Some(txid) = txid {
+                if let Some(batch) = batch {
                     if let Err(e) = self
                         .reservations
-                        .note_in_doubt(item.id, reservation, txid)
+                        .note_in_doubt(item.id, reservation, batch)
                         .await
                     {
                         tracing::warn!(error = %format!("{e:#}"), "could not record an in-doubt commit");

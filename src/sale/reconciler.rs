@@ -9,9 +9,9 @@
 //! - the keys' expiry is stamped (a key a purchase created since the last round gets it);
 //! - each reservation pending past its deadline is looked up in Postgres: its order
 //!   exists → the record is cleared (`settled`); it does not → the reservation is undone,
-//!   stock back, buyer mark and pipeline writes removed (`released`), unless its COMMIT
-//!   went unanswered and `txid_status` says the transaction is not over (then it waits
-//!   for the next round);
+//!   stock back, buyer mark and pipeline writes removed (`released`). A reservation whose
+//!   commit went unanswered has its batch settled first (`records::settle`: once it
+//!   returns, the batch has ended or will never write), so the lookup is final;
 //! - Redis stock + pending reservations not yet committed + Postgres orders holding a
 //!   unit must equal the total stock, and with nothing pending the buyers set's size and
 //!   the success counter must equal Postgres's orders (when they do not, the set is
@@ -22,6 +22,7 @@
 //!   check wins and the repair waits for the next round;
 //! - a missing stock counter of an item still on sale (Redis restarted without data) is
 //!   rebuilt from Postgres (`rebuilt`); an ended item's is left gone;
+//! - the batch keys older than an hour are deleted (`order_batches`);
 //! - a released unit that has waited for its give-back longer than `STALE_RETURN` is
 //!   given back here (`returned`), through the sweeper's own give-back.
 //!
@@ -35,7 +36,7 @@ use chrono::Utc;
 
 use super::item::{Item, SalePhase};
 use super::parts::SaleParts;
-use super::records::{self, TxStatus};
+use super::records;
 use super::stock::{Repairs, ReservationOptions, Reservations, RoomGate, RoomGates, Undo};
 use super::sweeper::Sweeper;
 use crate::vocabulary::Repair;
@@ -99,6 +100,7 @@ impl Reconciler {
         // gate of no room (off, version 0) until the next round.
         let items = parts.catalog.all();
         let gates = records::room_gates(&parts.pool).await?;
+        records::forget_old_batches(&parts.pool).await?;
         for item in items {
             if parts.lifetime.expire_at(&item) <= now {
                 continue;
@@ -150,7 +152,14 @@ impl Reconciler {
     async fn settle_overdue(&self, item: &Item) -> anyhow::Result<()> {
         let overdue = self.repairs.overdue(item.id).await?;
         let in_doubt = self.repairs.in_doubt(item.id, &overdue).await?;
-        for (reservation, txid) in overdue.into_iter().zip(in_doubt) {
+        for (reservation, batch) in overdue.into_iter().zip(in_doubt) {
+            // A commit that went unanswered: settled before the lookup, which is then
+            // final. It waits for a statement still running (a round that cannot finish
+            // it fails, and the next one tries again). Without a record the statement
+            // is over: Postgres's `statement_timeout` ends it before the deadline.
+            if let Some(batch) = batch {
+                records::settle(&self.parts.pool, batch).await?;
+            }
             if records::order_by_id(&self.parts.pool, reservation.order)
                 .await?
                 .is_some()
@@ -158,30 +167,16 @@ impl Reconciler {
                 self.reservations.settle(item.id, &[reservation]).await?;
                 self.count_repair(Repair::Settled);
                 tracing::info!(item.id = %item.id, user.id = %reservation.user, "pending reservation had its order: settled");
-            } else {
-                // No order visible. A COMMIT that went unanswered is asked about: it may
-                // have committed without being visible yet (a synchronous standby), or
-                // still be running. Without a record the transaction is over: Postgres's
-                // own timeouts end it before the reservation deadline.
-                let status = match txid {
-                    Some(txid) => records::transaction_status(&self.parts.pool, txid).await?,
-                    None => TxStatus::Aborted,
-                };
-                if status != TxStatus::Aborted {
-                    tracing::info!(item.id = %item.id, order.id = %reservation.order, ?status, "in-doubt commit not over yet: asking again next round");
-                    continue;
-                }
-                if self
-                    .reservations
-                    .undo(item.id, reservation, Undo::Whole)
-                    .await?
-                {
-                    self.count_repair(Repair::Released);
-                    tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
-                    self.parts.sold_out.announce(item.id, false).await;
-                }
+            } else if self
+                .reservations
+                .undo(item.id, reservation, Undo::Whole)
+                .await?
+            {
+                self.count_repair(Repair::Released);
+                tracing::warn!(item.id = %item.id, user.id = %reservation.user, "abandoned reservation released");
+                self.parts.sold_out.announce(item.id, false).await;
             }
-            if txid.is_some() {
+            if batch.is_some() {
                 self.repairs.forget_in_doubt(item.id, reservation).await?;
             }
         }

@@ -19,7 +19,7 @@ mod life_cycle;
 mod order_lines;
 
 pub use commit::{
-    commit_orders, transaction_status, CommitError, ItemRefusal, NewOrder, TxId, TxStatus,
+    commit_orders, forget_old_batches, settle, BatchKey, CommitError, ItemRefusal, NewOrder,
 };
 pub use item_edits::{
     audit_creation, audit_reopen, edit_item, end_item, item_audit, items_with_figures, pause_item,

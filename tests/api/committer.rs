@@ -4,12 +4,20 @@
 //! (failpoint `committer::stall`, aimed at the gate's user) while the purchases under
 //! test queue up behind it; then the gate is opened and they form the next batch.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::{PgPoolOptions, PgSslMode};
 use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
+use seckill::domain::{ItemId, UserId};
+use seckill::sale::records::{commit_orders, NewOrder};
 use seckill_test_support::{
-    eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, TestApp,
+    eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, spawn_app_with, TestApp,
 };
 
 /// Orders queued and not yet in a batch.
@@ -200,4 +208,300 @@ async fn a_batch_whose_commit_answer_is_lost_is_resolved_before_anyone_is_told(d
         Duration::from_secs(2),
     )
     .await;
+}
+
+/// A TCP proxy in front of Postgres that counts the exchanges its clients have with it:
+/// one per `ReadyForQuery` the server sends, which ends a simple query and an extended
+/// protocol's `Sync` alike (so `BEGIN`, a statement and `COMMIT` are three).
+async fn exchange_counter(upstream: SocketAddr) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let exchanges = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&exchanges);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let server = TcpStream::connect(upstream).await.unwrap();
+                let (mut client_in, mut client_out) = client.into_split();
+                let (mut server_in, mut server_out) = server.into_split();
+                let up = tokio::io::copy(&mut client_in, &mut server_out);
+                let down = async move {
+                    // Server messages: a type byte, then a length that counts itself.
+                    let (mut pending, mut chunk) = (Vec::new(), [0u8; 8192]);
+                    loop {
+                        let n = server_in.read(&mut chunk).await?;
+                        if n == 0 {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        client_out.write_all(&chunk[..n]).await?;
+                        pending.extend_from_slice(&chunk[..n]);
+                        let mut at = 0;
+                        while pending.len() - at >= 5 {
+                            let length =
+                                u32::from_be_bytes(pending[at + 1..at + 5].try_into().unwrap());
+                            let end = at + 1 + length as usize;
+                            if pending.len() < end {
+                                break;
+                            }
+                            if pending[at] == b'Z' {
+                                counted.fetch_add(1, Ordering::SeqCst);
+                            }
+                            at = end;
+                        }
+                        pending.drain(..at);
+                    }
+                };
+                let _ = tokio::join!(up, down);
+            });
+        }
+    });
+    (address, exchanges)
+}
+
+#[sqlx::test]
+async fn a_batch_commits_in_one_exchange_with_postgres(db: PgPool) {
+    let app = spawn_app(&db).await;
+    let item = app.open_item(10).await;
+    let options = db.connect_options().as_ref().clone();
+    let upstream = tokio::net::lookup_host((options.get_host(), options.get_port()))
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let (proxy, exchanges) = exchange_counter(upstream).await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(
+            options
+                .host("127.0.0.1")
+                .port(proxy.port())
+                .ssl_mode(PgSslMode::Disable),
+        )
+        .await
+        .unwrap();
+    let price: i64 = sqlx::query_scalar("SELECT price_cents FROM items WHERE id = $1")
+        .bind(item)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let order = |user: i64| NewOrder {
+        id: uuid::Uuid::now_v7(),
+        user: UserId::try_from(user).unwrap(),
+        item: ItemId::try_from(item).unwrap(),
+        price_cents: price,
+    };
+    // The exchanges of one batch, from the connection idle in the pool to idle again:
+    // sqlx pings a connection as it goes back (off the batch's path).
+    let exchanges_of = |orders: Vec<NewOrder>| {
+        let (pool, exchanges) = (pool.clone(), Arc::clone(&exchanges));
+        let ids: Vec<_> = orders.iter().map(|o| Ok(o.id)).collect();
+        async move {
+            let before = exchanges.load(Ordering::SeqCst);
+            let outcomes: Vec<_> = commit_orders(
+                &pool,
+                &orders,
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+            )
+            .await
+            .into_iter()
+            .map(|o| o.map(|o| o.id).map_err(|e| format!("{e:#}")))
+            .collect();
+            assert_eq!(outcomes, ids);
+            eventually(
+                "the connection is back in the pool",
+                Duration::from_secs(10),
+                || async { (pool.num_idle() == 1).then_some(()) },
+            )
+            .await;
+            exchanges.load(Ordering::SeqCst) - before
+        }
+    };
+    eventually(
+        "the pool's first connection is idle",
+        Duration::from_secs(10),
+        || async { (pool.num_idle() == 1).then_some(()) },
+    )
+    .await;
+    // The first batch on a connection also prepares the statement.
+    assert_eq!(exchanges_of(vec![order(5401)]).await, 3);
+    assert_eq!(
+        exchanges_of(vec![order(5402), order(5403), order(5404)]).await,
+        2,
+        "the statement with its commit (no BEGIN, no COMMIT), and the pool's ping"
+    );
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (4, 6)
+    );
+    // Its connections gone, the test's database can be dropped at once.
+    pool.close().await;
+}
+
+#[sqlx::test]
+async fn a_batch_still_waiting_for_the_item_when_its_answer_is_given_up_never_lands(db: PgPool) {
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(10).await;
+    let token = app.token_for(5501).await;
+    // An operator's edit holds the item's row: the batch's statement waits behind it.
+    let mut edit = db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM items WHERE id = $1 FOR UPDATE")
+        .bind(item)
+        .execute(&mut *edit)
+        .await
+        .unwrap();
+
+    let response = app.post_seckill(&token, item, "10.43.0.1").await;
+    // Settled past its timeout: the batch's key taken before the statement could write
+    // it, so the order was not written and never will be.
+    let status = response.status();
+    let body = json(response).await;
+    assert_eq!(
+        (status.as_u16(), &body["code"]),
+        (503, &serde_json::json!("ORDER_FAILED")),
+        "{body}"
+    );
+
+    edit.rollback().await.unwrap();
+    eventually(
+        "the batch's statement has run",
+        Duration::from_secs(10),
+        || async {
+            let running: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND state <> 'idle' AND query LIKE '%INSERT INTO order_batches%'",
+            )
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            (running == 0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (0, 10)
+    );
+    assert_eq!(
+        app.redis_command::<Option<i64>>("GET", &app.item_keys(item).stock())
+            .await,
+        Some(10),
+        "the unit is back in Redis"
+    );
+}
+
+/// In this test's own database, the orders of `users` wait at their COMMIT (a deferred
+/// trigger) until advisory lock 38 is free, then commit, or fail when `fail` is set.
+async fn commits_wait_for_lock_38(db: &PgPool, users: &[i64], fail: bool) {
+    let users: Vec<String> = users.iter().map(i64::to_string).collect();
+    // Built from numbers only (the test's own ids).
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        r#"CREATE FUNCTION wait_for_38() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.user_id = ANY(ARRAY[{users}]::bigint[]) THEN
+               PERFORM pg_advisory_xact_lock(38);
+               IF {fail} THEN RAISE EXCEPTION 'refused at commit'; END IF;
+             END IF;
+             RETURN NULL;
+           END $$;
+           CREATE CONSTRAINT TRIGGER wait_for_38 AFTER INSERT ON orders
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_for_38();"#,
+        users = users.join(","),
+    )))
+    .execute(db)
+    .await
+    .unwrap();
+}
+
+/// Holds advisory lock 38 while the purchase of `user` runs past its commit timeout, lets
+/// go once the purchase's settle waits for the batch's statement, and answers the
+/// purchase's (status, code).
+async fn purchase_settled_while_its_statement_runs(
+    app: &TestApp,
+    db: &PgPool,
+    item: i64,
+    user: i64,
+) -> (u16, Option<String>) {
+    let mut holder = db.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(38)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let token = app.token_for(user).await;
+    let (response, ()) = tokio::join!(app.post_seckill(&token, item, "10.44.0.1"), async {
+        eventually(
+            "the settle waits for the batch's statement",
+            Duration::from_secs(10),
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'
+                       AND query LIKE 'INSERT INTO order_batches (id) VALUES%'",
+                )
+                .fetch_one(db)
+                .await
+                .unwrap();
+                (waiting == 1).then_some(())
+            },
+        )
+        .await;
+        sqlx::query("SELECT pg_advisory_unlock(38)")
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+    });
+    let status = response.status().as_u16();
+    (
+        status,
+        json(response).await["code"].as_str().map(String::from),
+    )
+}
+
+#[sqlx::test]
+async fn a_batch_whose_answer_is_late_is_settled_as_committed_once_its_statement_commits(
+    db: PgPool,
+) {
+    commits_wait_for_lock_38(&db, &[5601], false).await;
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(10).await;
+
+    assert_eq!(
+        purchase_settled_while_its_statement_runs(&app, &db, item, 5601).await,
+        (200, None),
+        "the settle waited for the statement, then found its order"
+    );
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (1, 9)
+    );
+    app.until_nothing_pending(item, "settled by the purchase", Duration::from_secs(2))
+        .await;
+}
+
+#[sqlx::test]
+async fn a_batch_whose_answer_is_late_is_settled_as_failed_once_its_statement_rolls_back(
+    db: PgPool,
+) {
+    commits_wait_for_lock_38(&db, &[5701], true).await;
+    let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
+    let item = app.open_item(10).await;
+
+    assert_eq!(
+        purchase_settled_while_its_statement_runs(&app, &db, item, 5701).await,
+        (503, Some("ORDER_FAILED".into())),
+        "the settle waited for the statement, then found no order"
+    );
+    assert_eq!(
+        (pg_orders(&db, item).await, pg_remaining(&db, item).await),
+        (0, 10)
+    );
+    assert_eq!(
+        app.redis_command::<Option<i64>>("GET", &app.item_keys(item).stock())
+            .await,
+        Some(10),
+        "the unit is back in Redis"
+    );
 }

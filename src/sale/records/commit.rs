@@ -1,6 +1,6 @@
-//! Writing orders: the batch commit behind the committer, and what to do when a COMMIT's
-//! answer never comes (ask Postgres with `txid_status`). Kept apart from the plain
-//! queries because this is the one place where overselling is refused for good.
+//! Writing orders: the batch commit behind the committer, and what to do when its answer
+//! never comes (settle the batch by its key, then look its orders up). Kept apart from
+//! the plain queries because this is the one place where overselling is refused for good.
 
 use std::time::Duration;
 
@@ -12,21 +12,10 @@ use super::{orders_by_id, Order};
 use crate::domain::UserId;
 use crate::sale::item::ItemId;
 
-/// Postgres's id of an order's transaction, taken inside it (`txid_current()`), so that
-/// a COMMIT whose answer never came can be asked about later (`txid_status`).
+/// The key of one batch's statement, chosen before it is sent (a UUID v7) and written
+/// by it into `order_batches`: what [`settle`] fences when the answer never comes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxId(pub i64);
-
-/// What Postgres says became of a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxStatus {
-    /// It committed: the order is there.
-    Committed,
-    /// It rolled back: the order is not there and never will be.
-    Aborted,
-    /// Still running: a COMMIT waiting (on a lock, a trigger, a synchronous standby).
-    InProgress,
-}
+pub struct BatchKey(pub Uuid);
 
 /// Why an order commit did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -42,17 +31,17 @@ pub enum CommitError {
     /// price is no longer the one the purchase was admitted at.
     #[error("the item refused the order: {0:?}")]
     Refused(ItemRefusal),
-    /// Nothing was written, and nothing will be: failed or gave up before COMMIT was
-    /// sent (the transaction is rolled back, by Postgres's idle timeout at the latest),
-    /// or Postgres says the transaction aborted.
+    /// Nothing was written, and nothing will be: failed before the statement was sent,
+    /// Postgres answered that it failed (its transaction rolled back), or the batch was
+    /// settled without the order.
     #[error("order commit failed: {0:#}")]
     Failed(anyhow::Error),
-    /// COMMIT was sent and Postgres cannot say yet what became of it: the order may
-    /// still land. `txid` is the transaction to ask about, when it is known.
+    /// The statement was sent, its answer never came, and the batch could not be
+    /// settled in time: the order may still land. `batch` is the batch to settle later.
     #[error("order commit outcome unknown: {cause:#}")]
     InDoubt {
-        /// The transaction to ask about, when its id was read before COMMIT.
-        txid: Option<TxId>,
+        /// The batch to settle ([`settle`]), when it was sent.
+        batch: Option<BatchKey>,
         /// Why the answer did not come.
         cause: anyhow::Error,
     },
@@ -116,9 +105,10 @@ impl ItemState {
 /// The check that keeps an item's stock from going below zero.
 const STOCK_NOT_NEGATIVE: &str = "items_remaining_stock_check";
 
-/// How long the question "what became of this transaction?" may take: one lookup in
-/// Postgres's commit log.
-const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long settling a batch whose answer was lost may take in the purchase (its
+/// statement may still be running: the settle waits for it); past it the orders are in
+/// doubt and the reconciler settles them.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Writes a batch of orders within `timeout`, one transaction per item (side by side),
 /// and answers one outcome per order, in order. Each order is placed `pending_payment`,
@@ -128,12 +118,12 @@ const TX_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 /// already hold a live order (`ON CONFLICT (user_id, item_id) WHERE state IN
 /// ('pending_payment', 'paid') DO NOTHING`, the partial unique index
 /// `orders_one_live_per_user_and_item`) and one decrement of the item's stock by the
-/// number inserted. The item's
-/// row is locked from that statement to the COMMIT: two round trips per batch, whatever
-/// its size. `CHECK (remaining_stock >= 0)` stays Postgres's own guard against
-/// overselling: when it refuses a batch, the batch is replayed order by order to find
-/// which ones are sold out. A COMMIT without an answer is asked about (`txid_status`)
-/// before anyone is told anything.
+/// number inserted, in an implicit transaction: one round trip per batch, whatever its
+/// size, the item's row locked for the statement only. `CHECK (remaining_stock >= 0)`
+/// stays Postgres's own guard against overselling: when it refuses a batch, the batch is
+/// replayed order by order to find which ones are sold out. A batch whose answer never
+/// comes is settled by its key ([`settle`]) and its orders looked up before anyone is
+/// told anything.
 pub async fn commit_orders(
     pool: &PgPool,
     orders: &[NewOrder],
@@ -231,15 +221,16 @@ impl CommitError {
             Self::AlreadyPurchased => Self::AlreadyPurchased,
             Self::Refused(why) => Self::Refused(*why),
             Self::Failed(e) => Self::Failed(anyhow::anyhow!("{e:#}")),
-            Self::InDoubt { txid, cause } => Self::InDoubt {
-                txid: *txid,
+            Self::InDoubt { batch, cause } => Self::InDoubt {
+                batch: *batch,
                 cause: anyhow::anyhow!("{cause:#}"),
             },
         }
     }
 }
 
-/// One transaction for one item's orders: BEGIN, the statement, COMMIT.
+/// One item's orders in one statement, in an implicit transaction: one exchange with
+/// Postgres (Parse/Bind/Execute/Sync, the COMMIT at the Sync).
 async fn commit_batch(
     pool: &PgPool,
     item: ItemId,
@@ -254,122 +245,137 @@ async fn commit_batch(
         .await
         .unwrap_or(Err(sqlx::Error::PoolTimedOut))
         .map_err(failed)?;
+    let batch = BatchKey(Uuid::now_v7());
     let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user.get()).collect();
     let prices: Vec<i64> = orders.iter().map(|o| o.price_cents).collect();
-    let write = async {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
-        // `item` locks the item's row first, as the decrement below would (`FOR NO KEY
-        // UPDATE`: the orders' foreign-key checks still pass): an operator's end,
-        // archive, pause or price edit (`item_edits`, the row locked `FOR UPDATE`) and
-        // this commit take turns on it, and READ COMMITTED hands the lock's waiter the
-        // row's newest version. The one cost of locking before the insert: a cancel or
-        // an expiry of the same user's order of this item (order row, then item row)
-        // running beside it is a deadlock Postgres breaks within a second, failing one
-        // of the two (the purchase answers ORDER_FAILED, a cancel an error to retry, an
-        // expiry waits for the next sweep). It needs Redis to have lost the buyer's mark,
-        // which refuses such a purchase before it gets here. `state`
-        // reads the clock once the lock is held (`clock_timestamp()`, not the
-        // transaction's start), so an order is refused from the moment an end commits;
-        // an end sets `ends_at` from the same clock after taking the lock, so every
-        // order's `created_at` (its transaction's start) is before its item's end.
-        let row = sqlx::query!(
-            r#"WITH item AS MATERIALIZED (
-                 SELECT ends_at, paused, archived_at, price_cents FROM items WHERE id = $3 FOR NO KEY UPDATE
-               ), state AS MATERIALIZED (
-                 SELECT clock_timestamp() >= ends_at OR archived_at IS NOT NULL AS ended, paused, price_cents
-                 FROM item
-               ), inserted AS (
-                 INSERT INTO orders (id, user_id, item_id, state, pay_by, price_cents)
-                 SELECT o.id, o.user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond', o.price_cents
-                 FROM UNNEST($1::uuid[], $2::bigint[], $5::bigint[]) AS o (id, user_id, price_cents), state s
-                 WHERE NOT s.ended AND NOT s.paused AND o.price_cents = s.price_cents
-                 ON CONFLICT (user_id, item_id) WHERE state IN ('pending_payment', 'paid') DO NOTHING
-                 RETURNING id, created_at, pay_by
-               ), taken AS (
-                 UPDATE items SET remaining_stock = remaining_stock - (SELECT count(*) FROM inserted)
-                 WHERE id = $3 AND EXISTS (SELECT 1 FROM inserted)
-               )
-               SELECT txid_current() AS "txid!",
-                      coalesce(array_agg(id), '{}') AS "ids!: Vec<Uuid>",
-                      coalesce(array_agg(created_at), '{}') AS "created!: Vec<DateTime<Utc>>",
-                      coalesce(array_agg(pay_by), '{}') AS "pay_by!: Vec<DateTime<Utc>>",
-                      (SELECT ended FROM state) AS "ended?",
-                      (SELECT paused FROM state) AS "paused?",
-                      (SELECT price_cents FROM state) AS "price_cents?"
-               FROM inserted"#,
-            &ids,
-            &users,
-            item.get(),
-            pay_within.as_millis() as f64,
-            &prices,
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match e.as_database_error().and_then(|d| d.constraint()) {
-            Some(STOCK_NOT_NEGATIVE) => BatchError::StockCheck,
-            _ => failed(e),
-        })?;
-        let created: Vec<_> = row.created.into_iter().zip(row.pay_by).collect();
-        // No row: no such item, so nothing was inserted (items are never deleted).
-        let state = match (row.ended, row.paused, row.price_cents) {
-            (Some(ended), Some(paused), Some(price_cents)) => ItemState {
-                ended,
-                paused,
-                price_cents,
-            },
-            _ => {
-                return Err(BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
-                    "item {item} not found at the commit"
-                ))))
-            }
-        };
-        Ok((tx, TxId(row.txid), row.ids, created, state))
-    };
-    let (tx, txid, inserted, created, state) = tokio::time::timeout_at(deadline, write)
-        .await
-        .map_err(|_| {
-            BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
-                "no answer before COMMIT within the commit timeout"
-            )))
-        })??;
-    let committed = match tokio::time::timeout_at(deadline, tx.commit()).await {
-        Ok(Ok(())) if !commit_unanswered(orders) => Ok(()),
-        Ok(Ok(())) => Err(anyhow::anyhow!("injected: the COMMIT's answer was lost")),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(anyhow::anyhow!(
-            "no answer to COMMIT within the commit timeout"
-        )),
-    };
-    drop(conn);
-    if let Err(cause) = committed {
-        let status = tokio::time::timeout(TX_STATUS_TIMEOUT, transaction_status(pool, txid))
-            .await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("txid_status did not answer in time")));
-        match status {
-            Ok(TxStatus::Committed) => {}
-            Ok(TxStatus::Aborted) => return Err(BatchError::Commit(CommitError::Failed(cause))),
-            // Still running, or Postgres cannot say: the orders may yet land.
-            other => {
-                let cause = match other {
-                    Err(e) => cause.context(format!("and its status is unknown: {e:#}")),
-                    Ok(_) => cause.context("the transaction is still in progress"),
-                };
-                return Err(BatchError::Commit(CommitError::InDoubt {
-                    txid: Some(txid),
-                    cause,
-                }));
-            }
+    // `item` locks the item's row first, as the decrement below would
+    // (`FOR NO KEY UPDATE`: the orders' foreign-key checks still pass): an operator's
+    // end, archive, pause or price edit (`item_edits`, the row locked `FOR UPDATE`) and
+    // this commit take turns on it, and READ COMMITTED hands the lock's waiter the row's
+    // newest version. The one cost of locking before the insert: a cancel or an expiry
+    // of the same user's order of this item (order row, then item row) running beside it
+    // is a deadlock Postgres breaks within a second, failing one of the two (the
+    // purchase answers ORDER_FAILED, a cancel an error to retry, an expiry waits for the
+    // next sweep). It needs Redis to have lost the buyer's mark, which refuses such a
+    // purchase before it gets here. `state` reads the clock once the lock is held
+    // (`clock_timestamp()`, not the statement's start), so an order is refused from the
+    // moment an end commits; an end sets `ends_at` from the same clock after taking the
+    // lock, so every order's `created_at` (its transaction's start) is before its
+    // item's end. `fence` then writes the batch's key, once the lock is held, or finds
+    // it settled and the statement writes nothing (see `settle`): a statement that
+    // waited on the lock past its answer's deadline is settled at once.
+    let write = sqlx::query!(
+        r#"WITH item AS MATERIALIZED (
+             SELECT ends_at, paused, archived_at, price_cents FROM items WHERE id = $3 FOR NO KEY UPDATE
+           ), state AS MATERIALIZED (
+             SELECT clock_timestamp() >= ends_at OR archived_at IS NOT NULL AS ended, paused, price_cents
+             FROM item
+           ), fence AS (
+             INSERT INTO order_batches (id) SELECT $6 FROM state
+             ON CONFLICT DO NOTHING RETURNING id
+           ), inserted AS (
+             INSERT INTO orders (id, user_id, item_id, state, pay_by, price_cents)
+             SELECT o.id, o.user_id, $3, 'pending_payment', now() + $4 * interval '1 millisecond', o.price_cents
+             FROM UNNEST($1::uuid[], $2::bigint[], $5::bigint[]) AS o (id, user_id, price_cents), state s
+             WHERE NOT s.ended AND NOT s.paused AND o.price_cents = s.price_cents
+               AND EXISTS (SELECT 1 FROM fence)
+             ON CONFLICT (user_id, item_id) WHERE state IN ('pending_payment', 'paid') DO NOTHING
+             RETURNING id, created_at, pay_by
+           ), taken AS (
+             UPDATE items SET remaining_stock = remaining_stock - (SELECT count(*) FROM inserted)
+             WHERE id = $3 AND EXISTS (SELECT 1 FROM inserted)
+           )
+           SELECT EXISTS (SELECT 1 FROM fence) AS "fenced_in!",
+                  coalesce(array_agg(id), '{}') AS "ids!: Vec<Uuid>",
+                  coalesce(array_agg(created_at), '{}') AS "created!: Vec<DateTime<Utc>>",
+                  coalesce(array_agg(pay_by), '{}') AS "pay_by!: Vec<DateTime<Utc>>",
+                  (SELECT ended FROM state) AS "ended?",
+                  (SELECT paused FROM state) AS "paused?",
+                  (SELECT price_cents FROM state) AS "price_cents?"
+           FROM inserted"#,
+        &ids,
+        &users,
+        item.get(),
+        pay_within.as_millis() as f64,
+        &prices,
+        batch.0,
+    )
+    .fetch_one(&mut *conn);
+    let lost = match tokio::time::timeout_at(deadline, write).await {
+        Ok(Ok(_)) if commit_unanswered(orders) => {
+            anyhow::anyhow!("injected: the commit's answer was lost")
         }
-    }
-    let created_at: std::collections::HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> =
-        inserted.into_iter().zip(created).collect();
+        Ok(Ok(row)) => {
+            drop(conn);
+            let state = match (row.ended, row.paused, row.price_cents) {
+                (Some(ended), Some(paused), Some(price_cents)) => ItemState {
+                    ended,
+                    paused,
+                    price_cents,
+                },
+                // No row: no such item, so nothing was inserted (items are never deleted).
+                _ => {
+                    return Err(BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
+                        "item {item} not found at the commit"
+                    ))))
+                }
+            };
+            if !row.fenced_in {
+                // Only a settle writes the key first, and only after this answer was
+                // given up: never the case for an answer read.
+                return Err(BatchError::Commit(CommitError::Failed(anyhow::anyhow!(
+                    "batch {} was settled before it ran",
+                    batch.0
+                ))));
+            }
+            let created = row
+                .ids
+                .into_iter()
+                .zip(row.created.into_iter().zip(row.pay_by));
+            return Ok(answered(pool, orders, created.collect(), state).await);
+        }
+        // Postgres answered with an error: the statement, and its transaction with it,
+        // did not commit (an error at the COMMIT is a rollback too).
+        Ok(Err(e)) if rolled_back(&e) => {
+            return Err(match e.as_database_error().and_then(|d| d.constraint()) {
+                Some(STOCK_NOT_NEGATIVE) => BatchError::StockCheck,
+                _ => failed(e),
+            })
+        }
+        Ok(Err(e)) => anyhow::Error::from(e).context("the commit's answer never came"),
+        Err(_) => anyhow::anyhow!("no answer to the commit within the commit timeout"),
+    };
+    // The connection is closed, never returned to the pool: its session ends once the
+    // statement, if it ever ran, has ended.
+    drop(conn.detach());
+    settle_lost(pool, orders, batch, lost).await
+}
+
+/// Whether `error` is Postgres's own answer that the statement failed (an `ERROR`, which
+/// rolls its implicit transaction back), as opposed to a lost connection or a session
+/// ended (`FATAL`), which can come after a commit.
+fn rolled_back(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .is_some_and(|d| d.severity() == sqlx::postgres::PgSeverity::Error)
+}
+
+/// The outcomes of a batch whose answer came: `created` the orders it inserted, `state`
+/// the item's row as it saw it.
+async fn answered(
+    pool: &PgPool,
+    orders: &[NewOrder],
+    created: std::collections::HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)>,
+    state: ItemState,
+) -> Vec<Result<Order, CommitError>> {
     // A row not inserted conflicted with the user's order of this item: an earlier
     // attempt of this very order (same id: a success), or another (already purchased).
-    let skipped: Vec<Uuid> = ids
+    let skipped: Vec<Uuid> = orders
         .iter()
-        .filter(|id| !created_at.contains_key(id))
-        .copied()
+        .map(|o| o.id)
+        .filter(|id| !created.contains_key(id))
         .collect();
     let earlier = if skipped.is_empty() {
         Vec::new()
@@ -378,24 +384,24 @@ async fn commit_batch(
             Ok(found) => found,
             Err(e) => {
                 let cause = e.context("looking up orders the batch skipped");
-                return Ok(orders
+                return orders
                     .iter()
-                    .map(|o| match created_at.get(&o.id) {
+                    .map(|o| match created.get(&o.id) {
                         Some(&(at, pay_by)) => Ok(o.committed_at(at, pay_by)),
                         None => Err(CommitError::InDoubt {
-                            txid: None,
+                            batch: None,
                             cause: anyhow::anyhow!("{cause:#}"),
                         }),
                     })
-                    .collect());
+                    .collect();
             }
         }
     };
     // Not inserted and not an earlier attempt's: refused by the item's row, or else
     // the user's other order of this item.
-    Ok(orders
+    orders
         .iter()
-        .map(|o| match created_at.get(&o.id) {
+        .map(|o| match created.get(&o.id) {
             Some(&(at, pay_by)) => Ok(o.committed_at(at, pay_by)),
             None => earlier.iter().find(|e| e.id == o.id).cloned().ok_or(
                 match state.refusal(o.price_cents) {
@@ -403,6 +409,45 @@ async fn commit_batch(
                     None => CommitError::AlreadyPurchased,
                 },
             ),
+        })
+        .collect()
+}
+
+/// A batch whose answer was lost (`cause`): settled ([`settle`]), each order is there
+/// (committed) or failed for good. When the settle cannot finish in time (the statement
+/// still runs, or Postgres does not answer) every order is in doubt, with the batch's
+/// key for the reconciler.
+async fn settle_lost(
+    pool: &PgPool,
+    orders: &[NewOrder],
+    batch: BatchKey,
+    cause: anyhow::Error,
+) -> Result<Vec<Result<Order, CommitError>>, BatchError> {
+    let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
+    let settled = tokio::time::timeout(SETTLE_TIMEOUT, async {
+        settle(pool, batch).await?;
+        orders_by_id(pool, &ids).await
+    })
+    .await
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("the settle did not finish in time")));
+    let found = match settled {
+        Ok(found) => found,
+        Err(e) => {
+            return Err(BatchError::Commit(CommitError::InDoubt {
+                batch: Some(batch),
+                cause: cause.context(format!("and the batch is not settled yet: {e:#}")),
+            }))
+        }
+    };
+    // Settled: an order not there was not written (the batch rolled back, never ran, or
+    // skipped it: the user's other order or the item's refusal, which the lost answer
+    // would have told) and never will be.
+    Ok(orders
+        .iter()
+        .map(|o| {
+            found.iter().find(|f| f.id == o.id).cloned().ok_or_else(|| {
+                CommitError::Failed(anyhow::anyhow!("{cause:#}; settled: not written"))
+            })
         })
         .collect())
 }
@@ -420,7 +465,7 @@ impl NewOrder {
     }
 }
 
-/// Failpoint `sale::commit_unanswered` (`return(<user id>)`): the COMMIT of a batch
+/// Failpoint `sale::commit_unanswered` (`return(<user id>)`): the commit of a batch
 /// holding that user's order goes through, and its answer is "lost".
 fn commit_unanswered(orders: &[NewOrder]) -> bool {
     orders
@@ -428,16 +473,46 @@ fn commit_unanswered(orders: &[NewOrder]) -> bool {
         .any(|o| crate::sale::failpoints::crash_point("sale::commit_unanswered", o.user))
 }
 
-/// What became of transaction `txid`, from any session (`txid_status`).
-pub async fn transaction_status(pool: &PgPool, txid: TxId) -> anyhow::Result<TxStatus> {
-    let status = sqlx::query_scalar!(r#"SELECT txid_status($1) AS "status""#, txid.0)
-        .fetch_one(pool)
-        .await?;
-    match status.as_deref() {
-        Some("committed") => Ok(TxStatus::Committed),
-        Some("aborted") => Ok(TxStatus::Aborted),
-        Some("in progress") => Ok(TxStatus::InProgress),
-        // NULL: too old to be known (wrapped around); never the case within a deadline.
-        other => anyhow::bail!("txid_status({}) answered {other:?}", txid.0),
-    }
+/// Settles batch `batch`, whose answer was lost: writes its key into `order_batches`
+/// unless the batch's own statement has. Once this returns, the statement has ended or
+/// will write nothing: a statement still running holds its key's row uncommitted, and
+/// this insert waits for it to end; one that has not run yet finds the key taken and
+/// inserts no order. Then the orders that are there are all the batch ever wrote.
+///
+/// The key, not the session: a session's pid is reused and, behind a pooler, not the
+/// client's; and a statement still on its way (in a socket, in a pooler's queue) has no
+/// session to look at yet. Idempotent: settling twice is settling once.
+pub async fn settle(pool: &PgPool, batch: BatchKey) -> anyhow::Result<()> {
+    sqlx::query!(
+        "INSERT INTO order_batches (id) VALUES ($1) ON CONFLICT DO NOTHING",
+        batch.0
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// How long `order_batches` keeps a key: far longer than any statement can take to
+/// arrive and run (`statement_timeout`, a pooler's queue), and than the reservation
+/// deadline by which the reconciler settles what the purchase could not.
+pub const BATCH_KEY_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Deletes the keys of `order_batches` older than [`BATCH_KEY_RETENTION`] (the keys are
+/// UUID v7: their order is their time), and answers how many.
+pub async fn forget_old_batches(pool: &PgPool) -> anyhow::Result<u64> {
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(BATCH_KEY_RETENTION)
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    let cutoff = Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        cutoff.as_secs(),
+        cutoff.subsec_nanos(),
+    ));
+    Ok(
+        sqlx::query!("DELETE FROM order_batches WHERE id < $1", cutoff)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+    )
 }

@@ -111,8 +111,8 @@ impl ItemKeys {
     pub fn version(&self) -> String {
         format!("{}:stock-version", self.base)
     }
-    /// Order id → Postgres transaction id of each pending reservation whose COMMIT went
-    /// unanswered, so the reconciler can ask Postgres what became of it.
+    /// Order id → batch key (`records::BatchKey`) of each pending reservation whose
+    /// commit went unanswered and was not settled, so the reconciler can settle it.
     pub fn in_doubt(&self) -> String {
         format!("{}:in-doubt", self.base)
     }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{KeyLifetime, PendingReservation, StockRedis};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::{Item, ItemId};
-use crate::sale::records::TxId;
+use crate::sale::records::BatchKey;
 
 /// An item's Redis state as the reconciler reads it: the counter, the reservations
 /// behind it, who bought, the success counter, and the counter's version, which every
@@ -74,18 +74,18 @@ impl Repairs {
             .collect())
     }
 
-    /// The transaction ids recorded for `reservations` (see
+    /// The batch keys recorded for `reservations` (see
     /// [`super::Reservations::note_in_doubt`]).
     pub async fn in_doubt(
         &self,
         item: ItemId,
         reservations: &[PendingReservation],
-    ) -> anyhow::Result<Vec<Option<TxId>>> {
+    ) -> anyhow::Result<Vec<Option<BatchKey>>> {
         if reservations.is_empty() {
             return Ok(Vec::new());
         }
         let orders: Vec<String> = reservations.iter().map(|r| r.order.to_string()).collect();
-        let txids: Vec<Option<i64>> = self
+        let batches: Vec<Option<String>> = self
             .redis
             .call(
                 RedisPurpose::Other,
@@ -95,7 +95,12 @@ impl Repairs {
                     .arg(&orders),
             )
             .await?;
-        Ok(txids.into_iter().map(|t| t.map(TxId)).collect())
+        // A value that is no batch key (a transaction id recorded before issue 38) names
+        // nothing to settle: Postgres's timeouts have long ended that transaction.
+        Ok(batches
+            .into_iter()
+            .map(|b| b.and_then(|b| b.parse().ok()).map(BatchKey))
+            .collect())
     }
 
     /// Drops the in-doubt record of a reservation that has been resolved.

@@ -14,7 +14,7 @@ use crate::domain::UserId;
 use crate::limiter::{FollowUp, Then};
 use crate::metrics::RedisPurpose;
 use crate::sale::item::{Item, ItemId};
-use crate::sale::records::TxId;
+use crate::sale::records::BatchKey;
 
 /// How long the per-user success marker lives.
 const MARKER_TTL_SECS: u64 = 300;
@@ -325,17 +325,17 @@ impl Reservations {
             .map(drop)
     }
 
-    /// Records that `reservation`'s COMMIT went unanswered in transaction `txid`.
+    /// Records that `reservation`'s commit went unanswered in batch `batch`, unsettled.
     pub async fn note_in_doubt(
         &self,
         item: ItemId,
         reservation: PendingReservation,
-        txid: TxId,
+        batch: BatchKey,
     ) -> anyhow::Result<()> {
         let key = self.redis.keys(item).in_doubt();
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .hset(&key, reservation.order.to_string(), txid.0)
+            .hset(&key, reservation.order.to_string(), batch.0.to_string())
             .ignore()
             .pexpire(&key, IN_DOUBT_TTL_MS as i64)
             .ignore();
