@@ -393,22 +393,26 @@ async fn a_batch_still_waiting_for_the_item_when_its_answer_is_given_up_never_la
     );
 }
 
+/// The advisory lock that holds chosen orders at their COMMIT ([`commits_wait_at_the_gate`]).
+const COMMIT_GATE: i64 = 38;
+
 /// In this test's own database, the orders of `users` wait at their COMMIT (a deferred
-/// trigger) until advisory lock 38 is free, then commit, or fail when `fail` is set.
-async fn commits_wait_for_lock_38(db: &PgPool, users: &[i64], fail: bool) {
+/// trigger) until the advisory lock [`COMMIT_GATE`] is free, then commit, or fail when
+/// `fail` is set.
+async fn commits_wait_at_the_gate(db: &PgPool, users: &[i64], fail: bool) {
     let users: Vec<String> = users.iter().map(i64::to_string).collect();
     // Built from numbers only (the test's own ids).
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        r#"CREATE FUNCTION wait_for_38() RETURNS trigger LANGUAGE plpgsql AS $$
+        r#"CREATE FUNCTION wait_at_the_gate() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN
              IF NEW.user_id = ANY(ARRAY[{users}]::bigint[]) THEN
-               PERFORM pg_advisory_xact_lock(38);
+               PERFORM pg_advisory_xact_lock({COMMIT_GATE});
                IF {fail} THEN RAISE EXCEPTION 'refused at commit'; END IF;
              END IF;
              RETURN NULL;
            END $$;
-           CREATE CONSTRAINT TRIGGER wait_for_38 AFTER INSERT ON orders
-             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_for_38();"#,
+           CREATE CONSTRAINT TRIGGER wait_at_the_gate AFTER INSERT ON orders
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION wait_at_the_gate();"#,
         users = users.join(","),
     )))
     .execute(db)
@@ -416,7 +420,7 @@ async fn commits_wait_for_lock_38(db: &PgPool, users: &[i64], fail: bool) {
     .unwrap();
 }
 
-/// Holds advisory lock 38 while the purchase of `user` runs past its commit timeout, lets
+/// Holds the advisory lock [`COMMIT_GATE`] while the purchase of `user` runs past its commit timeout, lets
 /// go once the purchase's settle waits for the batch's statement, and answers the
 /// purchase's (status, code).
 async fn purchase_settled_while_its_statement_runs(
@@ -426,7 +430,8 @@ async fn purchase_settled_while_its_statement_runs(
     user: i64,
 ) -> (u16, Option<String>) {
     let mut holder = db.acquire().await.unwrap();
-    sqlx::query("SELECT pg_advisory_lock(38)")
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(COMMIT_GATE)
         .execute(&mut *holder)
         .await
         .unwrap();
@@ -448,7 +453,8 @@ async fn purchase_settled_while_its_statement_runs(
             },
         )
         .await;
-        sqlx::query("SELECT pg_advisory_unlock(38)")
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(COMMIT_GATE)
             .execute(&mut *holder)
             .await
             .unwrap();
@@ -464,7 +470,7 @@ async fn purchase_settled_while_its_statement_runs(
 async fn a_batch_whose_answer_is_late_is_settled_as_committed_once_its_statement_commits(
     db: PgPool,
 ) {
-    commits_wait_for_lock_38(&db, &[5601], false).await;
+    commits_wait_at_the_gate(&db, &[5601], false).await;
     let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
     let item = app.open_item(10).await;
 
@@ -485,7 +491,7 @@ async fn a_batch_whose_answer_is_late_is_settled_as_committed_once_its_statement
 async fn a_batch_whose_answer_is_late_is_settled_as_failed_once_its_statement_rolls_back(
     db: PgPool,
 ) {
-    commits_wait_for_lock_38(&db, &[5701], true).await;
+    commits_wait_at_the_gate(&db, &[5701], true).await;
     let app = spawn_app_with(&db, |s| s.order_commit_timeout_ms = 300).await;
     let item = app.open_item(10).await;
 
