@@ -116,11 +116,13 @@ test('R1. the operator opens a finished sale’s report from the items list and 
     // 30 admitted: the 15th waited over 1 s and up to 2 s; the 29th over 10 s.
     assert.equal(await text('report-wait-median'), '1 s – 2 s');
     assert.equal(await text('report-wait-p95'), '10 s – 15 s');
-    // Attempts are the stream's: what the rows above say, and (once the stream runs in
-    // this app) the three purchases themselves.
+    // Attempts are the stream's: what the rows above say, and (once the fold has taken
+    // them, at its own pace) the three purchases themselves. The page read them before the
+    // API is asked here, so it shows the rows' 19 at least and the API's figure at most.
+    const shown = Number(await text('report-attempts'));
     const report = await apiCall(`/admin/api/items/${item.id}/report`, { token: ADMIN_TOKEN });
-    assert.ok(report.data.attempts >= 19, JSON.stringify(report.data));
-    assert.equal(await text('report-attempts'), String(report.data.attempts));
+    assert.ok(report.data.attempts >= 19 && report.data.attempts <= 22, JSON.stringify(report.data));
+    assert.ok(Number.isInteger(shown) && shown >= 19 && shown <= report.data.attempts, `the page says ${shown}`);
 
     // The chart: one point a minute from the sale's first, its lines by series.
     const line = (key) => page.locator(`#chart-report path[data-series="${key}"]`).getAttribute('data-values');
