@@ -23,6 +23,7 @@ pub mod safety;
 mod tests;
 
 use std::net::IpAddr;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -149,8 +150,9 @@ pub struct Settings {
     /// Kept short on purpose: a request waiting for a connection longer than this
     /// fails cleanly instead of outliving the client's own timeout.
     pub database_acquire_timeout_ms: u64,
-    /// Connections reserved for order commits (a pool of their own), so that reads,
-    /// however many, can never push a commit into the acquire timeout.
+    /// Connections reserved for order commits, so that reads, however many, can never
+    /// push a commit into the acquire timeout: shared out over the worker threads, whose
+    /// committers each open their share (at least one) on their own thread.
     pub database_commit_connections: u32,
     /// Server-side `statement_timeout` of the app's sessions: a statement the app gave up
     /// on (see `order_commit_timeout_ms`) cannot go on running, holding an item's row
@@ -445,6 +447,22 @@ impl Settings {
             Environment::Local => LogFormat::Pretty,
             Environment::Production => LogFormat::Json,
         })
+    }
+
+    /// The service's worker threads: [`Self::workers`], or one per core (actix's own
+    /// default, resolved here), at most 512.
+    pub fn worker_threads(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, NonZeroUsize::get))
+            .clamp(1, 512)
+    }
+
+    /// Postgres sessions of each worker thread's committer: the commit connections
+    /// shared out over the workers, rounded up, at least one.
+    pub fn sessions_per_committer(&self) -> usize {
+        (self.database_commit_connections as usize)
+            .div_ceil(self.worker_threads())
+            .max(1)
     }
 
     /// [`Self::database_acquire_timeout_ms`] as a `Duration`.

@@ -1,28 +1,26 @@
-//! The committer's side of group commit (see [`super::committer`]): what one batch of
+//! A committer's side of group commit (see [`super::committer`]): what one batch of
 //! orders costs, and what is cleared in Redis once it is written.
 //!
-//! It holds only what a batch needs (the commit pool, the reservations' Redis side, the
-//! timeout), apart from
-//! the purchase flow that queues the orders.
+//! It holds only what a batch needs (the committer's own Postgres sessions, the
+//! reservations' Redis side, the timeout), apart from the purchase flow that queues the
+//! orders.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
-
-use super::committer::{self, Batching, Queue};
+use super::committer::{self, Batching, CommitBatch, Queue};
 use super::failpoints::crash_point;
 use super::item::ItemId;
-use super::records::{self, NewOrder};
+use super::records::{self, CommitConnections, NewOrder};
 use super::stock::{PendingReservation, Reservations};
 use crate::metrics::Metrics;
 
-/// What one batch of orders needs: the commit pool, the reservations' Redis side, the
-/// timeout.
+/// What one batch of orders needs: the committer's sessions, the reservations' Redis
+/// side, the timeout.
 pub struct BatchWriter {
-    /// Order commits only: reads and admin work use another pool and can never make a
-    /// commit wait for a connection.
-    pub(super) commit_pool: PgPool,
+    /// This committer's sessions, opened on its thread: order commits only, so reads
+    /// and admin work (the main pool) can never make a commit wait for a connection.
+    pub(super) connections: CommitConnections,
     pub(super) reservations: Arc<Reservations>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) commit_timeout: Duration,
@@ -31,21 +29,16 @@ pub struct BatchWriter {
 }
 
 impl BatchWriter {
-    /// The committer's loop: runs until the app stops, then commits what is still
-    /// queued.
+    /// The committer's loop: runs until its [`committer::Committers`] is dropped, then
+    /// commits what is still queued.
     pub async fn run(self, queue: Queue, batching: Batching) {
-        let writer = Arc::new(self);
-        committer::run(queue, batching, |orders| {
-            let writer = Arc::clone(&writer);
-            async move { writer.commit_batch(orders).await }
-        })
-        .await;
+        committer::run(queue, batching, self).await;
     }
 
     /// One batch: Postgres, then the committed orders' pending records cleared with one
     /// `ZREM` per item, beside the next batch (the orders stand without it; the
     /// reconciler clears what it could not).
-    async fn commit_batch(&self, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
+    async fn write(&mut self, orders: Vec<NewOrder>) -> Vec<committer::Outcome> {
         self.metrics.commit_batch_size.observe(orders.len() as f64);
         // Failpoint `committer::stall` (`return(<user id>)`): a batch holding that user's
         // order waits while the point is on, and the queue fills behind it.
@@ -56,7 +49,7 @@ impl BatchWriter {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let outcomes = records::commit_orders(
-            &self.commit_pool,
+            &mut self.connections,
             &orders,
             self.commit_timeout,
             self.pay_within,
@@ -87,5 +80,14 @@ impl BatchWriter {
             });
         }
         outcomes
+    }
+}
+
+impl CommitBatch for BatchWriter {
+    fn commit_batch(
+        &mut self,
+        orders: Vec<NewOrder>,
+    ) -> impl std::future::Future<Output = Vec<committer::Outcome>> + Send {
+        self.write(orders)
     }
 }

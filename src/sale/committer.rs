@@ -1,18 +1,31 @@
-//! Group commit: purchases hand their order to one committer per instance, which writes
-//! the orders to Postgres in batches.
+//! Group commit: purchases hand their order to a committer, which writes the orders to
+//! Postgres in batches. Each thread that commits (each actix worker) has a committer of
+//! its own, with Postgres sessions of its own.
 //!
 //! One order per transaction held the item's row lock across three round trips, so the
-//! orders of one item were serial (~1 100/s). Here a single task takes whatever is
-//! queued, up to `max_batch`, as soon as the previous batch has returned: at low load a
-//! batch is one order and costs one transaction, as before; under a stampede the cost
-//! per order falls with the batch size (see [`super::records::commit_orders`]).
+//! orders of one item were serial (~1 100/s). Here a committer takes whatever is queued,
+//! up to `max_batch`, as soon as its previous batch has returned: at low load a batch is
+//! one order and costs one statement; under a stampede the cost per order falls with the
+//! batch size (see [`super::records::commit_orders`]).
 //!
-//! The committer answers every order it takes, within its batch's bounds. An order it
+//! **One per thread, not one per instance.** A single committer on `main`'s runtime made
+//! every order change threads twice (the hand-over and the answer), and every batch's
+//! socket woke `main` (`finish_task_switch` was 21 % of the app's samples). Like the
+//! Redis connections ([`crate::store::RedisStore`]), a thread's committer is started by
+//! its first order, on that thread's runtime, and its sessions are opened there: an
+//! order is admitted, committed and answered on one thread. The committers belong to
+//! [`Committers`], not to a global: a test that starts many applications in one process
+//! gets separate ones for each, and they end when it is dropped.
+//!
+//! A committer answers every order it takes, within its batch's bounds. An order it
 //! never took (the process stops) gets an in-doubt answer, never a failure: a failure
 //! would make the purchase undo its reservation, and the order might yet be committed.
 
 use std::future::Future;
+use std::sync::{Mutex, PoisonError};
 
+use futures_util::future::BoxFuture;
+use thread_local::ThreadLocal;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -30,24 +43,58 @@ pub struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
-/// The purchases' side: hands an order over and waits for its answer.
-#[derive(Clone)]
-pub struct Committer {
-    jobs: mpsc::Sender<Job>,
-}
-
-/// The committer's side: the queue [`run`] drains.
+/// One committer's queue, which its loop ([`run`]) drains.
 pub struct Queue(mpsc::Receiver<Job>);
 
-impl Committer {
-    /// A committer whose queue holds up to `capacity` orders; a purchase that finds it
-    /// full waits for room (within its start-by time).
-    pub fn new(capacity: usize) -> (Self, Queue) {
-        let (jobs, queue) = mpsc::channel(capacity.max(1));
-        (Self { jobs }, Queue(queue))
+/// Starts a committer's loop on its queue, on the runtime of the thread it serves: what
+/// [`Committers`] runs for each thread's first order.
+pub type Start = Box<dyn Fn(Queue) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The purchases' side: hands an order to this thread's committer and waits for its
+/// answer.
+pub struct Committers {
+    /// Orders one committer's queue holds; a purchase that finds it full waits for room
+    /// (within its start-by time).
+    capacity: usize,
+    start: Start,
+    /// Each thread's committer, by its queue's sending end: the loop ends once this is
+    /// dropped and its queue is empty. Behind a lock only because a thread's slot can
+    /// outlive its runtime (a worker restarted after a panic may be given a dead
+    /// thread's slot, whose committer died with the old runtime): the one place that
+    /// replaces it.
+    queues: ThreadLocal<Mutex<mpsc::Sender<Job>>>,
+}
+
+impl Committers {
+    /// No committer yet: each thread's is started by `start` at its first order, with a
+    /// queue of `capacity` orders.
+    pub fn new(capacity: usize, start: Start) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            start,
+            queues: ThreadLocal::new(),
+        }
     }
 
-    /// Commits `order`, which must be started (its transaction begun) by `start_by`.
+    /// This thread's committer's queue, the committer started if it is the first order
+    /// here (or if the one here has stopped).
+    fn here(&self) -> mpsc::Sender<Job> {
+        let slot = self.queues.get_or(|| Mutex::new(self.started_here()));
+        let mut jobs = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if jobs.is_closed() {
+            *jobs = self.started_here();
+        }
+        jobs.clone()
+    }
+
+    /// A committer started on this thread's runtime, by its queue.
+    fn started_here(&self) -> mpsc::Sender<Job> {
+        let (jobs, queue) = mpsc::channel(self.capacity);
+        tokio::spawn((self.start)(Queue(queue)));
+        jobs
+    }
+
+    /// Commits `order`, which must be started (its statement sent) by `start_by`.
     pub async fn commit(&self, order: NewOrder, start_by: Instant) -> Outcome {
         let (reply, answer) = oneshot::channel();
         let job = Job {
@@ -55,7 +102,7 @@ impl Committer {
             start_by,
             reply,
         };
-        match tokio::time::timeout_at(start_by, self.jobs.send(job)).await {
+        match tokio::time::timeout_at(start_by, self.here().send(job)).await {
             Ok(Ok(())) => {}
             // Never queued: nothing can be written.
             Ok(Err(_)) => {
@@ -77,9 +124,46 @@ impl Committer {
         })
     }
 
-    /// Orders queued and not yet taken into a batch.
+    /// Orders queued and not yet taken into a batch, over every committer.
     pub fn queued(&self) -> usize {
-        self.jobs.max_capacity() - self.jobs.capacity()
+        self.queues
+            .iter()
+            .map(|slot| {
+                let jobs = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                jobs.max_capacity() - jobs.capacity()
+            })
+            .sum()
+    }
+
+    /// Committers running: one per thread that has committed and still runs.
+    pub fn running(&self) -> usize {
+        self.queues
+            .iter()
+            .filter(|slot| {
+                !slot
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_closed()
+            })
+            .count()
+    }
+}
+
+/// What a committer does with each batch it takes: one outcome per order, in order. Its
+/// state (its sessions) is its own: a committer runs one batch at a time.
+pub trait CommitBatch {
+    /// Commits `orders` and answers one outcome per order, in order.
+    fn commit_batch(&mut self, orders: Vec<NewOrder>) -> impl Future<Output = Vec<Outcome>> + Send;
+}
+
+/// A function of the batch (the unit tests' committers).
+impl<F, Fut> CommitBatch for F
+where
+    F: FnMut(Vec<NewOrder>) -> Fut,
+    Fut: Future<Output = Vec<Outcome>> + Send,
+{
+    fn commit_batch(&mut self, orders: Vec<NewOrder>) -> impl Future<Output = Vec<Outcome>> + Send {
+        self(orders)
     }
 }
 
@@ -95,15 +179,10 @@ pub struct Batching {
     pub linger: std::time::Duration,
 }
 
-/// Takes batches of orders from `queue` and hands each to `commit_batch`, one batch at a
-/// time, until every [`Committer`] is gone and the queue is empty (so a graceful
-/// shutdown commits what was queued). `commit_batch` answers one outcome per order, in
-/// order.
-pub async fn run<F, Fut>(queue: Queue, batching: Batching, mut commit_batch: F)
-where
-    F: FnMut(Vec<NewOrder>) -> Fut,
-    Fut: Future<Output = Vec<Outcome>>,
-{
+/// Takes batches of orders from `queue` and hands each to `writer`, one batch at a time,
+/// until its [`Committers`] is gone and the queue is empty (what was queued is still
+/// committed).
+pub async fn run(queue: Queue, batching: Batching, mut writer: impl CommitBatch) {
     let Queue(mut queue) = queue;
     let max_batch = batching.max.max(1);
     let mut jobs = Vec::with_capacity(max_batch);
@@ -132,7 +211,9 @@ where
         if ready.is_empty() {
             continue;
         }
-        let outcomes = commit_batch(ready.iter().map(|j| j.order).collect()).await;
+        let outcomes = writer
+            .commit_batch(ready.iter().map(|j| j.order).collect())
+            .await;
         debug_assert_eq!(outcomes.len(), ready.len(), "one outcome per order");
         for (job, outcome) in ready.into_iter().zip(outcomes) {
             // The purchase may have gone (its client left); the order stands either way.
@@ -147,6 +228,7 @@ mod tests {
     use std::time::Duration;
 
     use chrono::Utc;
+    use futures_util::FutureExt;
     use tokio::sync::Semaphore;
     use uuid::Uuid;
 
@@ -185,24 +267,67 @@ mod tests {
         Instant::now() + Duration::from_secs(60)
     }
 
-    /// A batch function that records batch sizes and, when `gate` is set, takes one
+    /// What the batches were: their sizes, and the thread each ran on.
+    #[derive(Default)]
+    struct Seen {
+        sizes: Mutex<Vec<usize>>,
+        threads: Mutex<Vec<std::thread::ThreadId>>,
+    }
+
+    impl Seen {
+        fn sizes(&self) -> Vec<usize> {
+            self.sizes.lock().unwrap().clone()
+        }
+    }
+
+    /// A batch function that records each batch and, when `gate` is set, takes one
     /// permit from it before answering (a batch stays "in flight" until then).
     fn recording(
-        sizes: Arc<Mutex<Vec<usize>>>,
+        seen: Arc<Seen>,
         gate: Option<Arc<Semaphore>>,
-    ) -> impl FnMut(Vec<NewOrder>) -> std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>
-    {
+    ) -> impl FnMut(Vec<NewOrder>) -> BoxFuture<'static, Vec<Outcome>> {
         move |orders| {
-            let sizes = Arc::clone(&sizes);
+            let seen = Arc::clone(&seen);
             let gate = gate.clone();
-            Box::pin(async move {
-                sizes.lock().unwrap().push(orders.len());
+            async move {
+                seen.sizes.lock().unwrap().push(orders.len());
+                seen.threads
+                    .lock()
+                    .unwrap()
+                    .push(std::thread::current().id());
                 if let Some(gate) = gate {
                     gate.acquire().await.unwrap().forget();
                 }
                 orders.iter().map(committed).collect()
-            })
+            }
+            .boxed()
         }
+    }
+
+    /// Committers whose loops record into `seen`; each loop starts only once `start`
+    /// has a permit for it, and each batch waits for a permit of `gate` when set.
+    fn committers(
+        capacity: usize,
+        batching: Batching,
+        seen: &Arc<Seen>,
+        start: Option<Arc<Semaphore>>,
+        gate: Option<Arc<Semaphore>>,
+    ) -> Arc<Committers> {
+        let seen = Arc::clone(seen);
+        Arc::new(Committers::new(
+            capacity,
+            Box::new(move |queue| {
+                let writer = recording(Arc::clone(&seen), gate.clone());
+                let start = start.clone();
+                async move {
+                    if let Some(start) = start {
+                        start.acquire().await.unwrap().forget();
+                    }
+                    run(queue, batching, writer).await
+                }
+                .boxed()
+            }),
+        ))
     }
 
     async fn until(mut condition: impl FnMut() -> bool) {
@@ -213,39 +338,33 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_order_is_a_batch_of_one_at_once() {
-        let (committer, queue) = Committer::new(16);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        tokio::spawn(run(
-            queue,
-            batching(256),
-            recording(Arc::clone(&sizes), None),
-        ));
+        let seen = Arc::new(Seen::default());
+        let committers = committers(16, batching(256), &seen, None, None);
         let first = order(1);
-        assert_eq!(committer.commit(first, later()).await.unwrap().id, first.id);
-        assert_eq!(*sizes.lock().unwrap(), [1]);
+        assert_eq!(
+            committers.commit(first, later()).await.unwrap().id,
+            first.id
+        );
+        assert_eq!(seen.sizes(), [1]);
+        assert_eq!(committers.running(), 1);
     }
 
     #[tokio::test]
     async fn orders_queued_while_a_batch_is_in_flight_form_the_next_batch_up_to_the_size() {
-        let (committer, queue) = Committer::new(64);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::new(Seen::default());
         let gate = Arc::new(Semaphore::new(0));
-        tokio::spawn(run(
-            queue,
-            batching(4),
-            recording(Arc::clone(&sizes), Some(Arc::clone(&gate))),
-        ));
+        let committers = committers(64, batching(4), &seen, None, Some(Arc::clone(&gate)));
 
         let mut answers = tokio::task::JoinSet::new();
-        let c = committer.clone();
+        let c = Arc::clone(&committers);
         answers.spawn(async move { c.commit(order(1), later()).await });
         // The first batch (one order) is in flight; ten more arrive meanwhile.
-        until(|| !sizes.lock().unwrap().is_empty()).await;
+        until(|| !seen.sizes().is_empty()).await;
         for user in 2..=11 {
-            let c = committer.clone();
+            let c = Arc::clone(&committers);
             answers.spawn(async move { c.commit(order(user), later()).await });
         }
-        until(|| committer.queued() == 10).await;
+        until(|| committers.queued() == 10).await;
         gate.add_permits(100);
         let mut committed = 0;
         while let Some(answer) = answers.join_next().await {
@@ -253,82 +372,152 @@ mod tests {
             committed += 1;
         }
         assert_eq!(committed, 11);
-        assert_eq!(*sizes.lock().unwrap(), [1, 4, 4, 2]);
+        assert_eq!(seen.sizes(), [1, 4, 4, 2]);
     }
 
     #[tokio::test]
-    async fn a_shutdown_commits_what_was_queued_before_the_committer_ends() {
-        let (committer, queue) = Committer::new(16);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        let (a, b, c) = (order(1), order(2), order(3));
-        let answers = futures_util::future::join_all([a, b, c].map(|o| {
-            let committer = committer.clone();
-            async move { committer.commit(o, later()).await }
-        }));
-        let answered = tokio::spawn(answers);
-        until(|| committer.queued() == 3).await;
-        drop(committer);
-        // Only the purchases' clones of the committer are left; the queue holds 3.
-        run(queue, batching(256), recording(Arc::clone(&sizes), None)).await;
-        let answers = answered.await.unwrap();
-        assert!(answers.iter().all(Result::is_ok));
-        assert_eq!(*sizes.lock().unwrap(), [3]);
+    async fn a_committer_commits_what_was_queued_before_it_ends() {
+        let seen = Arc::new(Seen::default());
+        let (jobs, queue) = mpsc::channel(16);
+        let mut answers = Vec::new();
+        for user in 1..=3 {
+            let (reply, answer) = oneshot::channel();
+            let job = Job {
+                order: order(user),
+                start_by: later(),
+                reply,
+            };
+            jobs.send(job).await.unwrap();
+            answers.push(answer);
+        }
+        // Its committers are gone (the application stopped); the queue holds 3.
+        drop(jobs);
+        run(
+            Queue(queue),
+            batching(256),
+            recording(Arc::clone(&seen), None),
+        )
+        .await;
+        for answer in answers {
+            assert!(answer.await.unwrap().is_ok());
+        }
+        assert_eq!(seen.sizes(), [3]);
     }
 
     #[tokio::test]
     async fn an_order_past_its_start_by_time_is_not_started() {
-        let (committer, queue) = Committer::new(16);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::new(Seen::default());
         let gate = Arc::new(Semaphore::new(0));
-        tokio::spawn(run(
-            queue,
-            batching(256),
-            recording(Arc::clone(&sizes), Some(Arc::clone(&gate))),
-        ));
-        let c = committer.clone();
+        let committers = committers(16, batching(256), &seen, None, Some(Arc::clone(&gate)));
+        let c = Arc::clone(&committers);
         let first = tokio::spawn(async move { c.commit(order(1), later()).await });
-        until(|| !sizes.lock().unwrap().is_empty()).await;
-        let c = committer.clone();
+        until(|| !seen.sizes().is_empty()).await;
+        let c = Arc::clone(&committers);
         let soon = Instant::now() + Duration::from_millis(20);
         let late = tokio::spawn(async move { c.commit(order(2), soon).await });
-        until(|| committer.queued() == 1).await;
+        until(|| committers.queued() == 1).await;
         tokio::time::sleep_until(soon).await; // time itself is what is tested
         gate.add_permits(100);
         assert!(first.await.unwrap().is_ok());
         assert!(matches!(late.await.unwrap(), Err(CommitError::Failed(_))));
-        assert_eq!(
-            *sizes.lock().unwrap(),
-            [1],
-            "the late order never reached Postgres"
-        );
+        assert_eq!(seen.sizes(), [1], "the late order never reached Postgres");
     }
 
     #[tokio::test(start_paused = true)]
     async fn under_load_a_lingering_batch_takes_what_arrives_meanwhile() {
-        let (committer, queue) = Committer::new(16);
-        let sizes = Arc::new(Mutex::new(Vec::new()));
-        let mut answers = tokio::task::JoinSet::new();
-        // Two orders queued before the committer starts: a first batch of 2 (load).
-        for user in [1, 2] {
-            let c = committer.clone();
-            answers.spawn(async move { c.commit(order(user), later()).await });
-        }
-        until(|| committer.queued() == 2).await;
+        let seen = Arc::new(Seen::default());
+        let start = Arc::new(Semaphore::new(0));
         let batching = Batching {
             max: 256,
             linger: Duration::from_millis(1),
         };
-        tokio::spawn(run(queue, batching, recording(Arc::clone(&sizes), None)));
-        until(|| sizes.lock().unwrap().len() == 1).await;
+        let committers = committers(16, batching, &seen, Some(Arc::clone(&start)), None);
+        let mut answers = tokio::task::JoinSet::new();
+        // Two orders queued before the committer's loop runs: a first batch of 2 (load).
+        for user in [1, 2] {
+            let c = Arc::clone(&committers);
+            answers.spawn(async move { c.commit(order(user), later()).await });
+        }
+        until(|| committers.queued() == 2).await;
+        start.add_permits(1);
+        until(|| seen.sizes().len() == 1).await;
         // The next batch starts with one order and lingers; another arrives meanwhile.
-        let c = committer.clone();
+        let c = Arc::clone(&committers);
         answers.spawn(async move { c.commit(order(3), later()).await });
-        until(|| committer.queued() == 0).await;
-        let c = committer.clone();
+        until(|| committers.queued() == 0).await;
+        let c = Arc::clone(&committers);
         answers.spawn(async move { c.commit(order(4), later()).await });
         while let Some(answer) = answers.join_next().await {
             assert!(answer.unwrap().is_ok());
         }
-        assert_eq!(*sizes.lock().unwrap(), [2, 2]);
+        assert_eq!(seen.sizes(), [2, 2]);
+    }
+
+    /// Two threads, each with a runtime of its own (as actix's workers): each commits
+    /// through a committer of its own, whose batches run on that thread.
+    #[test]
+    fn each_thread_commits_through_its_own_committer_on_its_own_thread() {
+        let seen = Arc::new(Seen::default());
+        let committers = committers(16, batching(256), &seen, None, None);
+        let all_committed = Arc::new(std::sync::Barrier::new(3));
+        let workers: Vec<_> = (0..2)
+            .map(|worker| {
+                let committers = Arc::clone(&committers);
+                let all_committed = Arc::clone(&all_committed);
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(async {
+                        for n in 0..3 {
+                            let answer = committers.commit(order(10 * worker + n + 1), later());
+                            assert!(answer.await.is_ok());
+                        }
+                    });
+                    // Both threads (and their committers) are alive here.
+                    all_committed.wait();
+                    all_committed.wait();
+                    std::thread::current().id()
+                })
+            })
+            .collect();
+        all_committed.wait();
+        assert_eq!(committers.running(), 2);
+        all_committed.wait();
+        let threads: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let ran_on = seen.threads.lock().unwrap().clone();
+        assert_eq!(ran_on.len(), 6, "every order committed alone: {ran_on:?}");
+        for thread in &threads {
+            assert_eq!(ran_on.iter().filter(|t| *t == thread).count(), 3);
+        }
+    }
+
+    /// A thread that ends takes its runtime, and its committer, with it; the next thread
+    /// may be given its slot (as a worker restarted after a panic would be), and starts a
+    /// committer of its own there.
+    #[test]
+    fn a_thread_given_a_dead_threads_slot_starts_a_committer_of_its_own() {
+        let seen = Arc::new(Seen::default());
+        let committers = committers(16, batching(256), &seen, None, None);
+        for user in [1, 2] {
+            let committers = Arc::clone(&committers);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let answer = runtime.block_on(committers.commit(order(user), later()));
+                assert!(answer.is_ok(), "{answer:?}");
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(seen.sizes(), [1, 1]);
+        assert_eq!(
+            committers.running(),
+            0,
+            "both committers ended with their threads"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! in-process catalog and sold-out board, the metrics), built once at start-up:
 //! [`Items`] (create, pause, the listing, the warm-up), [`Purchases`] (the flow below),
 //! [`Orders`] (pay, cancel, the listings of orders), and the loops beside the server:
-//! the committer's [`batches::BatchWriter`], the [`Sweeper`] (expiries and give-backs),
+//! the committers' [`batches::BatchWriter`] (one per worker thread), the [`Sweeper`] (expiries and give-backs),
 //! the [`Reconciler`], the [`consistency`] export and the [`sold_out`] channel. Stock
 //! lives in Redis ([`stock`]), orders and items in Postgres ([`records`]).
 //!
@@ -25,8 +25,8 @@
 //!    live set (the pass is spent here and only here). With the policy's `per_item` scope it runs
 //!    in the limiter's own call (one round trip for steps 2 and 3);
 //! 4. **the success pipeline** (MULTI/EXEC): counter, per-user marker, order hash;
-//! 5. **the commit** through this instance's committer (group commit, on a pool of its
-//!    own): conditional decrement + order insert per item, one statement;
+//! 5. **the commit** through this worker thread's committer (group commit, on Postgres
+//!    sessions of its own): conditional decrement + order insert per item, one statement;
 //! 6. **settle**: the pending record is cleared.
 //!
 //! When step 5 does not succeed, the reservation is undone (`lua/undo_reservation.lua`).
@@ -61,6 +61,6 @@ pub use error::{Outcome, Replayable, SaleError};
 pub use items::{ItemChangeError, Items};
 pub use orders::{OrderError, OrderLife, Orders};
 pub use parts::SaleParts;
-pub use purchase::{Purchase, PurchaseFailure, PurchaseOptions, Purchases};
+pub use purchase::{CommitOptions, Purchase, PurchaseFailure, PurchaseOptions, Purchases};
 pub use reconciler::Reconciler;
 pub use sweeper::Sweeper;

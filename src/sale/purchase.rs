@@ -1,7 +1,7 @@
 //! The purchase flow, the steps of the [module docs](super): the only code on the
 //! request path of `POST /seckill` below the HTTP layer. [`Purchases`] holds what a
-//! purchase needs: the shared parts, the limiter, the reservation scripts, the commit
-//! pool and this instance's committer.
+//! purchase needs: the shared parts, the limiter, the reservation scripts and the
+//! committers (one per worker thread, each with its own Postgres sessions).
 //!
 //! The reservation, the success pipeline and the commit each run in a `debug` span with
 //! the item and the step's outcome, so a slow or failing step can be told apart without
@@ -14,16 +14,16 @@ use chrono::Utc;
 use tracing::{field, Instrument, Span};
 use uuid::Uuid;
 
-use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 
 use super::batches::BatchWriter;
-use super::committer::Committer;
+use super::committer::{Batching, Committers};
 use super::error::OutcomeCounters;
 use super::failpoints::crash_point;
 use super::item::{Item, ItemId, SalePhase};
 use super::overload::{Admitted, Overload};
 use super::parts::SaleParts;
-use super::records::{self, CommitError, NewOrder, Order};
+use super::records::{self, CommitConnections, CommitError, CommitSessionCount, NewOrder, Order};
 use super::stock::{
     limiter_partition, PendingReservation, Reservation, ReservationOptions, Reservations, Undo,
 };
@@ -78,11 +78,8 @@ impl PurchaseFailure {
 /// What a purchase needs besides the shared parts (settings `order_commit_timeout_ms`,
 /// `payment_deadline_secs`, `reservation_deadline_ms`, `reservation_replica_wait_ms`).
 pub struct PurchaseOptions {
-    /// Order commits only: reads and admin work use the parts' pool and can never make
-    /// a commit wait for a connection.
-    pub commit_pool: PgPool,
-    /// Hands orders to the one committer of this instance (group commit).
-    pub committer: Committer,
+    /// How the committers write (group commit): their sessions and their batches.
+    pub commit: CommitOptions,
     /// The limiter that decides each purchase first.
     pub limiter: Arc<Limiter>,
     /// How reservations wait and how long they stay pending.
@@ -96,32 +93,75 @@ pub struct PurchaseOptions {
     pub overload: Overload,
 }
 
+/// How the committers write (settings `database_commit_connections`,
+/// `commit_batch_max`, `commit_linger_ms`).
+pub struct CommitOptions {
+    /// How a committer opens its Postgres sessions. Order commits only: reads and admin
+    /// work use the parts' pool and can never make a commit wait for a connection.
+    pub connect: PgConnectOptions,
+    /// Sessions of each committer: the instance's commit connections shared out over
+    /// its worker threads.
+    pub sessions_per_committer: usize,
+    /// How a committer forms its batches.
+    pub batching: Batching,
+}
+
 /// The purchase flow: limiter, overload checks, reservation, order commit, and the undo of
 /// a reservation whose order was not made. One per process.
 pub struct Purchases {
     parts: SaleParts,
-    commit_pool: PgPool,
-    committer: Committer,
+    committers: Committers,
+    /// The committers' sessions, for `/metrics`.
+    commit_sessions: Arc<CommitSessionCount>,
     limiter: Arc<Limiter>,
     reservations: Arc<Reservations>,
     outcomes: OutcomeCounters,
     commit_timeout: std::time::Duration,
-    pay_within: std::time::Duration,
     overload: Overload,
 }
 
 impl Purchases {
     /// The flow over the shared parts, with `options`.
     pub fn new(parts: &SaleParts, options: PurchaseOptions) -> Self {
+        let reservations = Arc::new(Reservations::new(parts.redis.clone(), options.reservations));
+        let commit_sessions = Arc::new(CommitSessionCount::default());
+        let committers = {
+            let CommitOptions {
+                connect,
+                sessions_per_committer,
+                batching,
+            } = options.commit;
+            let (reservations, sessions) =
+                (Arc::clone(&reservations), Arc::clone(&commit_sessions));
+            let metrics = Arc::clone(&parts.metrics);
+            let (commit_timeout, pay_within) = (options.commit_timeout, options.pay_within);
+            // Room for two batches: more waiting than that would outlast the commit timeout.
+            Committers::new(
+                2 * batching.max,
+                Box::new(move |queue| {
+                    let writer = BatchWriter {
+                        connections: CommitConnections::new(
+                            connect.clone(),
+                            sessions_per_committer,
+                            Arc::clone(&sessions),
+                        ),
+                        reservations: Arc::clone(&reservations),
+                        metrics: Arc::clone(&metrics),
+                        commit_timeout,
+                        pay_within,
+                    };
+                    Box::pin(writer.run(queue, batching))
+                }),
+            )
+        };
         Self {
-            reservations: Arc::new(Reservations::new(parts.redis.clone(), options.reservations)),
+            reservations,
             outcomes: OutcomeCounters::new(&parts.metrics),
             parts: parts.clone(),
-            commit_pool: options.commit_pool,
-            committer: options.committer,
+            committers,
+            commit_sessions,
             limiter: options.limiter,
             commit_timeout: options.commit_timeout,
-            pay_within: options.pay_within,
             overload: options.overload,
         }
     }
@@ -131,27 +171,14 @@ impl Purchases {
         &self.overload
     }
 
-    /// The pool order commits use, apart from the parts' (see
-    /// [`PurchaseOptions::commit_pool`]).
-    pub fn commit_pool(&self) -> &PgPool {
-        &self.commit_pool
+    /// The committers' Postgres sessions, open and idle (read at scrape time).
+    pub fn commit_sessions(&self) -> &CommitSessionCount {
+        &self.commit_sessions
     }
 
-    /// Orders waiting for the committer (read at scrape time).
+    /// Orders waiting for a committer (read at scrape time).
     pub fn commit_queue_len(&self) -> usize {
-        self.committer.queued()
-    }
-
-    /// The writer of the committer's batches (see [`super::committer`]), for the
-    /// committer's loop.
-    pub fn batch_writer(&self) -> BatchWriter {
-        BatchWriter {
-            commit_pool: self.commit_pool.clone(),
-            reservations: Arc::clone(&self.reservations),
-            metrics: Arc::clone(&self.parts.metrics),
-            commit_timeout: self.commit_timeout,
-            pay_within: self.pay_within,
-        }
+        self.committers.queued()
     }
 
     /// Step 1: the answers that need no Redis call and no quota. A refusal here is
@@ -414,7 +441,7 @@ impl Purchases {
         };
         let timer = self.parts.metrics.order_commit.start_timer();
         let start_by = tokio::time::Instant::now() + self.commit_timeout;
-        let outcome = self.committer.commit(order, start_by).await;
+        let outcome = self.committers.commit(order, start_by).await;
         timer.observe_duration();
         let healthy = !matches!(
             outcome,

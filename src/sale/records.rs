@@ -14,6 +14,7 @@ use crate::domain::UserId;
 use crate::vocabulary::OrderState;
 
 mod commit;
+mod commit_connections;
 mod item_edits;
 mod life_cycle;
 mod order_lines;
@@ -21,6 +22,7 @@ mod order_lines;
 pub use commit::{
     commit_orders, forget_old_batches, settle, BatchKey, CommitError, ItemRefusal, NewOrder,
 };
+pub use commit_connections::{CommitConnections, CommitSession, CommitSessionCount};
 pub use item_edits::{
     audit_creation, audit_reopen, edit_item, end_item, item_audit, items_with_figures, pause_item,
     record_room, AuditEntry, ChangeRefused, ItemFigures,
@@ -350,13 +352,16 @@ pub async fn order_of(pool: &PgPool, user: UserId, item: ItemId) -> anyhow::Resu
 }
 
 /// Orders by id, in no particular order.
-pub(super) async fn orders_by_id(pool: &PgPool, ids: &[Uuid]) -> anyhow::Result<Vec<Order>> {
+pub(super) async fn orders_by_id<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+    ids: &[Uuid],
+) -> anyhow::Result<Vec<Order>> {
     sqlx::query_as!(
         OrderRow,
         "SELECT id, user_id, item_id, created_at, state, pay_by FROM orders WHERE id = ANY($1)",
         ids
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?
     .into_iter()
     .map(Order::try_from)

@@ -29,7 +29,7 @@ pub struct Application {
     /// The probe listener (liveness, readiness, metrics), see `server`.
     probes: Server,
     /// Loops that live exactly as long as the server (the catalog refresh, the
-    /// committer, …): run beside it and dropped with it, so a stopped application holds
+    /// reconciler, …): run beside it and dropped with it, so a stopped application holds
     /// no connection.
     background: BoxFuture<'static, ()>,
 }
@@ -41,8 +41,8 @@ impl Application {
         safety::production(&settings)?;
         safety::timeouts(&settings)?;
         settings.settle_policies()?;
-        let (services, commit_queue) = Services::build(&settings).await?;
-        let background = tasks::background(&settings, &services, commit_queue);
+        let services = Services::build(&settings).await?;
+        let background = tasks::background(&settings, &services);
         let listener = bind(&settings.host, settings.port, settings.listen_backlog)
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();

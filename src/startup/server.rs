@@ -10,7 +10,6 @@
 
 use std::io;
 use std::net::TcpListener;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -182,11 +181,8 @@ pub(super) fn start(
         head_timeout: Duration::from_millis(settings.head_timeout_ms.max(1)),
         exempt: settings.trusted_proxies.clone(),
     };
-    // actix's own default, resolved here: the budget of waiting connections is per worker.
-    let workers = settings
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, NonZeroUsize::get))
-        .clamp(1, 512);
+    // Resolved here (not left to actix): the budget of waiting connections is per worker.
+    let workers = settings.worker_threads();
     let max_connections = settings.max_connections.max(1);
     let builder = Server::build()
         .workers(workers)

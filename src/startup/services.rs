@@ -19,7 +19,7 @@ use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
 use crate::rules::RuleStore;
 use crate::sale::catalog::Catalog;
-use crate::sale::committer::{Committer, Queue};
+use crate::sale::committer::Batching;
 use crate::sale::item::NewItem;
 use crate::sale::overload::breaker::BreakerSettings;
 use crate::sale::overload::gradient::GradientSettings;
@@ -27,7 +27,7 @@ use crate::sale::overload::{Overload, OverloadSettings};
 use crate::sale::room::{Lobby, PollBudget, PollLimits, RoomRedis, Rooms, WaitingRoom};
 use crate::sale::sold_out::SoldOut;
 use crate::sale::stock::{KeyLifetime, ReservationOptions, StockRedis};
-use crate::sale::{Items, Orders, PurchaseOptions, Purchases, SaleParts};
+use crate::sale::{CommitOptions, Items, Orders, PurchaseOptions, Purchases, SaleParts};
 use crate::stats::LiveStats;
 use crate::store::postgres_pool::{self, PostgresOptions};
 use crate::store::redis_store::RedisOptions;
@@ -62,21 +62,14 @@ pub(super) struct Services {
 }
 
 impl Services {
-    /// Connects, migrates, loads the rules and the items. Also answers the commit
-    /// queue, which only the committer task drains.
-    pub async fn build(settings: &Settings) -> anyhow::Result<(Self, Queue)> {
+    /// Connects, migrates, loads the rules and the items.
+    pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
         let commit_timeout = Duration::from_millis(settings.order_commit_timeout_ms);
         let postgres_options = postgres_options(settings);
         let pool = postgres_pool::pool(
             &postgres_options,
             settings.database_max_connections,
             settings.database_acquire_timeout(),
-        )?;
-        // Waiting for a commit connection is part of the commit's own time budget.
-        let commit_pool = postgres_pool::pool(
-            &postgres_options,
-            settings.database_commit_connections,
-            commit_timeout,
         )?;
         postgres_pool::migrate(&pool).await?;
         let metrics = Arc::new(Metrics::new()?);
@@ -114,8 +107,6 @@ impl Services {
         ));
         // In force before the first request.
         blocks.reload().await.context("loading the blocks")?;
-        // Room for two batches: more waiting than that would outlast the commit timeout.
-        let (committer, commit_queue) = Committer::new(2 * settings.commit_batch_max);
         let pay_within = Duration::from_secs(settings.payment_deadline_secs);
         let sale = SaleParts {
             pool: pool.clone(),
@@ -135,8 +126,14 @@ impl Services {
         let purchases = Arc::new(Purchases::new(
             &sale,
             PurchaseOptions {
-                commit_pool,
-                committer,
+                commit: CommitOptions {
+                    connect: postgres_pool::connect_options(&postgres_options)?,
+                    sessions_per_committer: settings.sessions_per_committer(),
+                    batching: Batching {
+                        max: settings.commit_batch_max,
+                        linger: Duration::from_millis(settings.commit_linger_ms),
+                    },
+                },
                 limiter: Arc::clone(&limiter),
                 reservations,
                 commit_timeout,
@@ -214,7 +211,7 @@ impl Services {
             orders,
             reservations,
         };
-        Ok((services, commit_queue))
+        Ok(services)
     }
 }
 

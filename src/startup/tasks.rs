@@ -12,31 +12,21 @@ use crate::background;
 use crate::configuration::Settings;
 use crate::history::{Fold, Retention};
 use crate::rules;
-use crate::sale::committer::{Batching, Queue};
 use crate::sale::consistency::ConsistencyExport;
 use crate::sale::room::{Inlet, Rooms};
 use crate::sale::sold_out::SoldOut;
 use crate::sale::{Items, Reconciler, Sweeper};
 
-/// The committer (it drains `commit_queue`, and flushes it when the server stops), the
-/// catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
+/// The catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
 /// the sold-out channel, the reconciler, the consistency
 /// export, the rule watcher, the live-stats flush, the limiter's heartbeat, the
 /// history's fold into Postgres and its retention, the block watcher and the offenders'
 /// classification.
-pub(super) fn background(
-    settings: &Settings,
-    services: &Services,
-    commit_queue: Queue,
-) -> BoxFuture<'static, ()> {
+///
+/// The committers are not among them: each worker thread's is started by its first
+/// order, on that thread (`sale::committer`).
+pub(super) fn background(settings: &Settings, services: &Services) -> BoxFuture<'static, ()> {
     let sale = &services.sale;
-    let committer = services.purchases.batch_writer().run(
-        commit_queue,
-        Batching {
-            max: settings.commit_batch_max,
-            linger: Duration::from_millis(settings.commit_linger_ms),
-        },
-    );
     // The sold-out channel's own connection: to the one server, any cluster node, or
     // the master or a replica the sentinels name (`RedisStore::subscriber_urls`).
     let listener = {
@@ -60,7 +50,6 @@ pub(super) fn background(
         })
     };
     let loops: Vec<BoxFuture<'static, ()>> = vec![
-        committer.boxed(),
         refresh(
             Arc::clone(&services.items),
             Arc::clone(&services.rooms),

@@ -41,7 +41,20 @@ pub fn pool(
     max_connections: u32,
     acquire_timeout: Duration,
 ) -> anyhow::Result<PgPool> {
-    let options = PgConnectOptions::from_str(settings.url.expose_secret())
+    let options = connect_options(settings)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .idle_timeout(Duration::from_secs(60))
+        .max_lifetime(Duration::from_secs(30 * 60))
+        .connect_lazy_with(options))
+}
+
+/// How to open one session: the URL with the session timeouts every connection carries
+/// (the pools' and the committers' own connections alike).
+pub fn connect_options(settings: &PostgresOptions) -> anyhow::Result<PgConnectOptions> {
+    Ok(PgConnectOptions::from_str(settings.url.expose_secret())
         .context("DATABASE_URL is not a valid Postgres URL")?
         .options([
             (
@@ -52,14 +65,7 @@ pub fn pool(
                 "idle_in_transaction_session_timeout",
                 settings.idle_in_transaction_timeout_ms.to_string(),
             ),
-        ]);
-    Ok(PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(acquire_timeout)
-        .test_before_acquire(false)
-        .idle_timeout(Duration::from_secs(60))
-        .max_lifetime(Duration::from_secs(30 * 60))
-        .connect_lazy_with(options))
+        ]))
 }
 
 /// Applies `migrations/` (embedded at compile time). Safe to run on every start and by

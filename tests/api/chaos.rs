@@ -382,6 +382,8 @@ async fn killing_an_instance_with_a_full_commit_queue_leaves_no_order_half_made(
         ("SECKILL_LIMITER__TIMEOUT_MS", "60000"),
         ("SECKILL_RESERVATION_DEADLINE_MS", "20000"),
         ("SECKILL_SHEDDING_ENABLED", "false"),
+        // One worker thread, so one committer: every order queues behind the gate.
+        ("SECKILL_WORKERS", "1"),
     ] {
         stalled_env.retain(|(k, _)| k != name);
         stalled_env.push((name.into(), value.into()));

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgPoolOptions, PgSslMode};
+use sqlx::postgres::PgSslMode;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use seckill::domain::{ItemId, UserId};
-use seckill::sale::records::{commit_orders, NewOrder};
+use seckill::sale::records::{commit_orders, CommitConnections, CommitSessionCount, NewOrder};
 use seckill_test_support::{
     eventually, failpoint_lock, json, pg_orders, pg_remaining, spawn_app, spawn_app_with, TestApp,
 };
@@ -28,6 +28,12 @@ async fn queued(app: &TestApp) -> f64 {
 /// Batches the committer has taken so far.
 async fn batches(app: &TestApp) -> f64 {
     app.metric_sum("seckill_commit_batch_size_count").await
+}
+
+/// An app with one worker thread, so one committer: the gate's stall holds every
+/// order behind it (with two, the other worker's committer would take some).
+async fn one_committer(db: &PgPool) -> TestApp {
+    spawn_app_with(db, |s| s.workers = Some(1)).await
 }
 
 /// The gate: a purchase stalled in the committer, and the batches taken before it.
@@ -111,7 +117,7 @@ async fn a_batch_with_a_user_who_already_holds_an_order_answers_that_one_already
     db: PgPool,
 ) {
     let _failpoints = failpoint_lock().await;
-    let app = spawn_app(&db).await;
+    let app = one_committer(&db).await;
     let item = app.open_item(10).await;
     let repeat = 5101;
     let token = app.token_for(repeat).await;
@@ -155,7 +161,7 @@ async fn a_batch_with_a_user_who_already_holds_an_order_answers_that_one_already
 #[sqlx::test]
 async fn a_batch_the_stock_check_refuses_is_replayed_order_by_order(db: PgPool) {
     let _failpoints = failpoint_lock().await;
-    let app = spawn_app(&db).await;
+    let app = one_committer(&db).await;
     let item = app.open_item(10).await;
     let gate = close_gate(&app, item, 5200).await;
     // Postgres holds fewer units than Redis believes: the gate's and two more.
@@ -191,7 +197,7 @@ async fn a_batch_the_stock_check_refuses_is_replayed_order_by_order(db: PgPool) 
 #[sqlx::test]
 async fn a_batch_whose_commit_answer_is_lost_is_resolved_before_anyone_is_told(db: PgPool) {
     let _failpoints = failpoint_lock().await;
-    let app = spawn_app(&db).await;
+    let app = one_committer(&db).await;
     let item = app.open_item(10).await;
     let gate = close_gate(&app, item, 5300).await;
     fail::cfg("sale::commit_unanswered", "return(5302)").unwrap();
@@ -270,17 +276,15 @@ async fn a_batch_commits_in_one_exchange_with_postgres(db: PgPool) {
         .next()
         .unwrap();
     let (proxy, exchanges) = exchange_counter(upstream).await;
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(
-            options
-                .host("127.0.0.1")
-                .port(proxy.port())
-                .ssl_mode(PgSslMode::Disable),
-        )
-        .await
-        .unwrap();
+    let sessions = Arc::new(CommitSessionCount::default());
+    let mut connections = CommitConnections::new(
+        options
+            .host("127.0.0.1")
+            .port(proxy.port())
+            .ssl_mode(PgSslMode::Disable),
+        1,
+        Arc::clone(&sessions),
+    );
     let price: i64 = sqlx::query_scalar("SELECT price_cents FROM items WHERE id = $1")
         .bind(item)
         .fetch_one(&db)
@@ -292,52 +296,42 @@ async fn a_batch_commits_in_one_exchange_with_postgres(db: PgPool) {
         item: ItemId::try_from(item).unwrap(),
         price_cents: price,
     };
-    // The exchanges of one batch, from the connection idle in the pool to idle again:
-    // sqlx pings a connection as it goes back (off the batch's path).
-    let exchanges_of = |orders: Vec<NewOrder>| {
-        let (pool, exchanges) = (pool.clone(), Arc::clone(&exchanges));
+    // The exchanges of one batch, from the committer's session idle to idle again.
+    let mut exchanges_of = async |orders: Vec<NewOrder>| {
         let ids: Vec<_> = orders.iter().map(|o| Ok(o.id)).collect();
-        async move {
-            let before = exchanges.load(Ordering::SeqCst);
-            let outcomes: Vec<_> = commit_orders(
-                &pool,
-                &orders,
-                Duration::from_secs(30),
-                Duration::from_secs(60),
-            )
-            .await
-            .into_iter()
-            .map(|o| o.map(|o| o.id).map_err(|e| format!("{e:#}")))
-            .collect();
-            assert_eq!(outcomes, ids);
-            eventually(
-                "the connection is back in the pool",
-                Duration::from_secs(10),
-                || async { (pool.num_idle() == 1).then_some(()) },
-            )
-            .await;
-            exchanges.load(Ordering::SeqCst) - before
-        }
+        let before = exchanges.load(Ordering::SeqCst);
+        let outcomes: Vec<_> = commit_orders(
+            &mut connections,
+            &orders,
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+        )
+        .await
+        .into_iter()
+        .map(|o| o.map(|o| o.id).map_err(|e| format!("{e:#}")))
+        .collect();
+        assert_eq!(outcomes, ids);
+        assert_eq!(
+            (sessions.open(), sessions.idle()),
+            (1, 1),
+            "the session is back"
+        );
+        exchanges.load(Ordering::SeqCst) - before
     };
-    eventually(
-        "the pool's first connection is idle",
-        Duration::from_secs(10),
-        || async { (pool.num_idle() == 1).then_some(()) },
-    )
-    .await;
-    // The first batch on a connection also prepares the statement.
+    // The first batch also opens the session and prepares the statement.
     assert_eq!(exchanges_of(vec![order(5401)]).await, 3);
     assert_eq!(
         exchanges_of(vec![order(5402), order(5403), order(5404)]).await,
-        2,
-        "the statement with its commit (no BEGIN, no COMMIT), and the pool's ping"
+        1,
+        "the statement with its commit: no BEGIN, no COMMIT, no ping"
     );
     assert_eq!(
         (pg_orders(&db, item).await, pg_remaining(&db, item).await),
         (4, 6)
     );
-    // Its connections gone, the test's database can be dropped at once.
-    pool.close().await;
+    // Its session gone, the test's database can be dropped at once.
+    drop(connections);
+    assert_eq!(sessions.open(), 0);
 }
 
 #[sqlx::test]

@@ -17,16 +17,17 @@ pub async fn metrics(
     purchases: web::Data<Purchases>,
 ) -> Result<HttpResponse, ApiError> {
     // The pools' and the commit queue's state is read when Prometheus asks, not sampled in the background.
-    for (name, pool) in [
-        ("main", pool.get_ref()),
-        ("commit", purchases.commit_pool()),
+    let sessions = purchases.commit_sessions();
+    for (name, open, idle) in [
+        ("main", pool.size() as usize, pool.num_idle()),
+        ("commit", sessions.open(), sessions.idle()),
     ] {
-        let idle = pool.num_idle() as i64;
+        let idle = idle as i64;
         metrics.db_pool.with_label_values(&[name, "idle"]).set(idle);
         metrics
             .db_pool
             .with_label_values(&[name, "in_use"])
-            .set(i64::from(pool.size()) - idle);
+            .set(open as i64 - idle);
     }
     metrics
         .commit_queue

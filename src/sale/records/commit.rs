@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::commit_connections::{CommitConnections, CommitSession};
 use super::{orders_by_id, Order};
 use crate::domain::UserId;
 use crate::sale::item::ItemId;
@@ -110,7 +111,8 @@ const STOCK_NOT_NEGATIVE: &str = "items_remaining_stock_check";
 /// doubt and the reconciler settles them.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Writes a batch of orders within `timeout`, one transaction per item (side by side),
+/// Writes a batch of orders within `timeout`, one statement per item (side by side, on
+/// the committer's own sessions: [`CommitConnections`]),
 /// and answers one outcome per order, in order. Each order is placed `pending_payment`,
 /// to be paid within `pay_within`.
 ///
@@ -125,7 +127,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// comes is settled by its key ([`settle`]) and its orders looked up before anyone is
 /// told anything.
 pub async fn commit_orders(
-    pool: &PgPool,
+    connections: &mut CommitConnections,
     orders: &[NewOrder],
     timeout: Duration,
     pay_within: Duration,
@@ -136,22 +138,52 @@ pub async fn commit_orders(
     let mut items: Vec<ItemId> = orders.iter().map(|o| o.item).collect();
     items.sort_unstable();
     items.dedup();
-    // Items are independent (each transaction locks one item's row): their
-    // transactions run side by side, so a slow item does not hold the others up.
-    let per_item = futures_util::future::join_all(items.into_iter().map(|item| async move {
-        let (indices, batch): (Vec<usize>, Vec<NewOrder>) = orders
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.item == item)
-            .map(|(i, o)| (i, *o))
-            .unzip();
-        let answers = commit_item_orders(pool, item, &batch, deadline, pay_within).await;
-        (indices, answers)
-    }))
-    .await;
-    for (indices, answers) in per_item {
-        for (index, answer) in indices.into_iter().zip(answers) {
-            outcomes[index] = Some(answer);
+    // Items are independent (each statement locks one item's row): their statements run
+    // side by side, one session each, as many at once as the committer has sessions.
+    for round in items.chunks(connections.max()) {
+        let mut sessions = Vec::with_capacity(round.len());
+        for &item in round {
+            sessions.push((item, connections.take(deadline).await));
+        }
+        let opener = &*connections;
+        let per_item = futures_util::future::join_all(sessions.into_iter().map(
+            |(item, session)| async move {
+                let (indices, batch): (Vec<usize>, Vec<NewOrder>) = orders
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.item == item)
+                    .map(|(i, o)| (i, *o))
+                    .unzip();
+                match session {
+                    Ok(session) => {
+                        let mut session = Some(session);
+                        let answers = commit_item_orders(
+                            opener,
+                            &mut session,
+                            item,
+                            &batch,
+                            deadline,
+                            pay_within,
+                        )
+                        .await;
+                        (indices, answers, session)
+                    }
+                    Err(e) => {
+                        let error = CommitError::Failed(e.into());
+                        let answers = batch.iter().map(|_| Err(error.for_one())).collect();
+                        (indices, answers, None)
+                    }
+                }
+            },
+        ))
+        .await;
+        for (indices, answers, session) in per_item {
+            if let Some(session) = session {
+                connections.give_back(session);
+            }
+            for (index, answer) in indices.into_iter().zip(answers) {
+                outcomes[index] = Some(answer);
+            }
         }
     }
     outcomes
@@ -160,21 +192,25 @@ pub async fn commit_orders(
         .collect()
 }
 
-/// One item's orders: the batch, or on a stock-check refusal each order alone.
+/// One item's orders: the batch, or on a stock-check refusal each order alone, on
+/// `session` (left `None` when its statement went unanswered; a settle's new session
+/// takes its place).
 async fn commit_item_orders(
-    pool: &PgPool,
+    opener: &CommitConnections,
+    session: &mut Option<CommitSession>,
     item: ItemId,
     orders: &[NewOrder],
     deadline: tokio::time::Instant,
     pay_within: Duration,
 ) -> Vec<Result<Order, CommitError>> {
-    match commit_batch(pool, item, orders, deadline, pay_within).await {
+    match commit_batch(opener, session, item, orders, deadline, pay_within).await {
         Err(BatchError::StockCheck) if orders.len() > 1 => {
             let mut outcomes = Vec::with_capacity(orders.len());
             for order in orders {
                 outcomes.push(
                     match commit_batch(
-                        pool,
+                        opener,
+                        session,
                         item,
                         std::slice::from_ref(order),
                         deadline,
@@ -232,19 +268,20 @@ impl CommitError {
 /// One item's orders in one statement, in an implicit transaction: one exchange with
 /// Postgres (Parse/Bind/Execute/Sync, the COMMIT at the Sync).
 async fn commit_batch(
-    pool: &PgPool,
+    opener: &CommitConnections,
+    session: &mut Option<CommitSession>,
     item: ItemId,
     orders: &[NewOrder],
     deadline: tokio::time::Instant,
     pay_within: Duration,
 ) -> Result<Vec<Result<Order, CommitError>>, BatchError> {
     let failed = |e: sqlx::Error| BatchError::Commit(CommitError::Failed(e.into()));
-    // Waiting for a connection is part of the budget; running out of it there is a
-    // pool timeout, whatever the pool's own acquire timeout.
-    let mut conn = tokio::time::timeout_at(deadline, pool.acquire())
-        .await
-        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
-        .map_err(failed)?;
+    // Opening a session (after a lost one) is part of the budget; running out of it
+    // there is a pool timeout.
+    let mut conn = match session.take() {
+        Some(conn) => conn,
+        None => opener.open(deadline).await.map_err(failed)?,
+    };
     let batch = BatchKey(Uuid::now_v7());
     let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user.get()).collect();
@@ -301,13 +338,12 @@ async fn commit_batch(
         &prices,
         batch.0,
     )
-    .fetch_one(&mut *conn);
+    .fetch_one(conn.connection());
     let lost = match tokio::time::timeout_at(deadline, write).await {
         Ok(Ok(_)) if commit_unanswered(orders) => {
             anyhow::anyhow!("injected: the commit's answer was lost")
         }
         Ok(Ok(row)) => {
-            drop(conn);
             let state = match (row.ended, row.paused, row.price_cents) {
                 (Some(ended), Some(paused), Some(price_cents)) => ItemState {
                     ended,
@@ -333,23 +369,27 @@ async fn commit_batch(
                 .ids
                 .into_iter()
                 .zip(row.created.into_iter().zip(row.pay_by));
-            return Ok(answered(pool, orders, created.collect(), state).await);
+            let outcomes = answered(conn.connection(), orders, created.collect(), state).await;
+            *session = Some(conn);
+            return Ok(outcomes);
         }
         // Postgres answered with an error: the statement, and its transaction with it,
-        // did not commit (an error at the COMMIT is a rollback too).
+        // did not commit (an error at the COMMIT is a rollback too). The session is
+        // ready for the next statement.
         Ok(Err(e)) if rolled_back(&e) => {
+            *session = Some(conn);
             return Err(match e.as_database_error().and_then(|d| d.constraint()) {
                 Some(STOCK_NOT_NEGATIVE) => BatchError::StockCheck,
                 _ => failed(e),
-            })
+            });
         }
         Ok(Err(e)) => anyhow::Error::from(e).context("the commit's answer never came"),
         Err(_) => anyhow::anyhow!("no answer to the commit within the commit timeout"),
     };
-    // The connection is closed, never returned to the pool: its session ends once the
-    // statement, if it ever ran, has ended.
-    drop(conn.detach());
-    settle_lost(pool, orders, batch, lost).await
+    // The session is closed, never reused: it ends once the statement, if it ever ran,
+    // has ended.
+    drop(conn);
+    settle_lost(opener, session, orders, batch, lost).await
 }
 
 /// Whether `error` is Postgres's own answer that the statement failed (an `ERROR`, which
@@ -365,7 +405,7 @@ fn rolled_back(error: &sqlx::Error) -> bool {
 /// The outcomes of a batch whose answer came: `created` the orders it inserted, `state`
 /// the item's row as it saw it.
 async fn answered(
-    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
     orders: &[NewOrder],
     created: std::collections::HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)>,
     state: ItemState,
@@ -380,7 +420,7 @@ async fn answered(
     let earlier = if skipped.is_empty() {
         Vec::new()
     } else {
-        match orders_by_id(pool, &skipped).await {
+        match orders_by_id(conn, &skipped).await {
             Ok(found) => found,
             Err(e) => {
                 let cause = e.context("looking up orders the batch skipped");
@@ -413,25 +453,34 @@ async fn answered(
         .collect()
 }
 
-/// A batch whose answer was lost (`cause`): settled ([`settle`]), each order is there
-/// (committed) or failed for good. When the settle cannot finish in time (the statement
-/// still runs, or Postgres does not answer) every order is in doubt, with the batch's
-/// key for the reconciler.
+/// A batch whose answer was lost (`cause`): settled ([`settle`]) on a new session, each
+/// order is there (committed) or failed for good. When the settle cannot finish in time
+/// (the statement still runs, or Postgres does not answer) every order is in doubt, with
+/// the batch's key for the reconciler. The new session, once it has answered, becomes
+/// `session`.
 async fn settle_lost(
-    pool: &PgPool,
+    opener: &CommitConnections,
+    session: &mut Option<CommitSession>,
     orders: &[NewOrder],
     batch: BatchKey,
     cause: anyhow::Error,
 ) -> Result<Vec<Result<Order, CommitError>>, BatchError> {
     let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
     let settled = tokio::time::timeout(SETTLE_TIMEOUT, async {
-        settle(pool, batch).await?;
-        orders_by_id(pool, &ids).await
+        let mut conn = opener
+            .open(tokio::time::Instant::now() + SETTLE_TIMEOUT)
+            .await?;
+        settle(conn.connection(), batch).await?;
+        let found = orders_by_id(conn.connection(), &ids).await?;
+        Ok::<_, anyhow::Error>((found, conn))
     })
     .await
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the settle did not finish in time")));
     let found = match settled {
-        Ok(found) => found,
+        Ok((found, conn)) => {
+            *session = Some(conn);
+            found
+        }
         Err(e) => {
             return Err(BatchError::Commit(CommitError::InDoubt {
                 batch: Some(batch),
@@ -482,12 +531,12 @@ fn commit_unanswered(orders: &[NewOrder]) -> bool {
 /// The key, not the session: a session's pid is reused and, behind a pooler, not the
 /// client's; and a statement still on its way (in a socket, in a pooler's queue) has no
 /// session to look at yet. Idempotent: settling twice is settling once.
-pub async fn settle(pool: &PgPool, batch: BatchKey) -> anyhow::Result<()> {
+pub async fn settle<'c>(db: impl sqlx::PgExecutor<'c>, batch: BatchKey) -> anyhow::Result<()> {
     sqlx::query!(
         "INSERT INTO order_batches (id) VALUES ($1) ON CONFLICT DO NOTHING",
         batch.0
     )
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
