@@ -192,29 +192,29 @@ families! {
     /// Orders per committer batch (group commit): 1 at low load, growing with it.
     commit_batch_size: Histogram =
         family("commit_batch_size", "Orders per committer batch", &[]).buckets(BATCH_BUCKETS);
-    /// Orders waiting for the committer, read at scrape time.
+    /// Orders waiting for a committer, over every worker thread's, read at scrape time.
     commit_queue: IntGauge =
-        family("commit_queue_orders", "Orders waiting for the committer", &[]);
+        family("commit_queue_orders", "Orders waiting for a committer", &[]);
     /// Live Redis stock per item on sale; a series disappears when its sale ends.
     stock_remaining: IntGaugeVec =
         family("stock_remaining", "Live stock of each item on sale (Redis)", &["item"]);
     /// Items this instance knows to be sold out (answered from memory).
     sold_out_items: IntGauge =
         family("sold_out_items", "Items this instance knows to be sold out", &[]);
-    /// Postgres pool connections by pool (`main`, `commit`) and state (`in_use`,
-    /// `idle`), read at scrape time.
+    /// Postgres connections by pool (`main`; `commit`, the committers' own sessions
+    /// over every worker thread) and state (`in_use`, `idle`), read at scrape time.
     db_pool: IntGaugeVec = family(
         "db_pool_connections",
         "Postgres pool connections by pool and state",
         &["pool", "state"],
     )
     .seeded([["main", "in_use"], ["main", "idle"], ["commit", "in_use"], ["commit", "idle"]]);
-    /// Order commits that found no connection in the commit pool within the acquire
-    /// timeout. Reads have a pool of their own, so this stays 0 unless commits alone
-    /// outrun `database_commit_connections`.
+    /// Order commits that could not get a commit connection (open one) within the
+    /// commit budget. Reads have a pool of their own, so this stays 0 unless Postgres
+    /// refuses or is slow to accept connections.
     commit_pool_timeouts: IntCounter = family(
         "order_commit_pool_timeouts_total",
-        "Order commits that waited past the acquire timeout for a connection",
+        "Order commits that got no commit connection within the commit budget",
         &[],
     );
     /// The purchase path's concurrency limit (`sale::overload::shedding`): it falls

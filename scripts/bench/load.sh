@@ -21,12 +21,21 @@ cpu_ticks() {
   echo "$total"
 }
 
+# The machine's busy time so far (every process, loadgen and the stores included), in
+# clock ticks: the first line of /proc/stat without idle and iowait.
+machine_ticks() {
+  local _cpu user nice system _idle _iowait irq softirq steal _rest
+  read -r _cpu user nice system _idle _iowait irq softirq steal _rest </proc/stat
+  echo $((user + nice + system + irq + softirq + steal))
+}
+
 # run_loadgen NAME ARGS...: one measured run (targets and everything else in ARGS), its
 # report in $OUT/NAME.json. The CPU ticks of the servers in CPU_PIDS over the measured
-# phase (after the logins) go to $OUT/NAME.cpu. A failed ledger check is reported and
+# phase (after the logins) go to $OUT/NAME.cpu, the whole machine's to $OUT/NAME.machine.
+# A failed ledger check is reported and
 # the bench goes on; a run that could not be made stops it.
 run_loadgen() {
-  local name=$1 rc=0 started="$OUT/$1.started" before after lg; shift
+  local name=$1 rc=0 started="$OUT/$1.started" before after lg machine; shift
   log "$name"
   rm -f "$started"
   "$LOADGEN" --quiet --no-store-checks --admin-token "$ADMIN" --json "$OUT/$name.json" \
@@ -36,6 +45,7 @@ run_loadgen() {
   while [ ! -e "$started" ] && kill -0 "$lg" 2>/dev/null; do sleep 0.01; done
   # shellcheck disable=SC2086
   before=$(cpu_ticks ${CPU_PIDS:-})
+  machine=$(machine_ticks)
   # A scenario run in pairs (NAME.pair-K) is profiled in its first pair, as NAME.
   local perf="" profiled=${name%.pair-1}
   if [ -n "${CPU_PIDS:-}" ] && [[ " ${BENCH_PROFILE:-} " == *" $profiled "* ]]; then
@@ -46,6 +56,7 @@ run_loadgen() {
   LOADGEN_PID=""
   # shellcheck disable=SC2086
   after=$(cpu_ticks ${CPU_PIDS:-})
+  echo "$machine $(machine_ticks) $CLK_TCK" >"$OUT/$name.machine"
   if [ -n "$perf" ]; then kill -INT "$perf" 2>/dev/null || true; wait "$perf" 2>/dev/null || true; fi
   [ -z "${CPU_PIDS:-}" ] || echo "$before $after $CLK_TCK" >"$OUT/$name.cpu"
   rm -f "$started"

@@ -82,18 +82,20 @@ if shown:
           f" user from a new address (every one an order), one item; sends dropped while"
           f" {open_cap} are in flight; a run is ok with p99 < {p99_bound:g} ms, every answer"
           f" 200 with its new order in Postgres, and no send dropped\n")
-    print("| scenario | Postgres | offered/s | s | 200/s | p50 ms | p99 ms | max ms | non-200 | dropped | new orders in Postgres | |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| scenario | Postgres | offered/s | s | 200/s | p50 ms | p99 ms | max ms | non-200 | dropped | new orders in Postgres | app CPU µs/order | all CPU µs/order | |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, rate, s in shown:
         x = r[name]
         label, pg = open_labels[name.split(".")[0]]
         others = ", ".join(f"{k}: {v}" for k, v in sorted(x["by_status"].items()) if k != "200")
         bad = f"{non200(x)} ({others})" if non200(x) else "0"
         lat = x["latency"]
+        cpu = [res.cpu_us(name), res.machine_cpu_us(name)]
+        app_cpu, all_cpu = ("" if c is None else f"{c:.0f}" for c in cpu)
         print(f"| {name.split('.')[0]}: {label} | {pg} | {rate} | {s} | "
               f"{x['by_status'].get('200', 0) / x['seconds']:.0f} | {lat['p50_ms']:.2f} | "
               f"{lat['p99_ms']:.2f} | {lat['max_ms']:.2f} | {bad} | {x['dropped']} | {res.new_orders(name)} | "
-              f"{res.verdict(name, p99_bound)} |")
+              f"{app_cpu} | {all_cpu} | {res.verdict(name, p99_bound)} |")
     sync = (res.read("pg.durable.sync.txt") or "").split()
     if "orders_open_durable" in r and len(sync) == 2:
         print(f"\ndurable Postgres: a synchronous 8 kB write (dd oflag=dsync, mean of 500) took"

@@ -77,6 +77,16 @@ class Results:
         before, after, tck = map(int, open(path).read().split())
         return (after - before) / tck / x["requests"] * 1e6
 
+    def machine_cpu_us(self, name):
+        """µs of the whole machine's busy CPU (every process: the servers, Redis, Postgres,
+        loadgen) per request over the measured phase of one run (by stem), or None."""
+        x = self.reports.get(name)
+        path = os.path.join(self.out, name + ".machine")
+        if x is None or not os.path.exists(path) or not x["requests"]:
+            return None
+        before, after, tck = map(int, open(path).read().split())
+        return (after - before) / tck / x["requests"] * 1e6
+
     def per_pair(self, app, ceiling, figure):
         """figure(app run's stem, ceiling run's stem) for each pair that ran both sides,
         None values left out."""
