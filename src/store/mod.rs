@@ -9,7 +9,8 @@ pub use redis_store::RedisStore;
 
 /// Whether `error` (or a cause in its chain) says a store could not be reached: no
 /// pooled connection in time, a refused, broken or ended connection, a Postgres that
-/// does not accept connections now, a Redis call that timed out or lost its server.
+/// does not accept connections now, a Redis call that timed out, lost its server or
+/// found it loading or failing over.
 /// Such a failure is no one's mistake and passes: the HTTP layer answers it 503, to be
 /// retried, where any other failure is a 500.
 pub fn is_unreachable(error: &anyhow::Error) -> bool {
@@ -42,11 +43,56 @@ pub fn is_unreachable(error: &anyhow::Error) -> bool {
     })
 }
 
-/// A Redis error that says the server could not be reached or went away, not that the
-/// command was wrong.
+/// A Redis error that says the server could not be reached, went away or cannot serve
+/// yet (loading its dataset after a restart, a cluster or a master in a failover), not
+/// that the command was wrong.
 fn redis_gone(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
     error.is_io_error()
         || error.is_connection_refusal()
         || error.is_connection_dropped()
         || error.is_timeout()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+            )
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    use super::*;
+
+    fn redis_error(kind: ServerErrorKind) -> anyhow::Error {
+        anyhow::Error::from(RedisError::from((ErrorKind::Server(kind), "from the server")))
+            .context("reading the live stats")
+    }
+
+    /// A Redis that restarts answers `LOADING` until its dataset is in memory (seen in
+    /// `make soak`: `GET /admin/api/stats` answered 500 then); a cluster or a Sentinel
+    /// setup in a failover answers `CLUSTERDOWN`, `TRYAGAIN` or `MASTERDOWN`. Each passes.
+    #[test]
+    fn a_redis_that_is_loading_or_failing_over_is_unreachable_for_now() {
+        for kind in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::ClusterDown,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::MasterDown,
+        ] {
+            assert!(is_unreachable(&redis_error(kind)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_script_error_is_not_unreachable() {
+        for kind in [ServerErrorKind::NoScript, ServerErrorKind::ExecAbort] {
+            assert!(!is_unreachable(&redis_error(kind)), "{kind:?}");
+        }
+    }
 }
