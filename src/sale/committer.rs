@@ -22,7 +22,7 @@
 //! would make the purchase undo its reservation, and the order might yet be committed.
 
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::future::BoxFuture;
 use thread_local::ThreadLocal;
@@ -43,8 +43,14 @@ pub struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
-/// One committer's queue, which its loop ([`run`]) drains.
-pub struct Queue(mpsc::Receiver<Job>);
+/// One committer's queue, which its loop ([`run`]) drains, and the turn it shares with
+/// the other committers of its instance.
+pub struct Queue {
+    jobs: mpsc::Receiver<Job>,
+    /// Held while a batch is written: an instance's committers write one batch at a
+    /// time, as its one committer did (see [`run`]).
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
 
 /// Starts a committer's loop on its queue, on the runtime of the thread it serves: what
 /// [`Committers`] runs for each thread's first order.
@@ -63,6 +69,8 @@ pub struct Committers {
     /// thread's slot, whose committer died with the old runtime): the one place that
     /// replaces it.
     queues: ThreadLocal<Mutex<mpsc::Sender<Job>>>,
+    /// The committers' turn to write a batch.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Committers {
@@ -73,6 +81,7 @@ impl Committers {
             capacity: capacity.max(1),
             start,
             queues: ThreadLocal::new(),
+            turn: Arc::default(),
         }
     }
 
@@ -90,7 +99,10 @@ impl Committers {
     /// A committer started on this thread's runtime, by its queue.
     fn started_here(&self) -> mpsc::Sender<Job> {
         let (jobs, queue) = mpsc::channel(self.capacity);
-        tokio::spawn((self.start)(Queue(queue)));
+        tokio::spawn((self.start)(Queue {
+            jobs: queue,
+            turn: Arc::clone(&self.turn),
+        }));
         jobs
     }
 
@@ -182,8 +194,19 @@ pub struct Batching {
 /// Takes batches of orders from `queue` and hands each to `writer`, one batch at a time,
 /// until its [`Committers`] is gone and the queue is empty (what was queued is still
 /// committed).
+///
+/// A batch is written in the instance's turn (`Queue::turn`): the committers of an
+/// instance write one batch at a time. Side by side, two statements on one item's row
+/// only wait for each other in Postgres, and their batches are smaller (more statements
+/// per order): in `make bench` the open model's p99 at 3 000 orders/s rose from 8–13 to
+/// 12–13 ms. Waiting for its turn, a committer takes what its purchases queued
+/// meanwhile, so its batch grows as the one committer's did; the wake-up at its turn is
+/// one hop per batch, not per order.
 pub async fn run(queue: Queue, batching: Batching, mut writer: impl CommitBatch) {
-    let Queue(mut queue) = queue;
+    let Queue {
+        jobs: mut queue,
+        turn,
+    } = queue;
     let max_batch = batching.max.max(1);
     let mut jobs = Vec::with_capacity(max_batch);
     let mut previous = 0;
@@ -191,13 +214,14 @@ pub async fn run(queue: Queue, batching: Batching, mut writer: impl CommitBatch)
         if queue.recv_many(&mut jobs, max_batch).await == 0 {
             return;
         }
+        let turn = turn.lock().await;
         if !batching.linger.is_zero() && previous > 1 && jobs.len() < max_batch {
             tokio::time::sleep(batching.linger).await;
-            while jobs.len() < max_batch {
-                match queue.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
+        }
+        while jobs.len() < max_batch {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
             }
         }
         previous = jobs.len();
@@ -214,6 +238,7 @@ pub async fn run(queue: Queue, batching: Batching, mut writer: impl CommitBatch)
         let outcomes = writer
             .commit_batch(ready.iter().map(|j| j.order).collect())
             .await;
+        drop(turn);
         debug_assert_eq!(outcomes.len(), ready.len(), "one outcome per order");
         for (job, outcome) in ready.into_iter().zip(outcomes) {
             // The purchase may have gone (its client left); the order stands either way.
@@ -224,7 +249,7 @@ pub async fn run(queue: Queue, batching: Batching, mut writer: impl CommitBatch)
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
     use std::time::Duration;
 
     use chrono::Utc;
@@ -392,12 +417,11 @@ mod tests {
         }
         // Its committers are gone (the application stopped); the queue holds 3.
         drop(jobs);
-        run(
-            Queue(queue),
-            batching(256),
-            recording(Arc::clone(&seen), None),
-        )
-        .await;
+        let queue = Queue {
+            jobs: queue,
+            turn: Arc::default(),
+        };
+        run(queue, batching(256), recording(Arc::clone(&seen), None)).await;
         for answer in answers {
             assert!(answer.await.unwrap().is_ok());
         }
@@ -519,5 +543,53 @@ mod tests {
             0,
             "both committers ended with their threads"
         );
+    }
+
+    /// Two threads' committers: while one writes its batch, the other waits for its
+    /// turn and takes what its thread queued meanwhile into one batch.
+    #[test]
+    fn the_committers_of_an_instance_take_turns_and_a_waiting_one_gathers_its_batch() {
+        let seen = Arc::new(Seen::default());
+        let gate = Arc::new(Semaphore::new(0));
+        let committers = committers(16, batching(256), &seen, None, Some(Arc::clone(&gate)));
+        let thread = |users: Vec<i64>| {
+            let committers = Arc::clone(&committers);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let answers = users
+                        .into_iter()
+                        .map(|user| committers.commit(order(user), later()));
+                    for answer in futures_util::future::join_all(answers).await {
+                        assert!(answer.is_ok());
+                    }
+                })
+            })
+        };
+        let first = thread(vec![1]);
+        // The first thread's batch is in flight (held by the gate) ...
+        while seen.sizes().is_empty() {
+            std::thread::yield_now();
+        }
+        // ... while three orders reach the second thread's committer, which takes them
+        // (handed over in one poll, they are one take) and waits for its turn.
+        let second = thread(vec![2, 3, 4]);
+        while committers.running() < 2 || committers.queued() > 0 {
+            std::thread::yield_now();
+        }
+        // Without a turn its batch would be recorded within the same poll that took
+        // the orders; give that poll time to end (this can only make a wrong committer
+        // pass, never a right one fail).
+        for _ in 0..10_000 {
+            std::thread::yield_now();
+        }
+        assert_eq!(seen.sizes(), [1], "the second committer waits for its turn");
+        gate.add_permits(100);
+        first.join().unwrap();
+        second.join().unwrap();
+        assert_eq!(seen.sizes(), [1, 3]);
     }
 }

@@ -70,8 +70,11 @@ mod tests {
     use super::*;
 
     fn redis_error(kind: ServerErrorKind) -> anyhow::Error {
-        anyhow::Error::from(RedisError::from((ErrorKind::Server(kind), "from the server")))
-            .context("reading the live stats")
+        anyhow::Error::from(RedisError::from((
+            ErrorKind::Server(kind),
+            "from the server",
+        )))
+        .context("reading the live stats")
     }
 
     /// A Redis that restarts answers `LOADING` until its dataset is in memory (seen in
