@@ -10,6 +10,7 @@
 //! - [`history`]: the decision stream folded into Postgres minute by minute, and what
 //!   operators read from it (history, reports per sale, offenders).
 //! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime;
+//!   [`edge`]: the limiter at the edge (envoyproxy/ratelimit's domains and descriptors);
 //!   [`stats`]: live counters summed over all instances, for the dashboard; [`sale`]:
 //!   items, the purchase flow, orders, the waiting room, and keeping Redis honest.
 //! - [`identity`]: shopper tokens, admin tokens and the sign-in lockout.
@@ -29,6 +30,7 @@
 pub mod background;
 pub mod configuration;
 pub mod domain;
+pub mod edge;
 pub mod history;
 pub mod http;
 pub mod identity;

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["main", "startup", "telemetry"],
     &["http"],
     &["history"],
-    &["rules", "stats", "sale"],
+    &["rules", "stats", "sale", "edge"],
     &["identity"],
     &["configuration"],
     &["limiter"],
