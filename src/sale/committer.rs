@@ -477,44 +477,56 @@ mod tests {
         assert_eq!(seen.sizes(), [2, 2]);
     }
 
+    /// A thread with a runtime of its own, as an actix worker: commits the orders of
+    /// `users` together, each answered `Ok`; then, with `hold`, waits at it twice (its
+    /// runtime, and its committer, alive until the second wait). Answers the thread.
+    fn worker(
+        committers: &Arc<Committers>,
+        users: Vec<i64>,
+        hold: Option<Arc<std::sync::Barrier>>,
+    ) -> std::thread::JoinHandle<std::thread::ThreadId> {
+        let committers = Arc::clone(committers);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let answers = users
+                    .into_iter()
+                    .map(|user| committers.commit(order(user), later()));
+                for answer in futures_util::future::join_all(answers).await {
+                    assert!(answer.is_ok(), "{answer:?}");
+                }
+            });
+            if let Some(hold) = hold {
+                hold.wait();
+                hold.wait();
+            }
+            std::thread::current().id()
+        })
+    }
+
     /// Two threads, each with a runtime of its own (as actix's workers): each commits
     /// through a committer of its own, whose batches run on that thread.
     #[test]
     fn each_thread_commits_through_its_own_committer_on_its_own_thread() {
         let seen = Arc::new(Seen::default());
         let committers = committers(16, batching(256), &seen, None, None);
-        let all_committed = Arc::new(std::sync::Barrier::new(3));
-        let workers: Vec<_> = (0..2)
-            .map(|worker| {
-                let committers = Arc::clone(&committers);
-                let all_committed = Arc::clone(&all_committed);
-                std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    runtime.block_on(async {
-                        for n in 0..3 {
-                            let answer = committers.commit(order(10 * worker + n + 1), later());
-                            assert!(answer.await.is_ok());
-                        }
-                    });
-                    // Both threads (and their committers) are alive here.
-                    all_committed.wait();
-                    all_committed.wait();
-                    std::thread::current().id()
-                })
-            })
-            .collect();
-        all_committed.wait();
+        let hold = Arc::new(std::sync::Barrier::new(3));
+        let workers = [vec![1, 2, 3], vec![4, 5, 6]]
+            .map(|users| worker(&committers, users, Some(Arc::clone(&hold))));
+        // Both threads (and their committers) are alive here.
+        hold.wait();
         assert_eq!(committers.running(), 2);
-        all_committed.wait();
-        let threads: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        hold.wait();
+        let threads = workers.map(|w| w.join().unwrap());
         let ran_on = seen.threads.lock().unwrap().clone();
-        assert_eq!(ran_on.len(), 6, "every order committed alone: {ran_on:?}");
+        assert_eq!(seen.sizes().iter().sum::<usize>(), 6);
         for thread in &threads {
-            assert_eq!(ran_on.iter().filter(|t| *t == thread).count(), 3);
+            assert!(ran_on.contains(thread), "no batch ran on {thread:?}");
         }
+        assert!(ran_on.iter().all(|t| threads.contains(t)), "{ran_on:?}");
     }
 
     /// A thread that ends takes its runtime, and its committer, with it; the next thread
@@ -525,17 +537,7 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let committers = committers(16, batching(256), &seen, None, None);
         for user in [1, 2] {
-            let committers = Arc::clone(&committers);
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let answer = runtime.block_on(committers.commit(order(user), later()));
-                assert!(answer.is_ok(), "{answer:?}");
-            })
-            .join()
-            .unwrap();
+            worker(&committers, vec![user], None).join().unwrap();
         }
         assert_eq!(seen.sizes(), [1, 1]);
         assert_eq!(
@@ -552,31 +554,14 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let gate = Arc::new(Semaphore::new(0));
         let committers = committers(16, batching(256), &seen, None, Some(Arc::clone(&gate)));
-        let thread = |users: Vec<i64>| {
-            let committers = Arc::clone(&committers);
-            std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async {
-                    let answers = users
-                        .into_iter()
-                        .map(|user| committers.commit(order(user), later()));
-                    for answer in futures_util::future::join_all(answers).await {
-                        assert!(answer.is_ok());
-                    }
-                })
-            })
-        };
-        let first = thread(vec![1]);
+        let first = worker(&committers, vec![1], None);
         // The first thread's batch is in flight (held by the gate) ...
         while seen.sizes().is_empty() {
             std::thread::yield_now();
         }
         // ... while three orders reach the second thread's committer, which takes them
         // (handed over in one poll, they are one take) and waits for its turn.
-        let second = thread(vec![2, 3, 4]);
+        let second = worker(&committers, vec![2, 3, 4], None);
         while committers.running() < 2 || committers.queued() > 0 {
             std::thread::yield_now();
         }
