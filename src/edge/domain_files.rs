@@ -109,7 +109,11 @@ mod tests {
     fn a_bad_file_is_refused_with_its_name_and_field() {
         let dir = tempfile::tempdir().expect("a folder");
         write(dir.path(), "ok.yaml", "domain: fine\n");
-        write(dir.path(), "typo.yaml", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n");
+        write(
+            dir.path(),
+            "typo.yaml",
+            "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
+        );
         let error = format!("{:#}", read(dir.path()).expect_err("refused"));
         assert!(error.contains("typo.yaml"), "{error}");
         assert!(error.contains("descriptors[0].rate_limit"), "{error}");
@@ -121,6 +125,9 @@ mod tests {
         write(dir.path(), "one.yaml", "domain: same\n");
         write(dir.path(), "two.yml", "domain: same\n");
         let error = format!("{:#}", read(dir.path()).expect_err("refused"));
-        assert!(error.contains("one.yaml") && error.contains("two.yml"), "{error}");
+        assert!(
+            error.contains("one.yaml") && error.contains("two.yml"),
+            "{error}"
+        );
     }
 }

@@ -135,16 +135,7 @@ impl DomainStore {
                     file.path.display()
                 );
             }
-            let inserted = sqlx::query_scalar!(
-                "INSERT INTO rls_domains (domain, document, updated_by) VALUES ($1, $2, $3) ON CONFLICT (domain) DO NOTHING RETURNING version",
-                document.domain,
-                Json(document) as _,
-                SEEDED_BY
-            )
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(version) = inserted {
-                audit(&mut tx, &document.domain, "create", version, None, Some(document), SEEDED_BY).await?;
+            if insert(&mut tx, document, SEEDED_BY).await?.is_some() {
                 created.push(document.domain.clone());
             }
             tx.commit().await?;
@@ -206,27 +197,28 @@ impl DomainStore {
         if document.domain != domain {
             return Err(DocumentError {
                 field: "domain".into(),
-                reason: format!("the document's domain {:?} is not the path's {domain:?}", document.domain),
+                reason: format!(
+                    "the document's domain {:?} is not the path's {domain:?}",
+                    document.domain
+                ),
             }
             .into());
         }
         document.check()?;
         let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
-        let old = sqlx::query!(
-            r#"SELECT document AS "document: Json<DomainDocument>", version FROM rls_domains WHERE domain = $1 FOR UPDATE"#,
-            domain
-        )
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(anyhow::Error::from)?;
+        let mut old = locked(&mut tx, domain).await?;
+        if old.is_none() {
+            if expected.is_some() {
+                return Err(DomainChangeError::Unknown(domain.into()));
+            }
+            // Creations take turns: one of this name committed while this one waited is
+            // replaced, as a PUT without `If-Match` replaces whatever is stored.
+            lock_creations(&mut tx).await?;
+            old = locked(&mut tx, domain).await?;
+        }
         let (row, created) = match old {
             Some(old) => {
-                if expected.is_some_and(|expected| expected != old.version) {
-                    return Err(DomainChangeError::VersionConflict {
-                        domain: domain.into(),
-                        current: old.version,
-                    });
-                }
+                at_version(domain, expected, old.version)?;
                 let row = sqlx::query!(
                     "UPDATE rls_domains SET document = $2, version = version + 1, updated_by = $3, updated_at = now() WHERE domain = $1 RETURNING version, updated_at",
                     domain,
@@ -236,40 +228,38 @@ impl DomainStore {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(anyhow::Error::from)?;
-                audit(&mut tx, domain, "update", row.version, Some(&old.document.0), Some(document), who).await?;
+                audit(
+                    &mut tx,
+                    domain,
+                    "update",
+                    row.version,
+                    Some(&old.document),
+                    Some(document),
+                    who,
+                )
+                .await?;
                 ((row.version, row.updated_at), false)
             }
             None => {
-                if expected.is_some() {
-                    return Err(DomainChangeError::Unknown(domain.into()));
-                }
-                lock_creations(&mut tx).await?;
                 if count(&mut tx).await? >= MAX_DOMAINS {
                     return Err(DomainChangeError::TooMany);
                 }
-                // A creation racing this one for the same name waits on the key and
-                // then finds it taken: the conflict is the version check it skipped.
-                let row = sqlx::query!(
-                    "INSERT INTO rls_domains (domain, document, updated_by) VALUES ($1, $2, $3) ON CONFLICT (domain) DO NOTHING RETURNING version, updated_at",
-                    domain,
-                    Json(document) as _,
-                    who
-                )
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(anyhow::Error::from)?
-                .ok_or_else(|| DomainChangeError::VersionConflict {
-                    domain: domain.into(),
-                    current: 1,
-                })?;
-                audit(&mut tx, domain, "create", row.version, None, Some(document), who).await?;
+                let row = insert(&mut tx, document, who)
+                    .await?
+                    .context("a domain created while creations were locked")?;
                 ((row.version, row.updated_at), true)
             }
         };
         tx.commit().await.map_err(anyhow::Error::from)?;
         self.version.bump().await;
         let (version, updated_at) = row;
-        tracing::info!(domain, changed_by = who, version, created, "edge domain changed");
+        tracing::info!(
+            domain,
+            changed_by = who,
+            version,
+            created,
+            "edge domain changed"
+        );
         let stored = StoredDomain {
             document: document.clone(),
             version,
@@ -289,28 +279,32 @@ impl DomainStore {
     ) -> Result<i64, DomainChangeError> {
         check_domain(domain)?;
         let mut tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
-        let old = sqlx::query!(
-            r#"SELECT document AS "document: Json<DomainDocument>", version FROM rls_domains WHERE domain = $1 FOR UPDATE"#,
-            domain
-        )
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(anyhow::Error::from)?
-        .ok_or_else(|| DomainChangeError::Unknown(domain.into()))?;
-        if expected.is_some_and(|expected| expected != old.version) {
-            return Err(DomainChangeError::VersionConflict {
-                domain: domain.into(),
-                current: old.version,
-            });
-        }
+        let old = locked(&mut tx, domain)
+            .await?
+            .ok_or_else(|| DomainChangeError::Unknown(domain.into()))?;
+        at_version(domain, expected, old.version)?;
         sqlx::query!("DELETE FROM rls_domains WHERE domain = $1", domain)
             .execute(&mut *tx)
             .await
             .map_err(anyhow::Error::from)?;
-        audit(&mut tx, domain, "delete", old.version, Some(&old.document.0), None, who).await?;
+        audit(
+            &mut tx,
+            domain,
+            "delete",
+            old.version,
+            Some(&old.document),
+            None,
+            who,
+        )
+        .await?;
         tx.commit().await.map_err(anyhow::Error::from)?;
         self.version.bump().await;
-        tracing::info!(domain, changed_by = who, version = old.version, "edge domain deleted");
+        tracing::info!(
+            domain,
+            changed_by = who,
+            version = old.version,
+            "edge domain deleted"
+        );
         Ok(old.version)
     }
 
@@ -361,6 +355,83 @@ impl DomainStore {
         )
         .await
     }
+}
+
+/// A stored domain's document and version, read under its row lock.
+struct Locked {
+    document: DomainDocument,
+    version: i64,
+}
+
+/// The stored domain, its row locked until the transaction ends (the change's
+/// version check and write see no other change in between).
+async fn locked(
+    tx: &mut sqlx::PgConnection,
+    domain: &str,
+) -> Result<Option<Locked>, DomainChangeError> {
+    let row = sqlx::query!(
+        r#"SELECT document AS "document: Json<DomainDocument>", version FROM rls_domains WHERE domain = $1 FOR UPDATE"#,
+        domain
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(anyhow::Error::from)?;
+    Ok(row.map(|row| Locked {
+        document: row.document.0,
+        version: row.version,
+    }))
+}
+
+/// Refuses a change made from another version than `current` (`expected`: the version
+/// its author loaded, if they said).
+fn at_version(domain: &str, expected: Option<i64>, current: i64) -> Result<(), DomainChangeError> {
+    if expected.is_some_and(|expected| expected != current) {
+        return Err(DomainChangeError::VersionConflict {
+            domain: domain.into(),
+            current,
+        });
+    }
+    Ok(())
+}
+
+/// The version and time of a row written.
+struct Written {
+    version: i64,
+    updated_at: DateTime<Utc>,
+}
+
+/// Stores a new domain with its audit row, under [`lock_creations`]; `None` when one of
+/// its name is stored already (a file's domain then stays as stored).
+async fn insert(
+    tx: &mut sqlx::PgConnection,
+    document: &DomainDocument,
+    who: &str,
+) -> anyhow::Result<Option<Written>> {
+    let row = sqlx::query!(
+        "INSERT INTO rls_domains (domain, document, updated_by) VALUES ($1, $2, $3) ON CONFLICT (domain) DO NOTHING RETURNING version, updated_at",
+        document.domain,
+        Json(document) as _,
+        who
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    audit(
+        tx,
+        &document.domain,
+        "create",
+        row.version,
+        None,
+        Some(document),
+        who,
+    )
+    .await?;
+    Ok(Some(Written {
+        version: row.version,
+        updated_at: row.updated_at,
+    }))
 }
 
 /// Serialises creations (see [`CREATE_LOCK`]) until the transaction ends.

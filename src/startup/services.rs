@@ -10,6 +10,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::configuration::Settings;
+use crate::edge::{domain_files, DomainStore};
 use crate::history::blocks::{BlockLimits, BlockStore};
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
@@ -17,7 +18,6 @@ use crate::identity::{AdminGuard, AdminTokens, QueueTokens, TokenKeys, TokenRule
 use crate::limiter::blocklist::Blocklist;
 use crate::limiter::{Clock, Limiter};
 use crate::metrics::Metrics;
-use crate::edge::{domain_files, DomainStore};
 use crate::rules::RuleStore;
 use crate::sale::catalog::Catalog;
 use crate::sale::committer::Batching;
@@ -97,11 +97,18 @@ impl Services {
         rules.apply(&limiter).await?;
         // The files seed the domains Postgres lacks; from then on Postgres is the truth.
         let domains = Arc::new(DomainStore::new(pool.clone(), redis.clone()));
-        if let Some(dir) = settings.rls_config_dir.clone().filter(|dir| !dir.is_empty()) {
+        if let Some(dir) = settings
+            .rls_config_dir
+            .clone()
+            .filter(|dir| !dir.is_empty())
+        {
             let files = tokio::task::spawn_blocking(move || domain_files::read(dir.as_ref()))
                 .await
                 .context("reading rls_config_dir")??;
-            domains.seed(&files).await.context("seeding the edge domains")?;
+            domains
+                .seed(&files)
+                .await
+                .context("seeding the edge domains")?;
         }
         domains.reload().await?;
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));

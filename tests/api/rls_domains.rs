@@ -34,7 +34,10 @@ fn gateway(requests: u32) -> Value {
 }
 
 fn etag(response: &reqwest::Response) -> String {
-    response.headers()["etag"].to_str().expect("an ETag").to_string()
+    response.headers()["etag"]
+        .to_str()
+        .expect("an ETag")
+        .to_string()
 }
 
 /// `(action, version, changed_by)` of the domain's audit rows, oldest first.
@@ -57,7 +60,10 @@ async fn files_seed_only_the_domains_not_stored_and_a_bad_file_fails_the_start(d
     let seeded = first.rls_domain(Method::GET, "gateway", None, None).await;
     assert_eq!(seeded.status(), 200);
     assert_eq!(etag(&seeded), r#""1""#);
-    assert_eq!(json(seeded).await["descriptors"][0]["rate_limit"]["requests_per_unit"], 5);
+    assert_eq!(
+        json(seeded).await["descriptors"][0]["rate_limit"]["requests_per_unit"],
+        5
+    );
 
     // An operator's edit, then a changed file and a new one: the edit stands, the new
     // file's domain is seeded.
@@ -71,7 +77,10 @@ async fn files_seed_only_the_domains_not_stored_and_a_bad_file_fails_the_start(d
     let kept = second.rls_domain(Method::GET, "gateway", None, None).await;
     assert_eq!(etag(&kept), r#""2""#);
     assert_eq!(json(kept).await, gateway(7));
-    assert_eq!(second.domains.current("internal").map(|d| d.version), Some(1));
+    assert_eq!(
+        second.domains.current("internal").map(|d| d.version),
+        Some(1)
+    );
     assert_eq!(
         audit(&db, "gateway").await,
         [
@@ -88,7 +97,10 @@ async fn files_seed_only_the_domains_not_stored_and_a_bad_file_fails_the_start(d
     );
     let mut settings = test_settings(&db);
     settings.rls_config_dir = Some(folder);
-    let refused = Application::build(settings).await.err().expect("the start fails");
+    let refused = Application::build(settings)
+        .await
+        .err()
+        .expect("the start fails");
     let message = format!("{refused:#}");
     assert!(message.contains("typo.yaml"), "{message}");
     assert!(message.contains("unit"), "{message}");
@@ -125,7 +137,10 @@ async fn a_domain_is_created_read_replaced_and_deleted_with_versions_and_if_matc
         .await;
     assert_eq!(stale.status(), 409);
     let body = json(stale).await;
-    assert_eq!((body["code"].as_str(), body["currentVersion"].as_i64()), (Some("VERSION_CONFLICT"), Some(2)));
+    assert_eq!(
+        (body["code"].as_str(), body["currentVersion"].as_i64()),
+        (Some("VERSION_CONFLICT"), Some(2))
+    );
     let stale = app
         .rls_domain(Method::DELETE, "gateway", None, Some(r#""1""#))
         .await;
@@ -140,9 +155,15 @@ async fn a_domain_is_created_read_replaced_and_deleted_with_versions_and_if_matc
         .rls_domain(Method::DELETE, "gateway", None, Some(r#""2""#))
         .await;
     assert_eq!(deleted.status(), 204);
-    for (method, if_match) in [(Method::GET, None), (Method::DELETE, None), (Method::PUT, Some(r#""2""#))] {
+    for (method, if_match) in [
+        (Method::GET, None),
+        (Method::DELETE, None),
+        (Method::PUT, Some(r#""2""#)),
+    ] {
         let body = (method == Method::PUT).then(|| gateway(5));
-        let gone = app.rls_domain(method.clone(), "gateway", body, if_match).await;
+        let gone = app
+            .rls_domain(method.clone(), "gateway", body, if_match)
+            .await;
         assert_eq!(gone.status(), 404, "{method}");
         assert_eq!(json(gone).await["code"], "NOT_FOUND", "{method}");
     }
@@ -164,6 +185,39 @@ async fn a_domain_is_created_read_replaced_and_deleted_with_versions_and_if_matc
 }
 
 #[sqlx::test]
+async fn concurrent_edits_of_one_version_let_one_through_and_concurrent_creations_all_stand(
+    db: PgPool,
+) {
+    let app = spawn_app(&db).await;
+    // Four creations of one new domain at once, without If-Match: one creates it, the
+    // others replace it in turn; none is lost or refused.
+    let creations = futures_util::future::join_all(
+        (1..=4).map(|n| app.rls_domain(Method::PUT, "gateway", Some(gateway(n)), None)),
+    )
+    .await;
+    let mut statuses: Vec<u16> = creations.iter().map(|r| r.status().as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 201]);
+    let actions: Vec<String> = audit(&db, "gateway")
+        .await
+        .into_iter()
+        .map(|(a, ..)| a)
+        .collect();
+    assert_eq!(actions, ["create", "update", "update", "update"]);
+
+    // Four edits made from version 4 at once: exactly one stands.
+    let edits = futures_util::future::join_all(
+        (5..=8).map(|n| app.rls_domain(Method::PUT, "gateway", Some(gateway(n)), Some(r#""4""#))),
+    )
+    .await;
+    let mut statuses: Vec<u16> = edits.iter().map(|r| r.status().as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409, 409, 409]);
+    let read = app.rls_domain(Method::GET, "gateway", None, None).await;
+    assert_eq!(etag(&read), r#""5""#);
+}
+
+#[sqlx::test]
 async fn a_refused_document_names_its_field(db: PgPool) {
     let app = spawn_app(&db).await;
     let no_unit = json!({ "domain": "gateway", "descriptors": [
@@ -181,11 +235,19 @@ async fn a_refused_document_names_its_field(db: PgPool) {
         let refused = app.rls_domain(Method::PUT, path, Some(body), None).await;
         assert_eq!(refused.status(), 400, "{field}");
         let body = json(refused).await;
-        assert_eq!((body["code"].as_str(), body["field"].as_str()), (Some("VALIDATION_FAILED"), Some(field)));
+        assert_eq!(
+            (body["code"].as_str(), body["field"].as_str()),
+            (Some("VALIDATION_FAILED"), Some(field))
+        );
     }
     // A field envoyproxy/ratelimit's format lacks: refused, never ignored.
     let unknown = app
-        .rls_domain(Method::PUT, "gateway", Some(json!({ "domain": "gateway", "descriptor": [] })), None)
+        .rls_domain(
+            Method::PUT,
+            "gateway",
+            Some(json!({ "domain": "gateway", "descriptor": [] })),
+            None,
+        )
         .await;
     assert_eq!(unknown.status(), 400);
     assert!(app.domains.current("gateway").is_none());
@@ -218,22 +280,39 @@ mod topology {
             .rls_domain(Method::PUT, "gateway", Some(gateway(5)), None)
             .await;
         assert_eq!(created.status(), 201);
-        let ((), lag) = eventually("the creation on two", Duration::from_secs(5), || version_on_two(Some(1))).await;
+        let ((), lag) = eventually("the creation on two", Duration::from_secs(5), || {
+            version_on_two(Some(1))
+        })
+        .await;
         let limits = two.domains.current("gateway").expect("in force").limits;
-        let limit = limits.find([("remote_address", "10.0.0.1")]).expect("a limit");
+        let limit = limits
+            .find([("remote_address", "10.0.0.1")])
+            .expect("a limit");
         assert_eq!(limit.name, "remote_address");
 
         let replaced = one
             .rls_domain(Method::PUT, "gateway", Some(gateway(9)), Some(r#""1""#))
             .await;
         assert_eq!(replaced.status(), 200);
-        eventually("the edit on two", Duration::from_secs(5), || version_on_two(Some(2))).await;
+        eventually("the edit on two", Duration::from_secs(5), || {
+            version_on_two(Some(2))
+        })
+        .await;
         let document = two.domains.current("gateway").expect("in force").document;
-        assert_eq!(document.descriptors[0].rate_limit.as_ref().and_then(|l| l.requests_per_unit), Some(9));
+        assert_eq!(
+            document.descriptors[0]
+                .rate_limit
+                .as_ref()
+                .and_then(|l| l.requests_per_unit),
+            Some(9)
+        );
 
         let deleted = one.rls_domain(Method::DELETE, "gateway", None, None).await;
         assert_eq!(deleted.status(), 204);
-        eventually("the deletion on two", Duration::from_secs(5), || version_on_two(None)).await;
+        eventually("the deletion on two", Duration::from_secs(5), || {
+            version_on_two(None)
+        })
+        .await;
         println!("a domain created on one instance was in force on the other after {lag:?}");
     }
 }

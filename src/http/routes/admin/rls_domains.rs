@@ -167,9 +167,7 @@ impl From<DomainChangeError> for ApiError {
         match error {
             DomainChangeError::Invalid(error) => invalid(error),
             DomainChangeError::Unknown(_) => Self::NotFound,
-            DomainChangeError::VersionConflict { current, .. } => {
-                Self::VersionConflict { current }
-            }
+            DomainChangeError::VersionConflict { current, .. } => Self::VersionConflict { current },
             DomainChangeError::TooMany => Self::validation("domain", error.to_string()),
             DomainChangeError::Store(cause) => Self::Internal(cause),
         }
