@@ -70,7 +70,7 @@ pub async fn list_domains(
 /// `GET /admin/api/rls/domains/{domain}`: the domain's document, its version as the
 /// `ETag` (`"3"`) to send back in `If-Match`.
 #[utoipa::path(get, path = "/admin/api/rls/domains/{domain}", operation_id = "getRlsDomain", tag = "admin",
-    params(("domain" = String, Path, description = "The domain (1-64 characters of A-Z a-z 0-9 _ - .)")),
+    params(("domain" = String, Path, description = "The domain (1-64 characters of A-Z a-z 0-9 _ - .)", pattern = r"^[A-Za-z0-9_.-]{1,64}$")),
     responses(
         (status = 200, description = "The domain's document, envoyproxy/ratelimit's YAML file as JSON: its snake_case names are kept on purpose, it is that file's format", body = DomainDocument,
             headers(("ETag" = String, description = "The version, e.g. `\"3\"`, for `If-Match`"))),
@@ -95,7 +95,7 @@ pub async fn domain(
 /// still at that version, and with 404 `NOT_FOUND` if it is no longer stored.
 #[utoipa::path(put, path = "/admin/api/rls/domains/{domain}", operation_id = "putRlsDomain", tag = "admin",
     params(
-        ("domain" = String, Path, description = "The domain"),
+        ("domain" = String, Path, description = "The domain", pattern = r"^[A-Za-z0-9_.-]{1,64}$"),
         ("If-Match" = Option<String>, Header, description = "The version the edit was made from, e.g. `\"3\"`, or `*`"),
     ),
     request_body(content = DomainDocument, description = "The domain's envoyproxy/ratelimit YAML file as JSON, with our `algorithm` and `fail_mode`. Its snake_case names (`rate_limit`, `requests_per_unit`, `shadow_mode`) are kept on purpose: it is that file's format, not this API's camelCase"),
@@ -131,7 +131,7 @@ pub async fn put_domain(
 /// within about half a second; `If-Match` as for a PUT.
 #[utoipa::path(delete, path = "/admin/api/rls/domains/{domain}", operation_id = "deleteRlsDomain", tag = "admin",
     params(
-        ("domain" = String, Path, description = "The domain"),
+        ("domain" = String, Path, description = "The domain", pattern = r"^[A-Za-z0-9_.-]{1,64}$"),
         ("If-Match" = Option<String>, Header, description = "The version the deletion was decided on, e.g. `\"3\"`, or `*`"),
     ),
     responses(
@@ -159,17 +159,5 @@ fn versioned(status: StatusCode, version: i64, document: &DomainDocument) -> Htt
 }
 
 fn invalid(error: crate::edge::DocumentError) -> ApiError {
-    ApiError::validation(error.field, error.reason)
-}
-
-impl From<DomainChangeError> for ApiError {
-    fn from(error: DomainChangeError) -> Self {
-        match error {
-            DomainChangeError::Invalid(error) => invalid(error),
-            DomainChangeError::Unknown(_) => Self::NotFound,
-            DomainChangeError::VersionConflict { current, .. } => Self::VersionConflict { current },
-            DomainChangeError::TooMany => Self::validation("domain", error.to_string()),
-            DomainChangeError::Store(cause) => Self::Internal(cause),
-        }
-    }
+    ApiError::from(DomainChangeError::Invalid(error))
 }
