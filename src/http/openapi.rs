@@ -419,7 +419,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            40,
+            44,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));
