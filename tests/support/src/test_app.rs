@@ -400,7 +400,10 @@ impl TestApp {
     ) -> Response {
         let mut request = self
             .client
-            .request(method, self.url(&format!("/admin/api/rls/domains/{domain}")))
+            .request(
+                method,
+                self.url(&format!("/admin/api/rls/domains/{domain}")),
+            )
             .bearer_auth(ADMIN_TOKEN);
         if let Some(tag) = if_match {
             request = request.header("If-Match", tag);
