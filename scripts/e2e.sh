@@ -16,8 +16,8 @@
 #      `e2e`, and polls GET /health/ready until a deadline;
 #   4. runs tests/e2e/seckill.test.mjs, tests/e2e/waiting-room.test.mjs,
 #      tests/e2e/odds.test.mjs, tests/e2e/life-cycle.test.mjs, tests/e2e/policies.test.mjs and
-#      tests/e2e/report.test.mjs and tests/e2e/offenders.test.mjs (which write the history's rows with psql, through
-#      E2E_DATABASE_URL), one file at a time, with node's test runner (TAP:
+#      tests/e2e/report.test.mjs, tests/e2e/offenders.test.mjs (which write the history's rows with psql, through
+#      E2E_DATABASE_URL) and tests/e2e/domains.test.mjs, one file at a time, with node's test runner (TAP:
 #      `# pass N`, `# fail N`); they save screenshots of both pages into
 #      test-artifacts/e2e/;
 #   5. stops the app, drops the database, removes its temporary files.
@@ -29,7 +29,7 @@
 #   READY_DEADLINE      seconds for the app to become ready [60]
 #   OUT                 screenshots and logs [test-artifacts/e2e] (git-ignored)
 #   KEEP_DB [0]         1 = keep the run's database for inspection
-#   E2E_FILES           the test files to run, in tests/e2e [all seven, in the order above]
+#   E2E_FILES           the test files to run, in tests/e2e [all eight, in the order above]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +41,7 @@ E2E_TEST_TIMEOUT=${E2E_TEST_TIMEOUT:-300}
 READY_DEADLINE=${READY_DEADLINE:-60}
 OUT=${OUT:-test-artifacts/e2e}
 KEEP_DB=${KEEP_DB:-0}
-E2E_FILES=${E2E_FILES:-seckill.test.mjs waiting-room.test.mjs odds.test.mjs life-cycle.test.mjs policies.test.mjs report.test.mjs offenders.test.mjs}
+E2E_FILES=${E2E_FILES:-seckill.test.mjs waiting-room.test.mjs odds.test.mjs life-cycle.test.mjs policies.test.mjs report.test.mjs offenders.test.mjs domains.test.mjs}
 ADMIN_NAME=e2e
 ADMIN_SECRET=e2e-admin-token
 

@@ -1,5 +1,6 @@
 //! Periodic work beside the server: the catalog and sold-out refresh, the reconciler,
-//! the consistency export, the rule watcher, the live-stats flush.
+//! the consistency export, the rule and domain watchers ([`watch_version`]), the
+//! live-stats flush.
 //!
 //! Every such task is [`every`]: the first run at once, then one per period; a run that
 //! overruns its period delays the next one instead of firing a burst to catch up (a slow
@@ -52,6 +53,68 @@ pub async fn every_or_woken<F, Fut, W, WFut>(
             () = wake() => {}
         }
         ticks.report(step().await);
+    }
+}
+
+/// How often a [`watch_version`] rereads its data while the version cannot be read.
+const OUTAGE_RELOAD: Duration = Duration::from_secs(5);
+
+/// How often a [`watch_version`] rereads its data regardless, in case the version key
+/// itself was lost.
+const FULL_RELOAD: Duration = Duration::from_secs(30);
+
+/// Data stored in Postgres and announced by a version key in Redis, copied into this
+/// instance: `version` (the key) is read every `every`, and `reload` runs when it moved
+/// (and at the first read), every 30 s regardless, and every 5 s while the version
+/// cannot be read (Redis down: a change made during the outage must still apply). The
+/// rate-limit rules' watcher and the edge domains' (`edge::domain_store`). Polling
+/// rather than pub/sub alone: an instance that missed a message, or Redis restarting,
+/// only delays a change.
+pub async fn watch_version<V, VFut, R, RFut>(
+    task: &'static str,
+    every: Duration,
+    mut version: V,
+    mut reload: R,
+) where
+    V: FnMut() -> VFut,
+    VFut: Future<Output = anyhow::Result<Option<i64>>>,
+    R: FnMut() -> RFut,
+    RFut: Future<Output = anyhow::Result<()>>,
+{
+    let mut seen: Option<i64> = None;
+    let mut first = true;
+    let mut since_reload = Duration::ZERO;
+    let mut ticks = Ticks::new(task, every);
+    loop {
+        ticks.next().await;
+        since_reload += every;
+        let now = match version().await {
+            Ok(now) => now,
+            Err(e) => {
+                // Every poll while Redis is down: not worth a warning each.
+                tracing::debug!(task, error = %format!("{e:#}"), "version unavailable");
+                if since_reload >= OUTAGE_RELOAD {
+                    let reloaded = reload().await;
+                    if reloaded.is_ok() {
+                        since_reload = Duration::ZERO;
+                    }
+                    ticks.report(reloaded);
+                }
+                continue;
+            }
+        };
+        if first || now != seen || since_reload >= FULL_RELOAD {
+            let reloaded = reload().await;
+            if reloaded.is_ok() {
+                if now != seen {
+                    tracing::info!(task, version = ?now, "reloaded after a change");
+                }
+                seen = now;
+                first = false;
+                since_reload = Duration::ZERO;
+            }
+            ticks.report(reloaded);
+        }
     }
 }
 

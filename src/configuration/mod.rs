@@ -121,6 +121,11 @@ pub struct Settings {
     pub trusted_proxies: Vec<IpAddr>,
     /// Folder of the web pages served at `/` (the shopper page, `/admin/`).
     pub static_dir: String,
+    /// A folder of envoyproxy/ratelimit YAML files (`*.yaml`, `*.yml`, one domain each,
+    /// at most `edge::domain_files::MAX_FILES`): at start each seeds its domain where
+    /// none is stored (Postgres is the truth from then on); a file that does not parse
+    /// fails the start. `None` (or empty): no files.
+    pub rls_config_dir: Option<String>,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -327,6 +332,7 @@ impl Default for Settings {
                 IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
             ],
             static_dir: "static".into(),
+            rls_config_dir: None,
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

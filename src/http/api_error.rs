@@ -82,9 +82,10 @@ pub enum ApiError {
         /// When the lockout ends, in milliseconds (the `Retry-After` header).
         retry_after_ms: u64,
     },
-    /// An edit made from another version of a policy than the stored one (`If-Match`
-    /// or the body's `version`): someone else changed it since it was loaded.
-    #[error("the policy was changed by someone else (it is now at version {current}): reload it and make the change again")]
+    /// An edit made from another version of a policy or an edge domain than the stored
+    /// one (`If-Match` or the body's `version`): someone else changed it since it was
+    /// loaded.
+    #[error("it was changed by someone else (it is now at version {current}): reload it and make the change again")]
     VersionConflict {
         /// The stored version, which the client reloads.
         current: i64,
@@ -449,6 +450,19 @@ impl From<crate::rules::edit::RuleChangeError> for ApiError {
             | E::NotAllowed { .. } => {
                 Self::validation(error.field().unwrap_or_default(), error.to_string())
             }
+        }
+    }
+}
+
+impl From<crate::edge::DomainChangeError> for ApiError {
+    fn from(error: crate::edge::DomainChangeError) -> Self {
+        use crate::edge::DomainChangeError;
+        match error {
+            DomainChangeError::Invalid(error) => Self::validation(error.field, error.reason),
+            DomainChangeError::Unknown(_) => Self::NotFound,
+            DomainChangeError::VersionConflict { current, .. } => Self::VersionConflict { current },
+            DomainChangeError::TooMany => Self::validation("domain", error.to_string()),
+            DomainChangeError::Store(cause) => Self::Internal(cause),
         }
     }
 }

@@ -73,6 +73,10 @@ const OPERATOR: &str = "admin_token";
         routes::admin::rules::policy,
         routes::admin::rules::update_policy,
         routes::admin::rules::audit,
+        routes::admin::rls_domains::list_domains,
+        routes::admin::rls_domains::domain,
+        routes::admin::rls_domains::put_domain,
+        routes::admin::rls_domains::delete_domain,
         routes::admin::offenders::offenders,
         routes::admin::offenders::list_blocks,
         routes::admin::offenders::create_block,
@@ -415,7 +419,7 @@ mod tests {
         }
         assert_eq!(
             served(true).len(),
-            40,
+            44,
             "every operation, the dev login included"
         );
         assert!(!served(false).iter().any(|o| o.path == "/api/session"));

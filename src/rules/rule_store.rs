@@ -14,22 +14,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::PgPool;
 
 use super::edit::{PolicyEdit, RuleChangeError};
-use crate::background::Ticks;
 use crate::limiter::policy::{PolicyConfig, RuleConfig};
 use crate::limiter::{Limiter, PolicySet};
-use crate::metrics::RedisPurpose;
-use crate::store::RedisStore;
+use crate::store::{RedisStore, VersionKey};
 
 /// The policies in Postgres and the version key in Redis that announces their changes; one
 /// per process.
 pub struct RuleStore {
     pool: PgPool,
-    redis: RedisStore,
+    /// `<prefix>:limiter:version`.
+    version: VersionKey,
 }
 
 /// A policy as stored, with its version: 1 when seeded, bumped by every change.
@@ -59,11 +59,10 @@ pub struct AuditEntry {
 impl RuleStore {
     /// Over `pool` (the policies and their audit) and `redis` (the version key).
     pub fn new(pool: PgPool, redis: RedisStore) -> Self {
-        Self { pool, redis }
-    }
-
-    fn version_key(&self) -> String {
-        format!("{}:limiter:version", self.redis.prefix())
+        Self {
+            pool,
+            version: VersionKey::new(redis, "limiter:version"),
+        }
     }
 
     /// Stores the settings' policies where none is stored yet (first start, or a policy
@@ -250,16 +249,11 @@ impl RuleStore {
     }
 
     async fn bump(&self) {
-        let incr = redis::cmd("INCR").arg(self.version_key()).to_owned();
-        if let Err(e) = self.redis.call::<i64>(RedisPurpose::Other, &incr).await {
-            // The instances' periodic reload still picks the change up.
-            tracing::warn!(error = %e, "could not announce a rule change");
-        }
+        self.version.bump().await;
     }
 
     async fn version(&self) -> anyhow::Result<Option<i64>> {
-        let get = redis::cmd("GET").arg(self.version_key()).to_owned();
-        Ok(self.redis.call(RedisPurpose::Other, &get).await?)
+        self.version.get().await
     }
 
     /// The newest `limit` changes, of `policy` or of all policies.
@@ -302,47 +296,20 @@ impl RuleStore {
     }
 }
 
-/// How often the watcher rereads Postgres while Redis cannot tell it the rules' version.
-const OUTAGE_RELOAD: Duration = Duration::from_secs(5);
-
-/// Polls the version key every `every` and reloads the rules when it moves; also
-/// reloads every 30 s regardless, in case the key itself was lost.
+/// Polls the version key every `every` and reloads the rules when it moves
+/// ([`crate::background::watch_version`]: also every 30 s regardless, and every 5 s
+/// while Redis cannot say).
 pub async fn watch(store: Arc<RuleStore>, limiter: Arc<Limiter>, every: Duration) {
-    let mut seen: Option<i64> = None;
-    let mut since_reload = Duration::ZERO;
-    let mut ticks = Ticks::new("rule watcher", every);
-    loop {
-        ticks.next().await;
-        since_reload += every;
-        let version = match store.version().await {
-            Ok(version) => version,
-            Err(e) => {
-                // Every half second while Redis is down: not worth a warning each.
-                tracing::debug!(error = %format!("{e:#}"), "rule version unavailable");
-                // Without the version, Postgres is read on a timer of its own: a change
-                // made during the outage (a fail mode opened, say) must apply during it.
-                if since_reload >= OUTAGE_RELOAD {
-                    let applied = store.apply(&limiter).await;
-                    if applied.is_ok() {
-                        since_reload = Duration::ZERO;
-                    }
-                    ticks.report(
-                        applied.map_err(|e| e.context("could not reload rate-limit rules")),
-                    );
-                }
-                continue;
-            }
-        };
-        if version != seen || since_reload >= Duration::from_secs(30) {
-            let applied = store.apply(&limiter).await;
-            if applied.is_ok() {
-                if version != seen {
-                    tracing::info!(?version, "rate-limit rules reloaded");
-                }
-                seen = version;
-                since_reload = Duration::ZERO;
-            }
-            ticks.report(applied.map_err(|e| e.context("could not reload rate-limit rules")));
-        }
-    }
+    crate::background::watch_version(
+        "rule watcher",
+        every,
+        || store.version(),
+        || async {
+            store
+                .apply(&limiter)
+                .await
+                .context("could not reload rate-limit rules")
+        },
+    )
+    .await
 }

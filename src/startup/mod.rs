@@ -32,6 +32,9 @@ pub struct Application {
     /// reconciler, …): run beside it and dropped with it, so a stopped application holds
     /// no connection.
     background: BoxFuture<'static, ()>,
+    /// The edge domains in force here (`DomainStore::current`), for the engine beside
+    /// the server and the tests.
+    domains: std::sync::Arc<crate::edge::DomainStore>,
 }
 
 impl Application {
@@ -43,6 +46,7 @@ impl Application {
         settings.settle_policies()?;
         let services = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services);
+        let domains = std::sync::Arc::clone(&services.domains);
         let listener = bind(&settings.host, settings.port, settings.listen_backlog)
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
@@ -67,7 +71,13 @@ impl Application {
             server: servers.service,
             probes: servers.probes,
             background,
+            domains,
         })
+    }
+
+    /// The edge domains and this instance's copy of them.
+    pub fn domains(&self) -> std::sync::Arc<crate::edge::DomainStore> {
+        std::sync::Arc::clone(&self.domains)
     }
 
     /// The port bound: the one asked for, or the one the OS picked for port 0 (tests).

@@ -60,6 +60,7 @@ pub(super) fn start(
         metrics,
         limiter,
         rules,
+        domains,
         items,
         purchases,
         orders,
@@ -89,6 +90,7 @@ pub(super) fn start(
     let idempotency = web::Data::new(idempotency);
     let admin_guard = web::Data::new(admin_guard);
     let rules = web::Data::from(rules);
+    let domains = web::Data::from(domains);
     let stats = web::Data::from(stats);
     let history_settings = web::Data::new(settings.history.clone());
     let blocks = web::Data::from(blocks);
@@ -146,6 +148,7 @@ pub(super) fn start(
                 .app_data(idempotency.clone())
                 .app_data(admin_guard.clone())
                 .app_data(rules.clone())
+                .app_data(domains.clone())
                 .app_data(stats.clone())
                 .app_data(history_settings.clone())
                 .app_data(blocks.clone())

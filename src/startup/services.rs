@@ -10,6 +10,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::configuration::Settings;
+use crate::edge::{domain_files, DomainStore};
 use crate::history::blocks::{BlockLimits, BlockStore};
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
@@ -40,6 +41,8 @@ pub(super) struct Services {
     pub metrics: Arc<Metrics>,
     pub limiter: Arc<Limiter>,
     pub rules: Arc<RuleStore>,
+    /// The edge limiter's domains, and this instance's copy of them.
+    pub domains: Arc<DomainStore>,
     /// The parts every piece of the sale shares (the background tasks build theirs).
     pub sale: SaleParts,
     pub items: Arc<Items>,
@@ -92,6 +95,22 @@ impl Services {
             .await
             .context("seeding rate-limit rules")?;
         rules.apply(&limiter).await?;
+        // The files seed the domains Postgres lacks; from then on Postgres is the truth.
+        let domains = Arc::new(DomainStore::new(pool.clone(), redis.clone()));
+        if let Some(dir) = settings
+            .rls_config_dir
+            .clone()
+            .filter(|dir| !dir.is_empty())
+        {
+            let files = tokio::task::spawn_blocking(move || domain_files::read(dir.as_ref()))
+                .await
+                .context("reading rls_config_dir")??;
+            domains
+                .seed(&files)
+                .await
+                .context("seeding the edge domains")?;
+        }
+        domains.reload().await?;
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(
             pool.clone(),
@@ -205,6 +224,7 @@ impl Services {
             metrics,
             limiter,
             rules,
+            domains,
             sale,
             items,
             purchases,

@@ -19,7 +19,7 @@ use crate::sale::{Items, Reconciler, Sweeper};
 
 /// The catalog, waiting-room and sold-out refresh, the waiting rooms' copies and inlet,
 /// the sold-out channel, the reconciler, the consistency
-/// export, the rule watcher, the live-stats flush, the limiter's heartbeat, the
+/// export, the rule and edge domain watchers, the live-stats flush, the limiter's heartbeat, the
 /// history's fold into Postgres and its retention, the block watcher and the offenders'
 /// classification.
 ///
@@ -77,6 +77,9 @@ pub(super) fn background(settings: &Settings, services: &Services) -> BoxFuture<
             Duration::from_millis(500),
         )
         .boxed(),
+        Arc::clone(&services.domains)
+            .watch(Duration::from_millis(500))
+            .boxed(),
         Arc::clone(&services.stats).run().boxed(),
         Arc::clone(&services.limiter).beat().boxed(),
         Arc::new(Fold::new(

@@ -4,8 +4,10 @@
 pub mod postgres_pool;
 pub mod redis_store;
 pub mod sentinel_master;
+pub mod version_key;
 
 pub use redis_store::RedisStore;
+pub use version_key::VersionKey;
 
 /// Whether `error` (or a cause in its chain) says a store could not be reached: no
 /// pooled connection in time, a refused, broken or ended connection, a Postgres that

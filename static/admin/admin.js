@@ -1,7 +1,7 @@
 // The admin dashboard's entry: live counters and their charts, items (create, edit,
 // pause, resume, end, archive, their history), an item's waiting room, orders (and their
 // export), the top offenders and the blocks, the rate-limit rules editor and its audit
-// trail, one module each.
+// trail, the edge limiter's domains, one module each.
 // This one opens the panels when a token is accepted and closes them when the session
 // ends. The token lives in sessionStorage only (session.js).
 import { poll } from '../dom.js';
@@ -11,6 +11,7 @@ import { loadItems } from './items.js';
 import { loadBlocks, loadOffenders } from './offenders.js';
 import { loadOrders } from './orders.js';
 import { loadPolicies } from './policies.js';
+import { loadDomains } from './rls-domains.js';
 import { loadSeries } from './series.js';
 import { whenSessionLost } from './session.js';
 import { signOut, startSignIn } from './signin.js';
@@ -41,6 +42,7 @@ function start() {
   ];
   loadOrders(1);
   loadPolicies();
+  loadDomains();
   loadAudit();
   loadBlocks();
 }

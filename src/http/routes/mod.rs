@@ -101,6 +101,15 @@ pub fn configure(cfg: &mut web::ServiceConfig, options: RouteOptions) -> Vec<Ope
                 [get(admin::policy), put(admin::update_policy)],
             ))
             .service(operator.resource("/audit", [get(admin::audit)]))
+            .service(operator.resource("/rls/domains", [get(admin::list_domains)]))
+            .service(operator.resource(
+                "/rls/domains/{domain}",
+                [
+                    get(admin::domain),
+                    put(admin::put_domain),
+                    delete(admin::delete_domain),
+                ],
+            ))
             .service(operator.resource("/offenders", [get(admin::offenders)]))
             .service(operator.resource(
                 "/blocks",

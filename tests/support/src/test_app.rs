@@ -3,11 +3,13 @@
 //! send it, as in Zero To Production: a request is spelled once, here, and a test reads
 //! as what it asks.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
+use seckill::edge::DomainStore;
 use seckill::sale::stock::ItemKeys;
 use seckill::startup::{AppHandle, Application};
 use seckill::store::redis_store::RedisConnection;
@@ -26,6 +28,8 @@ pub struct TestApp {
     pub settings: Settings,
     /// Name of this test's own database.
     pub db_name: String,
+    /// The edge domains and this instance's copy of them (`DomainStore::current`).
+    pub domains: Arc<DomainStore>,
     handle: AppHandle,
 }
 
@@ -53,6 +57,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
     let port = app.port();
     let probe_port = app.probe_port();
     let handle = app.handle();
+    let domains = app.domains();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
@@ -68,6 +73,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
             .expect("a client"),
         settings,
         db_name,
+        domains,
         handle,
     }
 }
@@ -381,6 +387,31 @@ impl TestApp {
             .send()
             .await
             .expect("request sent")
+    }
+
+    /// `method /admin/api/rls/domains/{domain}` with the admin token, a JSON body and an
+    /// `If-Match`, if any.
+    pub async fn rls_domain(
+        &self,
+        method: Method,
+        domain: &str,
+        body: Option<Value>,
+        if_match: Option<&str>,
+    ) -> Response {
+        let mut request = self
+            .client
+            .request(
+                method,
+                self.url(&format!("/admin/api/rls/domains/{domain}")),
+            )
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(tag) = if_match {
+            request = request.header("If-Match", tag);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().await.expect("request sent")
     }
 
     /// `GET /admin/api/policies/{name}`, expecting a 200.

@@ -3,7 +3,8 @@
 //!
 //! Here: items, orders and the live counters; [`rules`]: the rate-limit policies, their
 //! edits and audit; [`history`]: the per-minute history and the report per sale;
-//! [`mod@offenders`]: the top offenders and the operator's blocks.
+//! [`mod@offenders`]: the top offenders and the operator's blocks; [`rls_domains`]: the
+//! edge limiter's domains.
 
 mod csv_export;
 pub mod history;
@@ -11,6 +12,7 @@ pub mod item_changes;
 pub mod offenders;
 pub mod orders_export;
 pub mod queue_settings;
+pub mod rls_domains;
 pub mod rules;
 
 pub use history::{history, item_report, refusal_samples};
@@ -18,6 +20,7 @@ pub use item_changes::{archive_item, edit_item, end_item, item_audit, list_items
 pub use offenders::{create_block, delete_block, list_blocks, offenders};
 pub use orders_export::orders_csv;
 pub use queue_settings::{update_waiting_room, waiting_room};
+pub use rls_domains::{delete_domain, domain, list_domains, put_domain};
 pub use rules::{audit, policies, policy, update_policy};
 
 use actix_web::{web, HttpResponse};

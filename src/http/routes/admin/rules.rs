@@ -169,7 +169,10 @@ pub async fn update_policy(
 
 /// The version an edit was made from: `If-Match` (one of our entity tags, `"3"`; `*`
 /// means any) and the body's `version`, which must agree when both are sent.
-fn expected_version(req: &HttpRequest, body: Option<i64>) -> Result<Option<i64>, ApiError> {
+pub(super) fn expected_version(
+    req: &HttpRequest,
+    body: Option<i64>,
+) -> Result<Option<i64>, ApiError> {
     if body.is_some_and(|version| version < 1) {
         return Err(ApiError::validation(
             "version",
