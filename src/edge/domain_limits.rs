@@ -22,6 +22,10 @@ pub struct DescriptorLimit {
     /// The rule's name in metrics and answers: the document's `name`, or the path of
     /// `key` / `key_value` segments joined by `.`.
     pub name: String,
+    /// The node's path of `key` / `key_value` segments joined by `.`: unique in its
+    /// domain and unchanged by edits elsewhere in the document, so its counts' keys are
+    /// built from it (never from `rule`, which an edit above it renumbers).
+    pub path: String,
     /// Counted and reported, never refusing.
     pub shadow: bool,
     /// The limit itself.
@@ -97,6 +101,7 @@ impl DomainLimits {
                 DescriptorLimit {
                     rule,
                     name: limit.name.clone().unwrap_or_else(|| here.clone()),
+                    path: here.clone(),
                     shadow: node.shadow_mode,
                     quota: match (limit.unlimited, limit.unit, limit.requests_per_unit) {
                         (false, Some(unit), Some(requests)) => Quota::PerUnit { unit, requests },

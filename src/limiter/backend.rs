@@ -70,22 +70,33 @@ pub struct LimitRequest<'a> {
     pub now_ms: Option<i64>,
     /// A request id unique across instances (the sliding log's member).
     pub member: &'a str,
-    /// How many hits the request counts for (envoy's `hits_addend`).
-    pub cost: Cost,
+    /// How many hits the request counts for under each rule (envoy's per-descriptor
+    /// `hits_addend`): `costs[i]` is `rules[i]`'s; empty means one hit under every rule.
+    pub costs: &'a [Cost],
     /// A script to run in the same call after an admission; the limiter passes one only
     /// where it shares the keys' slot (a `per_item` policy).
     pub then: Option<&'a Then<'a>>,
 }
 
-/// How many hits a request counts for (envoy's `hits_addend`). One for every request
-/// today, which is all the scripts record: a constructor for more comes with the scripts
-/// that weigh a request (the edge's costs), so no caller can ask for what they ignore.
+/// How many hits a request counts for under a rule (envoy's `hits_addend`): 1 to
+/// [`Cost::MAX`]. A cost above a rule's whole quota is refused by it, never admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cost(u32);
 
 impl Cost {
     /// One request, one hit.
     pub const ONE: Self = Self(1);
+
+    /// The most hits one request may count for under one rule.
+    pub const MAX: u32 = 1_000_000;
+
+    /// `hits`, when it is 1 to [`Cost::MAX`].
+    pub fn new(hits: u64) -> Option<Self> {
+        u32::try_from(hits)
+            .ok()
+            .filter(|hits| (1..=Self::MAX).contains(hits))
+            .map(Self)
+    }
 
     /// The hits, for a backend that weighs them.
     pub fn hits(self) -> u32 {
@@ -144,8 +155,9 @@ impl LimitBackend for RedisBackend {
             enforced,
             now_ms,
             member,
-            // One hit: the only cost there is yet (see `Cost`), and what the scripts record.
-            cost: _,
+            // TODO(edge-cost): the scripts take each rule's cost; until then every
+            // request counts one hit.
+            costs: _,
             then,
         } = request;
         let decided = match then {

@@ -18,6 +18,8 @@
 //!   instances that share it; [`key_table`] bounds what is kept per key in process.
 //! - [`failover`]: what a failed backend call does, by the policy's fail mode (the admin
 //!   lockout's failures take the same path).
+//! - [`Ask`]: a decision over rules its caller matched itself, with a cost per rule (the
+//!   edge's descriptors), answered by [`Limiter::ask`].
 //! - [`blocklist`]: the operator's blocks, refused before any decision, in process.
 //! - `installed` (the policies in force with their metric series), `outcome` (what a
 //!   check answers), `burst_log` (one warning per outage, not per request).
@@ -27,6 +29,7 @@
 //! so it never admits what Redis would refuse nor refuses what Redis would admit; and,
 //! only while Redis is away, the fallback limits' counts.
 
+mod ask;
 pub mod backend;
 pub mod blocklist;
 mod burst_log;
@@ -52,6 +55,7 @@ use tracing::Instrument;
 use crate::domain::UserId;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
+pub use ask::{Answer, Ask};
 pub use backend::{
     BackendError, Cost, FollowUp, LimitBackend, LimitRequest, RedisBackend, Reply, Then,
 };
@@ -394,7 +398,7 @@ impl<B: LimitBackend> Limiter<B> {
                 enforced: policy.enforced,
                 now_ms,
                 member: &member,
-                cost: Cost::ONE,
+                costs: &[],
                 // Composed with the caller's follow-up only where all the keys share a
                 // slot.
                 then: then.filter(|_| policy.scope == Scope::PerItem),
@@ -425,6 +429,97 @@ impl<B: LimitBackend> Limiter<B> {
                 Ok((admission, followed))
             }
             Err(failure) => self.failed(&enforced, algorithm, &keys, &failure),
+        }
+    }
+
+    /// Decides `ask`: rules its caller matched itself (the edge's descriptors), each with
+    /// its key and cost, in the steps of a policy's decision: the denial cache, else one
+    /// backend call, all or nothing, else `ask.fail_mode`.
+    pub async fn ask(&self, ask: &Ask<'_>) -> Answer {
+        // TODO(edge-cost): consult and teach the denial cache (cost-1 refusals only), the
+        // fallback limits weighed by cost, each rule's remaining from the scripts.
+        let (now_ms, _) = self.clock.script_now();
+        let member = format!(
+            "{:016x}{:x}",
+            self.instance_tag,
+            self.sequence.fetch_add(1, Ordering::Relaxed)
+        );
+        let reply = self
+            .backend
+            .do_limit(LimitRequest {
+                algorithm: ask.algorithm,
+                keys: ask.keys,
+                rules: ask.rules,
+                enforced: ask.enforced,
+                now_ms,
+                member: &member,
+                costs: ask.costs,
+                then: None,
+            })
+            .await;
+        match reply {
+            Ok((reply, _)) => Answer::Decided {
+                decision: reply.decision,
+                rule_remaining: Vec::new(),
+                local: false,
+            },
+            Err(failure) => {
+                let local = || {
+                    let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
+                    let shares: Vec<fallback_limits::Share> = ask.rules[..ask.enforced]
+                        .iter()
+                        .map(|rule| {
+                            fallback_limits::Share::of(
+                                rule.threshold,
+                                rule.window_ms,
+                                self.peers.alive(),
+                            )
+                        })
+                        .collect();
+                    let keys: Vec<&str> = ask.keys[..ask.enforced]
+                        .iter()
+                        .map(String::as_str)
+                        .collect();
+                    self.fallback.decide(ask.name, &keys, &shares, now_ms)
+                };
+                match self.failures.fail_over(
+                    None,
+                    ask.name,
+                    ask.fail_mode,
+                    &failure.to_string(),
+                    local,
+                ) {
+                    Failover::Admit => Answer::FailedOpen,
+                    Failover::Refuse => Answer::FailedClosed,
+                    Failover::Local(verdict) => Answer::Decided {
+                        decision: match verdict {
+                            fallback_limits::Verdict::Admitted {
+                                rule,
+                                remaining,
+                                next_ms,
+                            } => backend::Decision::Admitted {
+                                tightest: rule,
+                                remaining: remaining as i64,
+                                next_slot_ms: next_ms as i64,
+                                delay_ms: 0,
+                                near_limit: 0,
+                                shadow_refused: 0,
+                            },
+                            fallback_limits::Verdict::Refused {
+                                rule,
+                                wait_ms,
+                                longest_ms,
+                            } => backend::Decision::Refused {
+                                rule,
+                                retry_after_ms: wait_ms as i64,
+                                longest_retry_after_ms: longest_ms.max(wait_ms) as i64,
+                            },
+                        },
+                        rule_remaining: Vec::new(),
+                        local: true,
+                    },
+                }
+            }
         }
     }
 

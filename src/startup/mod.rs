@@ -35,6 +35,8 @@ pub struct Application {
     /// The edge domains in force here (`DomainStore::current`), for the engine beside
     /// the server and the tests.
     domains: std::sync::Arc<crate::edge::DomainStore>,
+    /// The edge's engine over those domains.
+    edge: std::sync::Arc<crate::edge::Edge>,
 }
 
 impl Application {
@@ -47,6 +49,7 @@ impl Application {
         let services = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services);
         let domains = std::sync::Arc::clone(&services.domains);
+        let edge = std::sync::Arc::clone(&services.edge);
         let listener = bind(&settings.host, settings.port, settings.listen_backlog)
             .with_context(|| format!("binding {}:{}", settings.host, settings.port))?;
         let port = listener.local_addr()?.port();
@@ -72,12 +75,18 @@ impl Application {
             probes: servers.probes,
             background,
             domains,
+            edge,
         })
     }
 
     /// The edge domains and this instance's copy of them.
     pub fn domains(&self) -> std::sync::Arc<crate::edge::DomainStore> {
         std::sync::Arc::clone(&self.domains)
+    }
+
+    /// The edge's engine: what a gateway's request is answered.
+    pub fn edge(&self) -> std::sync::Arc<crate::edge::Edge> {
+        std::sync::Arc::clone(&self.edge)
     }
 
     /// The port bound: the one asked for, or the one the OS picked for port 0 (tests).

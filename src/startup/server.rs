@@ -61,6 +61,7 @@ pub(super) fn start(
         limiter,
         rules,
         domains,
+        edge: _,
         items,
         purchases,
         orders,

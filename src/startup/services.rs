@@ -10,7 +10,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::configuration::Settings;
-use crate::edge::{domain_files, DomainStore};
+use crate::edge::{domain_files, DomainStore, Edge};
 use crate::history::blocks::{BlockLimits, BlockStore};
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
 use crate::identity::lockout::SignInLockout;
@@ -43,6 +43,8 @@ pub(super) struct Services {
     pub rules: Arc<RuleStore>,
     /// The edge limiter's domains, and this instance's copy of them.
     pub domains: Arc<DomainStore>,
+    /// The edge's engine over those domains: what the gRPC server and the NGINX gate ask.
+    pub edge: Arc<Edge>,
     /// The parts every piece of the sale shares (the background tasks build theirs).
     pub sale: SaleParts,
     pub items: Arc<Items>,
@@ -111,6 +113,11 @@ impl Services {
                 .context("seeding the edge domains")?;
         }
         domains.reload().await?;
+        let edge = Arc::new(Edge::new(
+            Arc::clone(&limiter),
+            Arc::clone(&domains),
+            redis.prefix(),
+        ));
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(
             pool.clone(),
@@ -225,6 +232,7 @@ impl Services {
             limiter,
             rules,
             domains,
+            edge,
             sale,
             items,
             purchases,
