@@ -41,8 +41,10 @@
 #   seckill_three_2x refused refused_api sold_out stampede ledger_2x orders evalsha
 #   orders_open_1000 orders_max_open orders_max_open_2x orders_open_durable
 #   cluster_one_sale cluster_many_sales queue_fairness queue_fairness_direct queue_fifo
-#   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness limiting; `queue` names the
-#   seven queue_* ones. With BENCH_ONLY=limiting BENCH_BUILD=0 the setup builds nothing
+#   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness limiting rls_fixed rls_ceiling
+#   rls_limitador rls_sliding rls_ceiling_sliding rls_limitador_cached rls_refused
+#   rls_ceiling_refused rls_refused_cache rls_limitador_refused rls_limitador_cached_refused;
+#   `queue` names the seven queue_* ones, `edge` the rls_* ones. With BENCH_ONLY=limiting BENCH_BUILD=0 the setup builds nothing
 #   (the trace binary only when it is missing) and starts nothing already up)
 #   BENCH_CLUSTER_PORT=7401 (the first of the 6 ports of cluster_one_sale's own cluster)
 #   BENCH_OPEN_RATES="1000 1500 2000 3000 4000 5000 6000 8000 10000 12000" (integers/s)
@@ -50,8 +52,8 @@
 #   BENCH_SECONDS=8 BENCH_CONCURRENCY=64 BENCH_USERS=2000 scripts/bench.sh
 #   BENCH_REFUSED_USERS=10000 (users of the scenario refused mostly by api)
 #   BENCH_STAMPEDE_USERS=20000 BENCH_STAMPEDE_RATE=15000 (the stampede's offered req/s)
-#   BENCH_STAMPEDE_MAX_IN_FLIGHT=1024 BENCH_PORT_BASE=18081 (ports BASE..BASE+3: two
-#   instances, the ceiling, the durable Postgres)
+#   BENCH_STAMPEDE_MAX_IN_FLIGHT=1024 BENCH_PORT_BASE=18081 (ports BASE..BASE+8: two
+#   instances, the ceiling, the durable Postgres, the edge's five gRPC listeners)
 #   BENCH_PROFILE="refused_api ceiling_refused" (perf record -g of those runs' servers,
 #   into target/bench/NAME.perf.data; needs linux-perf)
 #   BENCH_PAIRS=3 (how many times each app scenario that has a ceiling runs, alternating
@@ -62,6 +64,13 @@
 #   maxActive)
 #   BENCH_BUILD=0 (use the release binaries already built instead of building them)
 #   BENCH_TRACE_SEED=20261203 (the seed of limiting's trace)
+#   BENCH_EDGE_PAIRS=5 (how many times the edge's gRPC scenarios run in turn with their
+#   ceiling and peer) BENCH_RLS_CONNECTIONS=4 (HTTP/2 connections of rls-load)
+#
+# The edge (issue 40, scenarios-edge.sh): Envoy's rate-limit gRPC API, three
+# descriptors, admitted and refused, ours (ports BASE+4..) beside `rls-ceiling` and the
+# peer on Limitador's engine (loadtest/rls-bench, outside the workspace, built here
+# only); docs/edge.md, "Measured".
 #
 # This file is the driver: its knobs, then the jobs in order. The jobs live in
 # scripts/bench/: setup.sh (services, build, limiter configs, clean-up), servers.sh (app
@@ -144,6 +153,8 @@ want() {
 . scripts/bench/durable.sh
 # shellcheck source=scripts/bench/limiting.sh
 . scripts/bench/limiting.sh
+# shellcheck source=scripts/bench/scenarios-edge.sh
+. scripts/bench/scenarios-edge.sh
 
 bench_setup
 # 1-4: constant answers, the bare limiter, POST /seckill's limiting modes, refusals.
@@ -160,6 +171,8 @@ scenarios_queue
 scenarios_cluster
 # 15: the limiting algorithms on one trace (Redis only; docs/limiting.md).
 scenario_limiting
+# 16: the edge's gRPC API beside its ceiling and Limitador (docs/edge.md).
+scenarios_edge
 # 11: durability's cost (last: it starts a Postgres cluster of its own).
 scenario_orders_durable
 

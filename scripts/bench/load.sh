@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# scripts/bench.sh: driving load and measuring it. run_loadgen makes one measured loadgen
-# run (its JSON report, the servers' CPU over the measured phase, an optional perf
-# profile); `loadgen` is its closed-model form at the app instances; `pairs` alternates
+# scripts/bench.sh: driving load and measuring it. measure makes one measured run of a
+# load tool (its JSON report, the servers' CPU over the measured phase, an optional perf
+# profile), run_loadgen one of loadgen; `loadgen` is its closed-model form at the app instances; `pairs` alternates
 # an app scenario with its ceiling; create_item, bought_item and
 # bought_item_real_limits prepare the item a scenario buys; scrape keeps an instance's
 # metrics.
@@ -29,17 +29,23 @@ machine_ticks() {
   echo $((user + nice + system + irq + softirq + steal))
 }
 
-# run_loadgen NAME ARGS...: one measured run (targets and everything else in ARGS), its
-# report in $OUT/NAME.json. The CPU ticks of the servers in CPU_PIDS over the measured
-# phase (after the logins) go to $OUT/NAME.cpu, the whole machine's to $OUT/NAME.machine.
-# A failed ledger check is reported and
-# the bench goes on; a run that could not be made stops it.
+# run_loadgen NAME ARGS...: one measured loadgen run (targets and everything else in
+# ARGS), measured as `measure` says.
 run_loadgen() {
+  local name=$1; shift
+  measure "$name" "$LOADGEN" --quiet --no-store-checks --admin-token "$ADMIN" "$@"
+}
+
+# measure NAME TOOL ARGS...: one measured run of a load tool that takes `--json FILE` and
+# `--started-file FILE` (loadgen, rls-load), its report in $OUT/NAME.json. The CPU ticks
+# of the servers in CPU_PIDS over the measured phase (after the logins, the warm-up) go
+# to $OUT/NAME.cpu, the whole machine's to $OUT/NAME.machine. A failed ledger check
+# (exit 1) is reported and the bench goes on; a run that could not be made stops it.
+measure() {
   local name=$1 rc=0 started="$OUT/$1.started" before after lg machine; shift
   log "$name"
   rm -f "$started"
-  "$LOADGEN" --quiet --no-store-checks --admin-token "$ADMIN" --json "$OUT/$name.json" \
-    --started-file "$started" "$@" >"$OUT/$name.txt" 2>&1 &
+  "$@" --json "$OUT/$name.json" --started-file "$started" >"$OUT/$name.txt" 2>&1 &
   lg=$!
   LOADGEN_PID=$lg
   while [ ! -e "$started" ] && kill -0 "$lg" 2>/dev/null; do sleep 0.01; done
@@ -63,7 +69,7 @@ run_loadgen() {
   case $rc in
     0) ;;
     1) log "$name: a ledger check failed (see $OUT/$name.txt)" ;;
-    *) cat "$OUT/$name.txt" >&2; die "$name: loadgen could not run" ;;
+    *) cat "$OUT/$name.txt" >&2; die "$name: $1 could not run" ;;
   esac
 }
 

@@ -9,6 +9,7 @@ one pair on 2026-12-02).
 """
 import statistics
 
+import edge
 from results import non200
 
 
@@ -152,6 +153,7 @@ def report(res, steps, evalsha, conc, st_rate, p99_bound, pg_main, pg_durable):
             top = max(n for _, n in calls) / total
             out.rows.append(("cluster_many_sales: the busiest master's share of script calls",
                              f"{top:.0%}", "<= 40%", "met" if top <= 0.40 else "MISSED"))
+    edge.report(res, out)
     if out.rows:
         print()
         if out.pairs > 1:

@@ -31,6 +31,18 @@ rows = [
     ("orders", "POST /seckill, every request a new order"),
     ("cluster_one_sale", "POST /seckill, 3 dimensions, on a Redis Cluster (3 masters + 3 replicas), one sale, global scope"),
     ("cluster_many_sales", "the same cluster, 100 sales at once, per_item scope (each user's first request an order)"),
+    # The edge (scenarios-edge.sh): gRPC ShouldRateLimit, 3 descriptors, closed model.
+    ("rls_fixed", "gRPC, ours, fixed_window, admitted"),
+    ("rls_ceiling", "gRPC ceiling: fixed_window script call, constant answer, admitted"),
+    ("rls_limitador", "gRPC peer: Limitador exact (Redis), admitted"),
+    ("rls_limitador_cached", "gRPC peer: Limitador cached, admitted"),
+    ("rls_sliding", "gRPC, ours, sliding_window, admitted"),
+    ("rls_ceiling_sliding", "gRPC ceiling: sliding_window script call, admitted"),
+    ("rls_refused", "gRPC, ours, fixed_window, refused (one hot value), denial cache off"),
+    ("rls_ceiling_refused", "gRPC ceiling: the same, refused"),
+    ("rls_refused_cache", "gRPC, ours, fixed_window, refused, denial cache on"),
+    ("rls_limitador_refused", "gRPC peer: Limitador exact, refused"),
+    ("rls_limitador_cached_refused", "gRPC peer: Limitador cached, refused"),
 ]
 # (a) and (d) are 1000/s for 10 s; (b) and (c) list their steps in NAME.steps.
 steps = {name: [int(x) for x in (read(out, name + ".steps") or "").split()]

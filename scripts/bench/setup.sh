@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # scripts/bench.sh: setup and teardown. bench_setup starts the private services, builds
-# the release binaries (the app, loadgen, the ceiling), writes the limiter configurations
+# the release binaries (the app, loadgen, the ceiling; the edge's tools when wanted), writes the limiter configurations
 # the scenarios start the app with, and arms `cleanup`, which stops whatever the bench
 # started (loadgen, the ceiling, app instances, the durable Postgres, the Redis Cluster)
 # and drops the scenarios' databases, on any exit.
@@ -22,11 +22,19 @@ bench_setup() {
   else
     log "building release binaries"
     cargo build --release --locked --workspace --bins >&2
+    # The edge's tools (loadtest/rls-bench): outside the workspace, with their own lockfile.
+    # shellcheck disable=SC2086
+    if want edge $EDGE_SCENARIOS; then
+      limitador_source
+      cargo build --release --locked --manifest-path loadtest/rls-bench/Cargo.toml --target-dir target/rls-bench >&2
+    fi
   fi
   # BENCH_APP: another build of the app (e.g. `--no-default-features`, glibc malloc).
   APP=${BENCH_APP:-target/release/seckill}
   LOADGEN=target/release/loadgen
   CEILING=target/release/ceiling
+  RLS_BIN=target/rls-bench/release
+  RLS_LOAD=$RLS_BIN/rls-load
   CLK_TCK=$(getconf CLK_TCK)
 
   local mode
@@ -115,6 +123,7 @@ LOADGEN_PID=""
 cleanup() {
   [ -z "$LOADGEN_PID" ] || stop_process "$LOADGEN_PID"
   stop_ceiling
+  stop_edge_servers
   stop_instances
   stop_durable_pg
   stop_cluster
@@ -122,4 +131,30 @@ cleanup() {
   for db in "${BENCH_DBS[@]}"; do
     drop_database "$db" "$ADMIN_DB_URL" || true
   done
+}
+
+# limitador_source: the source loadtest/rls-bench builds Limitador from (its Cargo.toml's
+# [patch]): the crates.io crate, unpacked under target/rls-bench, with two cfg lines widened.
+# limitador 0.13.0 and 0.14.0 do not compile with `redis_storage` alone (the issue's
+# `default-features = false`): storage/keys.rs calls its `bin` module, compiled only with
+# `disk_storage` (RocksDB, a C++ build of many minutes), and so is the counter method it
+# calls. The change compiles those two with `redis_storage` too; nothing else differs.
+limitador_source() {
+  local version=0.14.0 dir=target/rls-bench fetch=target/rls-bench/fetch-limitador crate
+  [ -e "$dir/limitador-$version/.bench-patched" ] && return 0
+  mkdir -p "$fetch/src"
+  : >"$fetch/src/lib.rs"
+  printf '%s\n' '[package]' 'name = "fetch-limitador"' 'version = "0.0.0"' 'edition = "2021"' \
+    '[dependencies]' "limitador = { version = \"=$version\", default-features = false }" '[workspace]' >"$fetch/Cargo.toml"
+  cargo fetch --manifest-path "$fetch/Cargo.toml" >&2
+  crate=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/cache" -name "limitador-$version.crate" | head -n 1)
+  [ -n "$crate" ] || die "limitador $version: not in cargo's cache after cargo fetch"
+  rm -rf "$dir/limitador-$version"
+  tar -xzf "$crate" -C "$dir"
+  local src=$dir/limitador-$version/src
+  sed -i '/^ *#\[cfg(feature = "disk_storage")\]$/{N;/\n *\(pub mod bin \|pub(crate) fn variables_for_key\)/s/(feature = "disk_storage")/(any(feature = "disk_storage", feature = "redis_storage"))/}' \
+    "$src/storage/keys.rs" "$src/counter.rs"
+  [ "$(grep -c 'feature = "redis_storage"))\]' "$src/storage/keys.rs" "$src/counter.rs" | grep -c ':1$')" = 2 ] \
+    || die "limitador $version: its source is not what the patch expects"
+  touch "$dir/limitador-$version/.bench-patched"
 }
