@@ -126,6 +126,9 @@ pub struct Settings {
     /// none is stored (Postgres is the truth from then on); a file that does not parse
     /// fails the start. `None` (or empty): no files.
     pub rls_config_dir: Option<String>,
+    /// Most distinct counter keys one edge domain holds at once, across instances
+    /// (`edge::key_registry`): a request with a new key beyond it is refused.
+    pub rls_max_keys: u64,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -333,6 +336,7 @@ impl Default for Settings {
             ],
             static_dir: "static".into(),
             rls_config_dir: None,
+            rls_max_keys: 100_000,
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
-use seckill::edge::DomainStore;
+use seckill::edge::{DomainStore, Edge};
 use seckill::sale::stock::ItemKeys;
 use seckill::startup::{AppHandle, Application};
 use seckill::store::redis_store::RedisConnection;
@@ -30,6 +30,8 @@ pub struct TestApp {
     pub db_name: String,
     /// The edge domains and this instance's copy of them (`DomainStore::current`).
     pub domains: Arc<DomainStore>,
+    /// The edge's engine, to ask without a transport.
+    pub edge: Arc<Edge>,
     handle: AppHandle,
 }
 
@@ -58,6 +60,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
     let probe_port = app.probe_port();
     let handle = app.handle();
     let domains = app.domains();
+    let edge = app.edge();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
@@ -74,6 +77,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         settings,
         db_name,
         domains,
+        edge,
         handle,
     }
 }
