@@ -66,6 +66,7 @@
 #   BENCH_TRACE_SEED=20261203 (the seed of limiting's trace)
 #   BENCH_EDGE_PAIRS=5 (how many times the edge's gRPC scenarios run in turn with their
 #   ceiling and peer) BENCH_RLS_CONNECTIONS=4 (HTTP/2 connections of rls-load)
+#   BENCH_RLS_VALUES=10000 (distinct values per descriptor of the admitted mix)
 #
 # The edge (issue 40, scenarios-edge.sh): Envoy's rate-limit gRPC API, three
 # descriptors, admitted and refused, ours (ports BASE+4..) beside `rls-ceiling` and the

@@ -7,11 +7,12 @@
 #   - rls-ceiling: the same script call behind a minimal tonic front, nothing else;
 #   - rls-limitador: Kuadrant's Limitador engine (the `limitador` crate) on its Redis
 #     storage behind the same front, exact mode, or cached with BENCH_LIMITADOR_MODE.
-# All on the same Redis, with the same three limits: `user` 100, `ip` 1000 and `route`
-# 10 000 per minute, fixed windows. Admitted mix: each value one of a million, so no
-# limit is reached; refused mix: one hot value (new each run) for all three, so after
-# the first 100 of a minute every decision is a refusal, and every OK answer is held
-# against the limits (the ledger: over-admission).
+# All on the same Redis, with the same three limits: `user` 1000, `ip` 10 000 and `route`
+# 100 000 per minute, fixed windows. Admitted mix: each value one of BENCH_RLS_VALUES
+# (10 000) per descriptor, so no limit is reached and a domain's distinct counters stay
+# under SECKILL_RLS_MAX_KEYS (100 000; past it ours refuses); refused mix: one hot value
+# (new each run) for all three, so after the first 1000 of a minute every decision is a
+# refusal, and every OK answer is held against the limits (the ledger: over-admission).
 #
 # Scenarios (BENCH_ONLY names; `edge` names them all):
 #   rls_fixed rls_ceiling rls_limitador     admitted, run in turn BENCH_EDGE_PAIRS times
@@ -27,7 +28,8 @@ EDGE_PAIRS=${BENCH_EDGE_PAIRS:-5}
 [[ "$EDGE_PAIRS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_EDGE_PAIRS must be a whole number from 1, not '$EDGE_PAIRS'"
 # HTTP/2 connections rls-load opens (Envoy speaks to its rate-limit service over a few).
 RLS_CONNECTIONS=${BENCH_RLS_CONNECTIONS:-4}
-RLS_LIMITS=100,1000,10000
+RLS_VALUES=${BENCH_RLS_VALUES:-10000}
+RLS_LIMITS=1000,10000,100000
 RLS_PORT=$((PORT_BASE + 4))
 RLS_CEILING_PORT=$((PORT_BASE + 5))
 RLS_CEILING_SLIDING_PORT=$((PORT_BASE + 6))
@@ -51,11 +53,11 @@ write_rls_domains() {
       echo "algorithm: $algorithm"
       echo 'descriptors:'
       echo '  - key: user'
-      echo '    rate_limit: { unit: minute, requests_per_unit: 100 }'
-      echo '  - key: ip'
       echo '    rate_limit: { unit: minute, requests_per_unit: 1000 }'
-      echo '  - key: route'
+      echo '  - key: ip'
       echo '    rate_limit: { unit: minute, requests_per_unit: 10000 }'
+      echo '  - key: route'
+      echo '    rate_limit: { unit: minute, requests_per_unit: 100000 }'
     } >"$dir/$domain.yaml"
   done
 }
@@ -111,7 +113,7 @@ stop_edge_servers() {
 rls() {
   local name=$1 port=$2 pid=$3; shift 3
   CPU_PIDS=$pid measure "$name" "$RLS_LOAD" --target "http://127.0.0.1:$port" --connections "$RLS_CONNECTIONS" \
-    --concurrency "$CONCURRENCY" --duration "$SECONDS_EACH" "$@"
+    --concurrency "$CONCURRENCY" --duration "$SECONDS_EACH" --values "$RLS_VALUES" "$@"
 }
 # rls_refused_run NAME PORT PID WINDOWS [ARGS...]: the refused mix with a hot value of its
 # own and the ledger, windows `aligned` (fixed_window) or `first-hit` (Limitador).

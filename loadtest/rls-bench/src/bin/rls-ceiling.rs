@@ -9,8 +9,8 @@
 //! element, as `loadtest/ceiling` answers 200 or 429). No domain lookup, no key bounds,
 //! no statuses, no headers, no metrics, no logging.
 //!
-//! Keys are `<SECKILL_REDIS_KEY_PREFIX>:{<domain>}:<algorithm>:<key>:<value>`, one hash
-//! tag per domain as the app keys a domain. One multiplexed connection per runtime
+//! Keys are `<SECKILL_REDIS_KEY_PREFIX>:{rls:<domain>}:<algorithm>:<key>:<value>`, one
+//! hash tag per domain as the app keys a domain (docs/edge.md). One multiplexed connection per runtime
 //! thread, taken in turn.
 
 use std::io;
@@ -38,7 +38,7 @@ impl Decide for Ceiling {
         for key in KEYS {
             let v = value(&request, key).ok_or_else(|| format!("no {key} descriptor"))?;
             call.key(format!(
-                "{}:{{{}}}:{}:{key}:{v}",
+                "{}:{{rls:{}}}:{}:{key}:{v}",
                 self.prefix, request.domain, self.algorithm
             ));
         }

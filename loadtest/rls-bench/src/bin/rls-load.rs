@@ -101,7 +101,7 @@ fn options() -> io::Result<Options> {
             _ => return Err(bad("mix")),
         },
         domain: get(&given, "domain", "bench".to_string())?,
-        values: get(&given, "values", 1_000_000u64)?.max(1),
+        values: get(&given, "values", 10_000u64)?.max(1),
         hot: get(&given, "hot", "hot".to_string())?,
         limits,
         window_ms: get(&given, "window-s", 60u64)? * 1000,
