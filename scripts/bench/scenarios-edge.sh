@@ -156,8 +156,10 @@ scenarios_edge() {
   stop_instances
   # Refused, denial cache off: ours and the ceiling, in turn; then Limitador's two modes.
   if want_edge rls_refused rls_ceiling_refused; then
-    start_instances 1 /nonexistent.toml SECKILL_RLS_PORT="$RLS_PORT" SECKILL_RLS_CONFIG_DIR="$OUT/rls" \
-      SECKILL_LIMITER__DENIAL_CACHE_SLOTS=0
+    if want_edge rls_refused; then
+      start_instances 1 /nonexistent.toml SECKILL_RLS_PORT="$RLS_PORT" SECKILL_RLS_CONFIG_DIR="$OUT/rls" \
+        SECKILL_LIMITER__DENIAL_CACHE_SLOTS=0
+    fi
     for ((k = 1; k <= EDGE_PAIRS; k++)); do
       if want_edge rls_refused; then rls_refused_run "rls_refused.pair-$k" "$RLS_PORT" "${PIDS[0]}" aligned; fi
       if want_edge rls_ceiling_refused; then
