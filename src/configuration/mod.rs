@@ -126,6 +126,13 @@ pub struct Settings {
     /// none is stored (Postgres is the truth from then on); a file that does not parse
     /// fails the start. `None` (or empty): no files.
     pub rls_config_dir: Option<String>,
+    /// Port of the NGINX gate's decision endpoint (`GET /decide`, `http::gate`): a
+    /// listener of its own on `host`, never the service's port, so no NGINX location
+    /// that proxies client traffic reaches it. `None`: no gate; 0 picks a free one.
+    pub gate_port: Option<u16>,
+    /// The secret NGINX's internal location sends in `X-Gate-Secret`; required when
+    /// `gate_port` is set (the start fails without it).
+    pub gate_secret: SecretString,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -333,6 +340,8 @@ impl Default for Settings {
             ],
             static_dir: "static".into(),
             rls_config_dir: None,
+            gate_port: None,
+            gate_secret: SecretString::from(""),
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

@@ -28,6 +28,8 @@ pub struct Application {
     server: Server,
     /// The probe listener (liveness, readiness, metrics), see `server`.
     probes: Server,
+    /// The NGINX gate's listener and its port, when `gate_port` is set.
+    gate: Option<(Server, u16)>,
     /// Loops that live exactly as long as the server (the catalog refresh, the
     /// reconciler, …): run beside it and dropped with it, so a stopped application holds
     /// no connection.
@@ -45,6 +47,7 @@ impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         safety::production(&settings)?;
         safety::timeouts(&settings)?;
+        safety::gate(&settings)?;
         settings.settle_policies()?;
         let services = Services::build(&settings).await?;
         let background = tasks::background(&settings, &services);
@@ -61,18 +64,38 @@ impl Application {
                 )
             })?;
         let probe_port = probe_listener.local_addr()?.port();
+        let gate_listener = settings
+            .gate_port
+            .map(|gate_port| {
+                bind(&settings.host, gate_port, settings.listen_backlog)
+                    .with_context(|| format!("binding {}:{gate_port} (gate_port)", settings.host))
+            })
+            .transpose()?;
+        let gate_port = match &gate_listener {
+            Some(listener) => Some(listener.local_addr()?.port()),
+            None => None,
+        };
         tracing::info!(
-            host = %settings.host, port, probe_port, environment = ?settings.environment,
+            host = %settings.host, port, probe_port, gate_port, environment = ?settings.environment,
             dev_login = settings.dev_login_enabled(),
             admin_endpoints = settings.admin_endpoints_open(),
             "seckill listening"
         );
-        let servers = server::start(&settings, services, listener, probe_listener)?;
+        let servers = server::start(
+            &settings,
+            services,
+            server::Listeners {
+                service: listener,
+                probes: probe_listener,
+                gate: gate_listener,
+            },
+        )?;
         Ok(Self {
             port,
             probe_port,
             server: servers.service,
             probes: servers.probes,
+            gate: servers.gate.zip(gate_port),
             background,
             domains,
             edge,
@@ -99,12 +122,18 @@ impl Application {
         self.probe_port
     }
 
+    /// The NGINX gate's port, when it listens.
+    pub fn gate_port(&self) -> Option<u16> {
+        self.gate.as_ref().map(|(_, port)| *port)
+    }
+
     /// Stops both servers from elsewhere (tests); SIGTERM and Ctrl-C do the same in the
     /// binary.
     pub fn handle(&self) -> AppHandle {
         AppHandle {
             service: self.server.handle(),
             probes: self.probes.handle(),
+            gate: self.gate.as_ref().map(|(gate, _)| gate.handle()),
         }
     }
 
@@ -115,10 +144,23 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let probes = self.probes.handle();
         let probe_server = tokio::spawn(self.probes);
+        // The gate, like the probes, takes no signal and stops after the service.
+        let gate = self.gate.map(|(gate, _)| {
+            let handle = gate.handle();
+            (handle, tokio::spawn(gate))
+        });
         let stopped = tokio::select! {
             stopped = self.server => stopped,
             () = self.background => Ok(()),
         };
+        if let Some((handle, server)) = gate {
+            handle.stop(true).await;
+            match server.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "the gate stopped with an error"),
+                Err(e) => tracing::warn!(error = %e, "the gate's task failed"),
+                Ok(Ok(())) => {}
+            }
+        }
         probes.stop(true).await;
         match probe_server.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "the probe listener stopped with an error"),
@@ -153,6 +195,7 @@ fn bind(host: &str, port: u16, backlog: u32) -> anyhow::Result<TcpListener> {
 pub struct AppHandle {
     service: ServerHandle,
     probes: ServerHandle,
+    gate: Option<ServerHandle>,
 }
 
 impl AppHandle {
@@ -161,8 +204,12 @@ impl AppHandle {
     pub fn stop(&self, graceful: bool) -> impl std::future::Future<Output = ()> {
         let service = self.service.stop(graceful);
         let probes = self.probes.stop(graceful);
+        let gate = self.gate.as_ref().map(|gate| gate.stop(graceful));
         async move {
             tokio::join!(service, probes);
+            if let Some(gate) = gate {
+                gate.await;
+            }
         }
     }
 }

@@ -27,6 +27,7 @@ mod limiter_model;
 mod loadgen;
 mod loadgen_room;
 mod metrics;
+mod nginx_gate;
 mod offenders;
 mod openapi;
 mod operator_actions;

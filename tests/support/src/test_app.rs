@@ -24,6 +24,8 @@ pub struct TestApp {
     pub address: String,
     /// The probe listener (`/health/*`, `/metrics` on connections of their own).
     pub probe_address: String,
+    /// The NGINX gate's listener, when `gate_port` is set.
+    pub gate_address: Option<String>,
     pub client: reqwest::Client,
     pub settings: Settings,
     /// Name of this test's own database.
@@ -56,12 +58,16 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         .expect("the app builds");
     let port = app.port();
     let probe_port = app.probe_port();
+    let gate_address = app
+        .gate_port()
+        .map(|port| format!("http://127.0.0.1:{port}"));
     let handle = app.handle();
     let domains = app.domains();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
         probe_address: format!("http://127.0.0.1:{probe_port}"),
+        gate_address,
         // A connection per request, none kept: the server ends a keep-alive connection
         // idle 5 s, and a test with many requests in flight on its one thread, on a
         // loaded machine, sent on one as it closed (`IncompleteMessage`, in two tests
