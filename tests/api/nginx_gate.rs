@@ -29,9 +29,9 @@ const DOMAIN: &str = "nginx_gate";
 
 /// `requests` a day per client address, on a token bucket: no window boundary can fall
 /// inside the test and admit more.
-fn per_address(requests: u32, fail_mode: &str) -> Value {
+fn per_address(domain: &str, requests: u32, fail_mode: &str) -> Value {
     json!({
-        "domain": DOMAIN,
+        "domain": domain,
         "algorithm": "token_bucket",
         "fail_mode": fail_mode,
         "descriptors": [{
@@ -49,8 +49,9 @@ fn gated(s: &mut Settings) {
 /// Stores `document` through `app` and waits until every instance in `all` has this
 /// version in force.
 async fn put_domain(app: &TestApp, all: &[&TestApp], document: Value) {
+    let domain = document["domain"].as_str().expect("a domain").to_string();
     let stored = app
-        .rls_domain(Method::PUT, DOMAIN, Some(document), None)
+        .rls_domain(Method::PUT, &domain, Some(document), None)
         .await;
     assert!(stored.status().is_success(), "{:?}", stored.status());
     let version: i64 = header(&stored, "etag")
@@ -59,7 +60,7 @@ async fn put_domain(app: &TestApp, all: &[&TestApp], document: Value) {
         .expect("a numeric ETag");
     for instance in all {
         eventually("the domain in force", Duration::from_secs(5), || async {
-            let current = instance.domains.current(DOMAIN)?;
+            let current = instance.domains.current(&domain)?;
             (current.version == version).then_some(())
         })
         .await;
@@ -171,7 +172,7 @@ impl Nginx {
             ("server upstream:8000;", format!("server {upstream};")),
             ("server app1:8090", format!("server {}", gate(gates[0]))),
             ("server app2:8090", format!("server {}", gate(gates[1]))),
-            ("${SECKILL_GATE_SECRET}", SECRET.to_string()),
+            ("\"${SECKILL_GATE_SECRET}\"", format!("\"{SECRET}\"")),
         ];
         let mut conf = shipped;
         for (from, to) in rewrites {
@@ -250,7 +251,7 @@ async fn exactly_the_limit_passes_nginx_over_two_instances_and_a_stopped_gate_do
     put_domain(
         &first,
         &[&first, &second],
-        per_address(LIMIT as u32, "open"),
+        per_address(DOMAIN, LIMIT as u32, "open"),
     )
     .await;
     let (upstream, seen) = upstream().await;
@@ -334,16 +335,16 @@ async fn decide(app: &TestApp, headers: &[(&str, &str)]) -> Response {
     request.send().await.expect("the gate answers")
 }
 
-fn asked(address: &str) -> Vec<(&'static str, String)> {
+fn asked(domain: &str, address: &str) -> Vec<(&'static str, String)> {
     vec![
         ("X-Gate-Secret", SECRET.to_string()),
-        ("X-Gate-Domain", DOMAIN.to_string()),
+        ("X-Gate-Domain", domain.to_string()),
         ("X-Gate-Descriptor", format!("remote_address={address}")),
     ]
 }
 
-async fn decide_for(app: &TestApp, address: &str) -> Response {
-    let headers = asked(address);
+async fn decide_for(app: &TestApp, domain: &str, address: &str) -> Response {
+    let headers = asked(domain, address);
     let borrowed: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
     decide(app, &borrowed).await
 }
@@ -353,12 +354,12 @@ async fn the_gate_answers_200_then_403_with_headers_and_refuses_a_wrong_secret_o
     db: PgPool,
 ) {
     let app = spawn_app_with(&db, gated).await;
-    put_domain(&app, &[&app], per_address(1, "open")).await;
+    put_domain(&app, &[&app], per_address(DOMAIN, 1, "open")).await;
 
-    let admitted = decide_for(&app, "10.1.0.1").await;
+    let admitted = decide_for(&app, DOMAIN, "10.1.0.1").await;
     assert_eq!(admitted.status(), 200);
     assert!(header(&admitted, "ratelimit-policy").contains("q=1"));
-    let refused = decide_for(&app, "10.1.0.1").await;
+    let refused = decide_for(&app, DOMAIN, "10.1.0.1").await;
     assert_eq!(refused.status(), 403);
     assert!(
         header(&refused, "retry-after")
@@ -366,7 +367,7 @@ async fn the_gate_answers_200_then_403_with_headers_and_refuses_a_wrong_secret_o
             .expect("seconds")
             > 0
     );
-    assert_eq!(decide_for(&app, "10.1.0.2").await.status(), 200);
+    assert_eq!(decide_for(&app, DOMAIN, "10.1.0.2").await.status(), 200);
 
     for secret in [None, Some("wrong"), Some("")] {
         let mut headers = vec![
@@ -413,21 +414,25 @@ async fn with_redis_away_the_gate_refuses_closed_admits_open_and_counts_local_in
         use_own_redis(s, redis.url());
     })
     .await;
-    put_domain(&app, &[&app], per_address(2, "closed")).await;
+    // Stored while Redis is up: a domain's edit needs it (its version key).
+    for mode in ["closed", "open", "local"] {
+        put_domain(&app, &[&app], per_address(mode, 2, mode)).await;
+    }
     redis.stop();
-    let closed = decide_for(&app, "10.2.0.1").await;
+    let closed = decide_for(&app, "closed", "10.2.0.1").await;
     assert_eq!(closed.status(), 403);
     assert_eq!(header(&closed, "retry-after"), "1");
-
-    put_domain(&app, &[&app], per_address(2, "open")).await;
     for _ in 0..3 {
-        assert_eq!(decide_for(&app, "10.2.0.1").await.status(), 200);
+        assert_eq!(decide_for(&app, "open", "10.2.0.1").await.status(), 200);
     }
-
-    put_domain(&app, &[&app], per_address(2, "local")).await;
     let mut answers = Vec::new();
     for _ in 0..3 {
-        answers.push(decide_for(&app, "10.2.0.9").await.status().as_u16());
+        answers.push(
+            decide_for(&app, "local", "10.2.0.9")
+                .await
+                .status()
+                .as_u16(),
+        );
     }
     assert_eq!(answers, [200, 200, 403]);
 }
