@@ -8,6 +8,7 @@
 //! and the shipped file with its hosts, ports, secret and paths rewritten; a missing
 //! nginx is installed (scripts/install-nginx.sh) or the test fails, never skips.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -163,12 +164,16 @@ impl Nginx {
             ),
             (
                 "access_log /dev/stdout;",
+                // Which worker answered and which instance decided, for the test.
                 format!(
-                    "access_log {d}/access.log; client_body_temp_path {d}/body; \
+                    "log_format gate '$pid $upstream_addr'; log_subrequest on; \
+                     access_log {d}/access.log gate; client_body_temp_path {d}/body; \
                      proxy_temp_path {d}/proxy;"
                 ),
             ),
-            ("listen 80;", format!("listen 127.0.0.1:{port};")),
+            // `reuseport`: a socket per worker, the kernel spreading connections over
+            // them by address and port, so that both workers take a share.
+            ("listen 80;", format!("listen 127.0.0.1:{port} reuseport;")),
             ("server upstream:8000;", format!("server {upstream};")),
             ("server app1:8090", format!("server {}", gate(gates[0]))),
             ("server app2:8090", format!("server {}", gate(gates[1]))),
@@ -211,6 +216,26 @@ impl Nginx {
             request = request.header(*name, *value);
         }
         request.send().await.expect("nginx answers")
+    }
+
+    /// The workers that answered and the addresses they proxied to (the instances,
+    /// the upstream), from the access log.
+    fn workers_and_addresses(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let log = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
+        let mut workers = BTreeSet::new();
+        let mut addresses = BTreeSet::new();
+        for line in log.lines() {
+            let mut fields = line.split(' ');
+            workers.extend(fields.next().map(str::to_string));
+            addresses.extend(
+                fields
+                    .next()
+                    .into_iter()
+                    .flat_map(|a| a.split(", "))
+                    .map(str::to_string),
+            );
+        }
+        (workers, addresses)
     }
 
     fn error_log(&self) -> String {
@@ -286,6 +311,15 @@ async fn exactly_the_limit_passes_nginx_over_two_instances_and_a_stopped_gate_do
         );
         assert!(header(response, "ratelimit").contains(";r=0;"));
         assert!(header(response, "ratelimit-policy").contains(&format!("q={LIMIT}")));
+    }
+    let (workers, addresses) = nginx.workers_and_addresses();
+    assert_eq!(workers.len(), 2, "both workers answered: {workers:?}");
+    for gate in gates {
+        let gate = gate.trim_start_matches("http://");
+        assert!(
+            addresses.contains(gate),
+            "{gate} decided none: {addresses:?}"
+        );
     }
     {
         let seen = seen.lock().expect("not poisoned");
