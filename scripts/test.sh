@@ -90,21 +90,24 @@ cluster_pass() (
 )
 step cluster-pass cluster_pass
 
-# The three checks of a live instance of their own, at once: each waits on a browser, a
+# The four checks of a live instance of their own, at once: each waits on a browser, a
 # scraper or its own app much of the time, and none reads the others' data (own
 # database, own key prefix, own ports). Each one's output is printed whole when all
-# three are done, so it reads as if they had run one after another.
+# four are done, so it reads as if they had run one after another.
 #   api-fuzz:       /api/openapi.json validated, then schemathesis against the app
 #                   (private virtualenv in .local/venv-api);
 #   deploy-checks:  the deployment files without a Docker engine: promtool, a real
 #                   Prometheus scraping a real instance, docker-compose config, nginx -t;
+#   grpc-clients:   Envoy's rate-limit gRPC API from Python grpcio (stubs generated from
+#                   envoy-types' protos; private virtualenv in .local/venv-grpc);
 #   browser-tests:  the shopper page and the admin dashboard in headless Chromium
 #                   (installs chromium and playwright-core when missing); screenshots
 #                   land in test-artifacts/e2e/.
 # Packages they install meanwhile wait for each other (`apt_get` in scripts/lib.sh).
 live_checks() {
-  local name pids=() names=(api-fuzz deploy-checks browser-tests)
-  local scripts=(scripts/api-fuzz.sh scripts/check-deploy.sh scripts/e2e.sh) i status=0
+  local name pids=() names=(api-fuzz deploy-checks grpc-clients browser-tests)
+  local scripts=(scripts/api-fuzz.sh scripts/check-deploy.sh scripts/grpc-clients.sh scripts/e2e.sh)
+  local i status=0
   for i in "${!names[@]}"; do
     ( start=$SECONDS; status=0; "${scripts[$i]}" >"$LOGS/${names[$i]}" 2>&1 || status=$?
       echo "$((SECONDS - start)) $status" >"$LOGS/${names[$i]}.result" ) &

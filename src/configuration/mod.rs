@@ -126,6 +126,9 @@ pub struct Settings {
     /// none is stored (Postgres is the truth from then on); a file that does not parse
     /// fails the start. `None` (or empty): no files.
     pub rls_config_dir: Option<String>,
+    /// Most distinct counter keys one edge domain holds at once, across instances
+    /// (`edge::key_registry`): a request with a new key beyond it is refused.
+    pub rls_max_keys: u64,
     /// Port of the NGINX gate's decision endpoint (`GET /decide`, `http::gate`): a
     /// listener of its own on `host`, never the service's port, so no NGINX location
     /// that proxies client traffic reaches it. `None`: no gate; 0 picks a free one.
@@ -340,6 +343,7 @@ impl Default for Settings {
             ],
             static_dir: "static".into(),
             rls_config_dir: None,
+            rls_max_keys: 100_000,
             gate_port: None,
             gate_secret: SecretString::from(""),
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 use super::domain_document::Unit;
 use super::domain_limits::{DescriptorLimit, Quota};
 use super::domain_store::DomainStore;
+use super::key_registry::{KeyRegistry, Registered};
 use crate::limiter::backend::Decision;
 use crate::limiter::keys::KeySource;
 use crate::limiter::policy::Rule;
@@ -140,6 +141,7 @@ pub struct EdgeVerdict {
 pub struct Edge {
     limiter: Arc<Limiter>,
     domains: Arc<DomainStore>,
+    registry: KeyRegistry,
     prefix: Box<str>,
 }
 
@@ -155,12 +157,15 @@ struct Counted<'a> {
 }
 
 impl Edge {
-    /// The engine over `domains`, counting with `limiter` under the key `prefix`.
-    pub fn new(limiter: Arc<Limiter>, domains: Arc<DomainStore>, prefix: &str) -> Self {
+    /// The engine over `domains`, counting with `limiter`, each domain's distinct keys
+    /// bounded by `registry`, under `registry`'s key prefix.
+    pub fn new(limiter: Arc<Limiter>, domains: Arc<DomainStore>, registry: KeyRegistry) -> Self {
+        let prefix = registry.prefix().into();
         Self {
             limiter,
             domains,
-            prefix: prefix.into(),
+            registry,
+            prefix,
         }
     }
 
@@ -215,6 +220,24 @@ impl Edge {
         let mut costs = Vec::with_capacity(counted.len());
         for c in &counted {
             costs.push(Cost::new(c.cost).ok_or(EdgeInputError::Cost)?);
+        }
+        let windows: Vec<(&str, u64)> = counted
+            .iter()
+            .map(|c| (c.key.as_str(), c.unit.millis()))
+            .collect();
+        // A registry Redis cannot answer leaves the decision to the same Redis, which
+        // then fails over by the domain's fail mode.
+        if let Ok(Registered::NoRoomFor(i)) =
+            self.registry.register(&request.domain, &windows).await
+        {
+            for &d in &counted[i].descriptors {
+                statuses[d].code = Code::OverLimit;
+            }
+            return Ok(verdict(
+                Code::OverLimit,
+                statuses,
+                vec![("Retry-After", "1".to_string())],
+            ));
         }
         let rules: Vec<Rule> = counted.iter().map(rule).collect();
         let keys: Vec<String> = counted.iter().map(|c| c.key.clone()).collect();

@@ -143,6 +143,7 @@ impl DomainStore {
         if !created.is_empty() {
             tracing::info!(domains = ?created, "edge domains seeded from their files");
             self.version.bump().await;
+            self.reload_here().await;
         }
         Ok(created)
     }
@@ -252,6 +253,7 @@ impl DomainStore {
         };
         tx.commit().await.map_err(anyhow::Error::from)?;
         self.version.bump().await;
+        self.reload_here().await;
         let (version, updated_at) = row;
         tracing::info!(
             domain,
@@ -299,6 +301,7 @@ impl DomainStore {
         .await?;
         tx.commit().await.map_err(anyhow::Error::from)?;
         self.version.bump().await;
+        self.reload_here().await;
         tracing::info!(
             domain,
             changed_by = who,
@@ -342,6 +345,15 @@ impl DomainStore {
         }
         self.current.store(Arc::new(domains));
         Ok(())
+    }
+
+    /// Reloads this instance's copy after its own change, so the instance that answered
+    /// the change's 200 decides by it from then on; the others follow on the version's
+    /// next poll. A failed read is left to that poll.
+    async fn reload_here(&self) {
+        if let Err(error) = self.reload().await {
+            tracing::warn!(error = %error, "reloading the edge domains after a change");
+        }
     }
 
     /// Reloads the domains whenever their version moves, polled every `every`

@@ -4,7 +4,8 @@
 //! ([`domain_document`]), and which limit a request's descriptor falls under
 //! ([`domain_limits`]); the domains stored in Postgres, seeded from their YAML files
 //! ([`domain_files`]), edited live and reloaded on every instance ([`domain_store`]);
-//! and what a gateway's request is answered ([`decision`]).
+//! what a gateway's request is answered ([`decision`]); and the bound on the distinct
+//! keys a domain counts under ([`key_registry`]).
 //! docs/edge.md has the format's table.
 
 pub mod decision;
@@ -12,6 +13,7 @@ pub mod domain_document;
 pub mod domain_files;
 pub mod domain_limits;
 pub mod domain_store;
+pub mod key_registry;
 
 pub use decision::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Edge, EdgeInputError, EdgeRequest,

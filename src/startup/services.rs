@@ -10,6 +10,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::configuration::Settings;
+use crate::edge::key_registry::KeyRegistry;
 use crate::edge::{domain_files, DomainStore, Edge};
 use crate::history::blocks::{BlockLimits, BlockStore};
 use crate::http::idempotency::{Idempotency, IdempotencyLimits};
@@ -116,7 +117,7 @@ impl Services {
         let edge = Arc::new(Edge::new(
             Arc::clone(&limiter),
             Arc::clone(&domains),
-            redis.prefix(),
+            KeyRegistry::new(redis.clone(), settings.rls_max_keys),
         ));
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(

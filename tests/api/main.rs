@@ -37,6 +37,7 @@ mod policy_scope;
 mod refusal_samples;
 mod reports;
 mod returns;
+mod rls_decision;
 mod rls_domains;
 mod rule_sets;
 mod sale;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
-use seckill::edge::DomainStore;
+use seckill::edge::{DomainStore, Edge};
 use seckill::sale::stock::ItemKeys;
 use seckill::startup::{AppHandle, Application};
 use seckill::store::redis_store::RedisConnection;
@@ -32,6 +32,8 @@ pub struct TestApp {
     pub db_name: String,
     /// The edge domains and this instance's copy of them (`DomainStore::current`).
     pub domains: Arc<DomainStore>,
+    /// The edge's engine, to ask without a transport.
+    pub edge: Arc<Edge>,
     handle: AppHandle,
 }
 
@@ -63,6 +65,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         .map(|port| format!("http://127.0.0.1:{port}"));
     let handle = app.handle();
     let domains = app.domains();
+    let edge = app.edge();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
@@ -80,6 +83,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         settings,
         db_name,
         domains,
+        edge,
         handle,
     }
 }
