@@ -126,6 +126,10 @@ pub struct Settings {
     /// none is stored (Postgres is the truth from then on); a file that does not parse
     /// fails the start. `None` (or empty): no files.
     pub rls_config_dir: Option<String>,
+    /// Port of Envoy's rate-limit gRPC service (`grpc`, on `host`, on a runtime of its
+    /// own). It has no authentication: never publish it past the gateway's network.
+    /// `None`: no gRPC server; 0 picks a free one (tests).
+    pub rls_port: Option<u16>,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -333,6 +337,7 @@ impl Default for Settings {
             ],
             static_dir: "static".into(),
             rls_config_dir: None,
+            rls_port: None,
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

@@ -117,6 +117,7 @@ impl Services {
             Arc::clone(&limiter),
             Arc::clone(&domains),
             redis.prefix(),
+            Arc::clone(&metrics),
         ));
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(
