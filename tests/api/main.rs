@@ -37,6 +37,7 @@ mod refusal_samples;
 mod reports;
 mod returns;
 mod rls_domains;
+mod rls_grpc;
 mod rule_sets;
 mod sale;
 mod slowloris;

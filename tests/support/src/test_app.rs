@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
@@ -30,6 +31,8 @@ pub struct TestApp {
     pub db_name: String,
     /// The edge domains and this instance's copy of them (`DomainStore::current`).
     pub domains: Arc<DomainStore>,
+    /// The rate-limit gRPC service's port (`rls_port`, 0 in the test settings).
+    pub rls_port: Option<u16>,
     handle: AppHandle,
 }
 
@@ -58,6 +61,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
     let probe_port = app.probe_port();
     let handle = app.handle();
     let domains = app.domains();
+    let rls_port = app.rls_port();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
@@ -74,6 +78,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         settings,
         db_name,
         domains,
+        rls_port,
         handle,
     }
 }
@@ -489,6 +494,14 @@ impl TestApp {
     // Metrics and background work.
 
     /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.
+    /// A client of the rate-limit gRPC service, on a connection of its own.
+    pub async fn rls(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        let port = self.rls_port.expect("the test settings set rls_port");
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("the gRPC service answers")
+    }
+
     pub async fn metric_sum(&self, prefix: &str) -> f64 {
         let text = self
             .get("/metrics")
