@@ -163,38 +163,21 @@ mod topology {
 async fn a_refused_cost_of_five_counts_nothing_and_a_cost_of_one_is_admitted(db: PgPool) {
     let app = spawn_app(&db).await;
     put_domain(&app, domain("gateway", &[("a", 4), ("b", 4)])).await;
-    // Request-level cost.
-    let five = ask(
-        &app,
-        request("gateway", vec![descriptor(&[("a", "x")], None)], 5),
-    )
-    .await
-    .expect("an answer");
-    assert_eq!(codes(&five), (OVER, vec![OVER]));
-    let one_more = ask(
-        &app,
-        request("gateway", vec![descriptor(&[("a", "x")], None)], 1),
-    )
-    .await
-    .expect("an answer");
-    assert_eq!(codes(&one_more), (OK, vec![OK]));
-    assert_eq!(one_more.statuses[0].limit_remaining, 3);
-    // Per-descriptor cost, over a request-level cost it replaces.
-    let five = ask(
-        &app,
-        request("gateway", vec![descriptor(&[("b", "x")], Some(5))], 1),
-    )
-    .await
-    .expect("an answer");
-    assert_eq!(codes(&five), (OVER, vec![OVER]));
-    let one_more = ask(
-        &app,
-        request("gateway", vec![descriptor(&[("b", "x")], Some(1))], 5),
-    )
-    .await
-    .expect("an answer");
-    assert_eq!(codes(&one_more), (OK, vec![OK]));
-    assert_eq!(one_more.statuses[0].limit_remaining, 3);
+    // `a` by the request's cost; `b` by the descriptor's own, over the request's.
+    let costs = [
+        ("a", (None, 5), (None, 1)),
+        ("b", (Some(5), 1), (Some(1), 5)),
+    ];
+    for (key, refused, admitted) in costs {
+        let with = |(own, of_request): (Option<u64>, u32)| {
+            request("gateway", vec![descriptor(&[(key, "x")], own)], of_request)
+        };
+        let five = ask(&app, with(refused)).await.expect("an answer");
+        assert_eq!(codes(&five), (OVER, vec![OVER]), "{key}");
+        let one_more = ask(&app, with(admitted)).await.expect("an answer");
+        assert_eq!(codes(&one_more), (OK, vec![OK]), "{key}");
+        assert_eq!(one_more.statuses[0].limit_remaining, 3, "{key}");
+    }
 }
 
 #[sqlx::test]
