@@ -136,6 +136,10 @@ pub struct Settings {
     /// The secret NGINX's internal location sends in `X-Gate-Secret`; required when
     /// `gate_port` is set (the start fails without it).
     pub gate_secret: SecretString,
+    /// Port of Envoy's rate-limit gRPC service (`grpc`, on `host`, on a runtime of its
+    /// own). It has no authentication: never publish it past the gateway's network.
+    /// `None`: no gRPC server; 0 picks a free one (tests).
+    pub rls_port: Option<u16>,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -346,6 +350,7 @@ impl Default for Settings {
             rls_max_keys: 100_000,
             gate_port: None,
             gate_secret: SecretString::from(""),
+            rls_port: None,
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

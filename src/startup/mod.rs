@@ -18,6 +18,7 @@ use futures_util::future::BoxFuture;
 
 use crate::configuration::safety;
 use crate::configuration::Settings;
+use crate::grpc::RlsServer;
 pub use services::redis_options;
 use services::Services;
 
@@ -39,6 +40,11 @@ pub struct Application {
     domains: std::sync::Arc<crate::edge::DomainStore>,
     /// The edge's engine over those domains.
     edge: std::sync::Arc<crate::edge::Edge>,
+    /// Envoy's rate-limit gRPC service, when `rls_port` is set: on a runtime of its
+    /// own, stopped once the service has.
+    rls: Option<RlsServer>,
+    /// How long the gRPC server's calls in flight may take to finish at the stop.
+    shutdown_timeout: std::time::Duration,
 }
 
 impl Application {
@@ -64,6 +70,18 @@ impl Application {
                 )
             })?;
         let probe_port = probe_listener.local_addr()?.port();
+        let rls = match settings.rls_port {
+            Some(rls_port) => {
+                let listener = bind(&settings.host, rls_port, settings.listen_backlog)
+                    .with_context(|| format!("binding {}:{rls_port} (rls_port)", settings.host))?;
+                Some(RlsServer::start(
+                    listener,
+                    std::sync::Arc::clone(&edge),
+                    std::sync::Arc::clone(&services.metrics),
+                )?)
+            }
+            None => None,
+        };
         let gate_listener = settings
             .gate_port
             .map(|gate_port| {
@@ -99,6 +117,8 @@ impl Application {
             background,
             domains,
             edge,
+            rls,
+            shutdown_timeout: std::time::Duration::from_secs(settings.shutdown_timeout_secs),
         })
     }
 
@@ -115,6 +135,11 @@ impl Application {
     /// The port bound: the one asked for, or the one the OS picked for port 0 (tests).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The rate-limit gRPC service's port, when `rls_port` is set (the OS's pick for 0).
+    pub fn rls_port(&self) -> Option<u16> {
+        self.rls.as_ref().map(RlsServer::port)
     }
 
     /// The probe listener's port.
@@ -140,7 +165,7 @@ impl Application {
     /// Serves until a shutdown signal, then drains in-flight requests
     /// (up to `shutdown_timeout_secs`). The probe listener runs beside the service on a
     /// task of its own (a stopping server must be polled to finish stopping), takes no
-    /// signal itself, and is stopped once the service has.
+    /// signal itself, and is stopped once the service has; so is the gRPC server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let probes = self.probes.handle();
         let probe_server = tokio::spawn(self.probes);
@@ -162,6 +187,9 @@ impl Application {
             }
         }
         probes.stop(true).await;
+        if let Some(rls) = self.rls {
+            rls.stop(self.shutdown_timeout).await;
+        }
         match probe_server.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "the probe listener stopped with an error"),
             Err(e) => tracing::warn!(error = %e, "the probe listener's task failed"),

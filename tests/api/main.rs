@@ -39,6 +39,7 @@ mod reports;
 mod returns;
 mod rls_decision;
 mod rls_domains;
+mod rls_grpc;
 mod rule_sets;
 mod sale;
 mod slowloris;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
@@ -34,6 +35,8 @@ pub struct TestApp {
     pub domains: Arc<DomainStore>,
     /// The edge's engine, to ask without a transport.
     pub edge: Arc<Edge>,
+    /// The rate-limit gRPC service's port (`rls_port`, 0 in the test settings).
+    pub rls_port: Option<u16>,
     handle: AppHandle,
 }
 
@@ -66,6 +69,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
     let handle = app.handle();
     let domains = app.domains();
     let edge = app.edge();
+    let rls_port = app.rls_port();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
@@ -84,6 +88,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         db_name,
         domains,
         edge,
+        rls_port,
         handle,
     }
 }
@@ -499,6 +504,14 @@ impl TestApp {
     // Metrics and background work.
 
     /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.
+    /// A client of the rate-limit gRPC service, on a connection of its own.
+    pub async fn rls(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        let port = self.rls_port.expect("the test settings set rls_port");
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("the gRPC service answers")
+    }
+
     pub async fn metric_sum(&self, prefix: &str) -> f64 {
         let text = self
             .get("/metrics")
