@@ -16,7 +16,8 @@
 #     names, mount paths);
 #   - docker-compose 1.29: `config -q`, also with `--profile cluster`, and that it refuses
 #     to run without the secrets; the wiring of the default stack and of the cluster profile;
-#   - nginx -t on the shipped nginx.conf (upstreams pointed at loopback);
+#   - nginx -t on the shipped nginx.conf (upstreams pointed at loopback), and on the
+#     NGINX gate's deploy/nginx/gate.conf;
 #   - every file the Dockerfile copies exists and is not excluded by .dockerignore.
 #
 # Usage: scripts/check-deploy.sh
@@ -112,6 +113,7 @@ run "docker-compose config -q (cluster)"   check_compose_cluster_config
 run "docker-compose cluster profile"       check_compose_cluster
 run "nginx -t"                             check_nginx
 run "nginx -t (real-IP block enabled)"     check_nginx_realip
+run "nginx -t (gate.conf)"                 check_nginx_gate
 run "Dockerfile build context"             check_dockerfile_context
 
 echo "$PASSED passed, $FAILED failed"

@@ -40,6 +40,8 @@ fi
 export SECKILL_ADMIN_TOKEN=${SECKILL_ADMIN_TOKEN:-dev-admin-token}  # = LOCAL_ADMIN_TOKEN
 # Something to sell on a fresh install (only when there is no item at all).
 export SECKILL_SEED_DEMO_ITEM=${SECKILL_SEED_DEMO_ITEM:-true}
+# Envoy's rate-limit gRPC service on 127.0.0.1:8181 (docs/edge.md; no authentication).
+export SECKILL_RLS_PORT=${SECKILL_RLS_PORT:-8181}
 
 # The commit `seckill_build_info` names (none outside a git checkout): the `commit`
 # setting, read at start, so a new commit never makes cargo rebuild an unchanged tree.

@@ -45,6 +45,9 @@ trap print_steps EXIT
 
 services_up() { eval "$(scripts/services.sh up)"; }
 step services services_up
+# tests/api/nginx_gate.rs runs a real nginx: installed here, before the suite, when
+# missing (the test installs it too when run alone, and fails rather than skips).
+step nginx scripts/install-nginx.sh
 # Tests wait on I/O far more than on CPU: more threads than the two cores finish sooner.
 export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 # A clean clone gains nothing from incremental compilation's bookkeeping (docs/testing.md).

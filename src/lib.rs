@@ -6,7 +6,8 @@
 //! - [`startup`]: builds the [`startup::Application`] from [`configuration::Settings`];
 //!   [`telemetry`]: the log format and level, from the settings.
 //! - [`http`]: the HTTP layer, the only one that knows actix: handlers, extractors, the
-//!   one error type and its mapping to responses, the rate-limit guard.
+//!   one error type and its mapping to responses, the rate-limit guard; [`grpc`]: Envoy's
+//!   rate-limit service over gRPC, on a runtime and a listener of its own.
 //! - [`history`]: the decision stream folded into Postgres minute by minute, and what
 //!   operators read from it (history, reports per sale, offenders).
 //! - [`rules`]: the rate-limit policies stored in Postgres, edited and applied at runtime;
@@ -31,6 +32,7 @@ pub mod background;
 pub mod configuration;
 pub mod domain;
 pub mod edge;
+pub mod grpc;
 pub mod history;
 pub mod http;
 pub mod identity;

@@ -170,6 +170,30 @@ families! {
         "Requests a shadow rule would have refused",
         &["policy", "dimension"],
     );
+    /// The edge's decisions (`edge::Edge::decide`: Envoy's gRPC API, the NGINX gate) by
+    /// domain, rule and outcome (`pass` / `reject`), counted as `limiter_decisions` is:
+    /// a pass for every rule of the request, a reject for the refusing one; a shadow
+    /// rule's `reject` is the refusal it did not make. A request no rule limits counts
+    /// once under rule `none`; a domain not stored is `unknown`. Bounded by the stored
+    /// domains and their documents.
+    rls_decisions: IntCounterVec = family(
+        "rls_decisions_total",
+        "Edge decisions by domain, rule and outcome",
+        &["domain", "rule", "outcome"],
+    );
+    /// Edge requests answered by the domain's fail mode (`open`, `closed`, `local`)
+    /// because Redis could not be asked.
+    rls_fail_mode: IntCounterVec = family(
+        "rls_fail_mode_total",
+        "Edge requests answered by the domain's fail mode while Redis could not be asked",
+        &["domain", "mode"],
+    );
+    /// gRPC `ShouldRateLimit` calls answered `INVALID_ARGUMENT` (nothing counted).
+    rls_invalid_requests: IntCounter = family(
+        "rls_invalid_requests_total",
+        "Rate-limit service calls refused as INVALID_ARGUMENT",
+        &[],
+    );
     /// Round trip of one limiter script call.
     limiter_latency: HistogramVec =
         family("limiter_duration_seconds", "Limiter script round trip", &["policy", "algorithm"])

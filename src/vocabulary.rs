@@ -501,6 +501,8 @@ words! {
         OrderPending => "ORDER_PENDING",
         /// An unexpected failure; the cause is logged, never sent.
         Internal => "INTERNAL",
+        /// The NGINX gate was asked without its secret: NGINX is misconfigured.
+        GateSecretInvalid => "GATE_SECRET_INVALID",
         /// The order was not committed; Redis was put back.
         OrderFailed => "ORDER_FAILED",
         /// Shed at the purchase path's concurrency limit.
@@ -557,7 +559,7 @@ impl ErrorCode {
             Self::RangeNotSatisfiable => 416,
             Self::IdempotencyMismatch => 422,
             Self::RateLimited | Self::PollingTooFast | Self::TooManyPending => 429,
-            Self::Internal => 500,
+            Self::Internal | Self::GateSecretInvalid => 500,
             Self::OrderFailed
             | Self::Overloaded
             | Self::OrdersUnavailable

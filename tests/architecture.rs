@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. Keep in step with ARCHITECTURE.md's map.
 const LAYERS: &[&[&str]] = &[
     &["main", "startup", "telemetry"],
-    &["http"],
+    &["http", "grpc"],
     &["history"],
     &["rules", "stats", "sale", "edge"],
     &["identity"],

@@ -2,8 +2,8 @@
 # (anchors merged, variables filled in with their defaults), whose path is argv[1]: the
 # services, nginx's fixed address outside the dynamic range, the apps' environment (trust
 # only nginx, production settings, same stores for both), healthy dependencies, ports on
-# loopback only, Redis append-only, the mounts, nginx's upstreams, and the Alertmanager
-# (configured at start from optional settings, cluster listener off, Prometheus's target).
+# loopback only, the rate-limit gRPC port exposed but never published, Redis append-only,
+# the mounts, nginx's upstreams, and the Alertmanager (configured at start from optional settings, cluster listener off, Prometheus's target).
 # Run by scripts/check-deploy.sh (compose.sh, check_compose_semantics) from the repository root.
 import ipaddress, re, sys, yaml
 c = yaml.safe_load(open(sys.argv[1]))
@@ -50,6 +50,13 @@ for k in ("REDIS_URL", "DATABASE_URL", "SECKILL_REDIS_KEY_PREFIX", "SECKILL_JWT_
     assert a1[k] == a2[k], k
 assert ("127.0.0.1", "8080", "8080") in published("app1"), published("app1")
 assert ("127.0.0.1", "8081", "8080") in published("app2"), published("app2")
+# The rate-limit gRPC service has no authentication: on the compose network only.
+for name in ("app1", "app2"):
+    assert env(name)["SECKILL_RLS_PORT"] == "8181", name
+    assert "8181" in [str(p).split("/")[0] for p in s[name].get("expose", [])], name
+for name in s:
+    for _, pub, target in published(name):
+        assert "8181" not in (pub, target), ("the rate-limit gRPC port is published", name)
 # Nothing is published beyond loopback.
 for name in s:
     for host_ip, pub, _ in published(name):

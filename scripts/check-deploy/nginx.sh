@@ -52,3 +52,27 @@ check_nginx_realip() {
   nginx -t -q -e "$dir/logs/error.log" -p "$dir" -c "$dir/nginx.conf" 2>&1
   echo "the commented set_real_ip_from block is valid when uncommented"
 }
+
+# nginx -t on deploy/nginx/gate.conf (the NGINX gate, docs/edge.md), rendered to run
+# here as render_nginx does, its secret filled in; tests/api/nginx_gate.rs runs it.
+check_nginx_gate() {
+  local dir=$TMP/nginx-gate port
+  mkdir -p "$dir/logs"
+  port=$(free_port)
+  sed -e 's/server upstream:8000;/server 127.0.0.1:8000;/' \
+      -e 's/server app1:8090/server 127.0.0.1:8090/' \
+      -e 's/server app2:8090/server 127.0.0.1:8091/' \
+      -e 's/"\${SECKILL_GATE_SECRET}"/"a-gate-secret-for-nginx-t"/' \
+      -e "s#^\( *\)listen 80;#\1listen 127.0.0.1:$port;#" \
+      -e "s#^pid .*;#pid $dir/nginx.pid;#" \
+      -e "s#^error_log .*;#error_log $dir/logs/error.log warn;#" \
+      -e "s#^\( *\)access_log .*;#\1access_log $dir/logs/access.log;\n\1client_body_temp_path $dir/body;\n\1proxy_temp_path $dir/proxy;#" \
+      deploy/nginx/gate.conf >"$dir/nginx.conf"
+  if grep -nE 'server (upstream|app[12]):|listen 80;|^pid /tmp/nginx-gate\.pid;|/dev/std(out|err)|"\$\{SECKILL_GATE_SECRET\}"' "$dir/nginx.conf"; then
+    echo "rendering missed the line(s) above"; return 1
+  fi
+  nginx -t -q -e "$dir/logs/error.log" -p "$dir" -c "$dir/nginx.conf" 2>&1 || { cat "$dir/logs/error.log" 2>/dev/null; return 1; }
+  # shellcheck disable=SC2016 # nginx directives, matched literally
+  grep -q 'auth_request /_gate;' "$dir/nginx.conf"
+  echo "gate.conf is valid"
+}

@@ -129,6 +129,17 @@ pub struct Settings {
     /// Most distinct counter keys one edge domain holds at once, across instances
     /// (`edge::key_registry`): a request with a new key beyond it is refused.
     pub rls_max_keys: u64,
+    /// Port of the NGINX gate's decision endpoint (`GET /decide`, `http::gate`): a
+    /// listener of its own on `host`, never the service's port, so no NGINX location
+    /// that proxies client traffic reaches it. `None`: no gate; 0 picks a free one.
+    pub gate_port: Option<u16>,
+    /// The secret NGINX's internal location sends in `X-Gate-Secret`; required when
+    /// `gate_port` is set (the start fails without it).
+    pub gate_secret: SecretString,
+    /// Port of Envoy's rate-limit gRPC service (`grpc`, on `host`, on a runtime of its
+    /// own). It has no authentication: never publish it past the gateway's network.
+    /// `None`: no gRPC server; 0 picks a free one (tests).
+    pub rls_port: Option<u16>,
 
     // Redis.
     /// The Redis server (or, under Sentinel, the master's credentials and database). A
@@ -337,6 +348,9 @@ impl Default for Settings {
             static_dir: "static".into(),
             rls_config_dir: None,
             rls_max_keys: 100_000,
+            gate_port: None,
+            gate_secret: SecretString::from(""),
+            rls_port: None,
 
             redis_url: SecretString::from("redis://127.0.0.1:6380"),
             redis_cluster_nodes: SecretString::from(""),

@@ -131,6 +131,24 @@ pub fn timeouts(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a gate without its secret: the decision endpoint would answer anyone who
+/// reaches its port, and a secret of a few bytes is one anyone can guess. Anywhere, not
+/// only in production: a laptop's gate is as reachable as its port.
+pub fn gate(settings: &Settings) -> anyhow::Result<()> {
+    if settings.gate_port.is_none() {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        settings.gate_secret.expose_secret().len() >= MIN_GATE_SECRET_BYTES,
+        "gate_port is set, so gate_secret (SECKILL_GATE_SECRET) must be at least \
+         {MIN_GATE_SECRET_BYTES} bytes: it is what NGINX's internal location proves itself with"
+    );
+    Ok(())
+}
+
+/// The shortest gate secret accepted.
+pub const MIN_GATE_SECRET_BYTES: usize = 16;
+
 /// A list of secrets as `SECKILL_ADMIN_TOKEN` spells it: comma-separated, each either
 /// `name:secret` (so that changes can be attributed) or a bare secret (named `admin`).
 /// Blank entries are ignored, so an empty setting is no token at all.

@@ -27,6 +27,8 @@ use crate::limiter::backend::Decision;
 use crate::limiter::keys::KeySource;
 use crate::limiter::policy::Rule;
 use crate::limiter::{Algorithm, Answer, Ask, Cost, FailMode, Limiter};
+use crate::metrics::Metrics;
+use crate::vocabulary::Decision as Outcome;
 
 /// Most descriptors one request may carry (each limited one is a key of one script call).
 pub const MAX_DESCRIPTORS: usize = 16;
@@ -143,6 +145,8 @@ pub struct Edge {
     domains: Arc<DomainStore>,
     registry: KeyRegistry,
     prefix: Box<str>,
+    /// `rls_decisions`, `rls_fail_mode`: counted here, so every transport counts alike.
+    metrics: Arc<Metrics>,
 }
 
 /// A limited descriptor on its way into the [`Ask`].
@@ -158,14 +162,21 @@ struct Counted<'a> {
 
 impl Edge {
     /// The engine over `domains`, counting with `limiter`, each domain's distinct keys
-    /// bounded by `registry`, under `registry`'s key prefix.
-    pub fn new(limiter: Arc<Limiter>, domains: Arc<DomainStore>, registry: KeyRegistry) -> Self {
+    /// bounded by `registry` (whose key prefix the counters share), its decisions
+    /// counted in `metrics`.
+    pub fn new(
+        limiter: Arc<Limiter>,
+        domains: Arc<DomainStore>,
+        registry: KeyRegistry,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let prefix = registry.prefix().into();
         Self {
             limiter,
             domains,
             registry,
             prefix,
+            metrics,
         }
     }
 
@@ -175,6 +186,7 @@ impl Edge {
         let request_cost = request.hits_addend.max(1);
         let mut statuses = vec![no_limit(); request.descriptors.len()];
         let Some(domain) = self.domains.current(&request.domain) else {
+            self.count_unlimited("unknown");
             return Ok(verdict(Code::Ok, statuses, Vec::new()));
         };
         // envoyproxy/ratelimit's fixed window and Envoy's failing open, unless it says.
@@ -212,6 +224,7 @@ impl Edge {
             }
         }
         if counted.is_empty() {
+            self.count_unlimited(&request.domain);
             return Ok(verdict(Code::Ok, statuses, Vec::new()));
         }
         // Enforced rules first, then shadow ones, each in the request's order.
@@ -233,6 +246,14 @@ impl Edge {
             for &d in &counted[i].descriptors {
                 statuses[d].code = Code::OverLimit;
             }
+            self.metrics
+                .rls_decisions
+                .with_label_values(&[
+                    request.domain.as_str(),
+                    counted[i].limit.name.as_str(),
+                    Outcome::Reject.label(),
+                ])
+                .inc();
             return Ok(verdict(
                 Code::OverLimit,
                 statuses,
@@ -242,19 +263,21 @@ impl Edge {
         let rules: Vec<Rule> = counted.iter().map(rule).collect();
         let keys: Vec<String> = counted.iter().map(|c| c.key.clone()).collect();
         let name = format!("rls:{}", request.domain);
+        let fail_mode = domain.document.fail_mode.unwrap_or(FailMode::Open);
         let answer = self
             .limiter
             .ask(&Ask {
                 name: &name,
                 generation: u64::try_from(domain.version).unwrap_or(0),
                 algorithm,
-                fail_mode: domain.document.fail_mode.unwrap_or(FailMode::Open),
+                fail_mode,
                 rules: &rules,
                 enforced,
                 keys: &keys,
                 costs: &costs,
             })
             .await;
+        self.count(&request.domain, fail_mode, &counted, &answer);
         let quota = |c: &Counted<'_>| CurrentLimit {
             name: c.limit.name.clone(),
             requests_per_unit: c.requests,
@@ -355,6 +378,64 @@ impl Edge {
             },
         };
         Ok(verdict(overall, statuses, headers))
+    }
+
+    /// A request no rule limits: one pass under rule `none` (`domain` is `unknown` for a
+    /// domain not stored, so the label stays bounded by the stored ones).
+    fn count_unlimited(&self, domain: &str) {
+        self.metrics
+            .rls_decisions
+            .with_label_values(&[domain, "none", Outcome::Pass.label()])
+            .inc();
+    }
+
+    /// Counts `answer` as `limiter_decisions` counts a policy's: a pass for every rule
+    /// (a shadow rule that would have refused: a reject), a reject for the refusing
+    /// rule; and an answer of the fail mode's (`local`: not by Redis).
+    fn count(&self, domain: &str, fail_mode: FailMode, counted: &[Counted<'_>], answer: &Answer) {
+        let decided = |c: &Counted<'_>, outcome: Outcome| {
+            self.metrics
+                .rls_decisions
+                .with_label_values(&[domain, c.limit.name.as_str(), outcome.label()])
+                .inc();
+        };
+        let failed = |mode: FailMode| {
+            self.metrics
+                .rls_fail_mode
+                .with_label_values(&[domain, mode.label()])
+                .inc();
+        };
+        match answer {
+            Answer::FailedOpen => failed(FailMode::Open),
+            Answer::FailedClosed => failed(FailMode::Closed),
+            Answer::Decided {
+                decision, local, ..
+            } => {
+                if *local && fail_mode == FailMode::Local {
+                    failed(FailMode::Local);
+                }
+                match *decision {
+                    Decision::Admitted { shadow_refused, .. } => {
+                        for (i, c) in counted.iter().enumerate() {
+                            let refused = i < 32 && shadow_refused & (1 << i) != 0;
+                            decided(
+                                c,
+                                if refused {
+                                    Outcome::Reject
+                                } else {
+                                    Outcome::Pass
+                                },
+                            );
+                        }
+                    }
+                    Decision::Refused { rule, .. } => {
+                        if let Some(c) = counted.get(rule) {
+                            decided(c, Outcome::Reject);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The key of `limit` for `descriptor` (see the module docs).

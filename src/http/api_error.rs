@@ -123,6 +123,14 @@ pub enum ApiError {
         /// The ones whose absence only degrades it.
         degraded: Vec<&'static str>,
     },
+    /// The NGINX gate's decision endpoint was asked without its secret (`X-Gate-Secret`,
+    /// `gate_secret`). Not the client's fault but NGINX's configuration: a 500, which is
+    /// also what NGINX's `auth_request` answers its client for any status but 2xx, 401
+    /// and 403.
+    #[error(
+        "X-Gate-Secret is missing or wrong: NGINX's gate location must send SECKILL_GATE_SECRET"
+    )]
+    GateSecretInvalid,
     /// Anything the client cannot fix. The cause is logged, never returned.
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
@@ -256,6 +264,10 @@ impl ApiError {
             Self::Internal(cause) => {
                 tracing::error!(error = %format!("{cause:#}"), "request failed")
             }
+            // The secret presented is never logged, only that it did not match.
+            Self::GateSecretInvalid => {
+                tracing::warn!("the NGINX gate was asked without its secret")
+            }
             Self::Sale(SaleError::OrderFailed(cause)) => {
                 tracing::error!(error = %format!("{cause:#}"), "order failed")
             }
@@ -322,6 +334,7 @@ impl ApiError {
                 C::RateLimited
             }
             Self::LimiterUnavailable => C::LimiterUnavailable,
+            Self::GateSecretInvalid => C::GateSecretInvalid,
             Self::Blocked => C::Blocked,
             Self::VersionConflict { current } => {
                 body.current_version = Some(*current);

@@ -6,6 +6,7 @@
 //! turn its answer into a response; [`api_error::ApiError`] is the one error type and its
 //! mapping to HTTP. [`idempotency`] answers a retried `Idempotency-Key` from the first
 //! attempt's answer; it keeps responses, which is why it is here and not in the sale.
+//! [`gate`] is the NGINX gate's decision endpoint, on a listener of its own.
 //! Nothing below this layer (sale, limiter, identity, admin, stores) imports actix.
 
 pub mod api_error;
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod connections;
 pub mod fallback;
 pub mod forwarded;
+pub mod gate;
 pub mod head_budget;
 pub mod idempotency;
 pub mod json;

@@ -1,5 +1,6 @@
-//! The actix servers: the service itself (middleware, shared state, routes) and the
-//! probe listener (liveness, readiness, metrics).
+//! The actix servers: the service itself (middleware, shared state, routes), the
+//! probe listener (liveness, readiness, metrics) and, when `gate_port` is set, the NGINX
+//! gate's decision endpoint (`http::gate`).
 //!
 //! Both are assembled from actix-server and actix-http rather than `HttpServer`, so that
 //! every accepted connection passes the connection guard first
@@ -38,19 +39,27 @@ use crate::metrics::Metrics;
 /// one or two at a time.
 const PROBE_CONNECTIONS: usize = 64;
 
-/// The two servers, bound and ready to run.
+/// The servers, bound and ready to run.
 pub(super) struct Servers {
     pub service: Server,
     pub probes: Server,
+    /// The NGINX gate's, when `gate_port` is set.
+    pub gate: Option<Server>,
 }
 
-/// Starts serving the service on `listener` and the probes on `probe_listener` (the
-/// servers run once awaited).
+/// The listeners the servers serve on.
+pub(super) struct Listeners {
+    pub service: TcpListener,
+    pub probes: TcpListener,
+    pub gate: Option<TcpListener>,
+}
+
+/// Starts serving the service, the probes and the gate on their listeners (the servers
+/// run once awaited).
 pub(super) fn start(
     settings: &Settings,
     services: Services,
-    listener: TcpListener,
-    probe_listener: TcpListener,
+    listeners: Listeners,
 ) -> anyhow::Result<Servers> {
     // Shared state is built once, here, and cloned (an Arc bump) into each worker.
     let Services {
@@ -61,7 +70,7 @@ pub(super) fn start(
         limiter,
         rules,
         domains,
-        edge: _,
+        edge,
         items,
         purchases,
         orders,
@@ -194,9 +203,13 @@ pub(super) fn start(
         .shutdown_timeout(settings.shutdown_timeout_secs);
     let awaiting_head =
         awaiting_head_budget(settings.max_connections_awaiting_head, max_connections);
+    let gate = listeners
+        .gate
+        .map(|listener| gate(settings, edge, listener, &limits, &metrics))
+        .transpose()?;
     let service = serve(
         builder,
-        listener,
+        listeners.service,
         service,
         limits.clone(),
         HeadBudget::new(awaiting_head * workers, Arc::clone(&metrics)),
@@ -215,13 +228,60 @@ pub(super) fn start(
     );
     let probes = serve(
         probe_builder,
-        probe_listener,
+        listeners.probes,
         probes,
         limits,
         probe_budget,
         &metrics,
     )?;
-    Ok(Servers { service, probes })
+    Ok(Servers {
+        service,
+        probes,
+        gate,
+    })
+}
+
+/// The NGINX gate's server: its one route on as many workers as the service (every
+/// request NGINX gates is a decision here). Only NGINX connects, so its connections
+/// are not shared out per address; the head deadline and the budget of connections
+/// waiting for one hold as on the service.
+fn gate(
+    settings: &Settings,
+    edge: Arc<crate::edge::Edge>,
+    listener: TcpListener,
+    limits: &ConnectionLimits,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Server> {
+    let edge = web::Data::from(edge);
+    let secret = web::Data::new(crate::http::gate::GateSecret::new(
+        settings.gate_secret.clone(),
+    ));
+    let app = move || {
+        App::new()
+            .wrap(actix_web::middleware::from_fn(
+                crate::http::connections::mark_heads,
+            ))
+            .app_data(edge.clone())
+            .app_data(secret.clone())
+            .configure(crate::http::gate::configure)
+            .default_service(web::to(crate::http::fallback::not_found))
+    };
+    let workers = settings.worker_threads();
+    let max_connections = settings.max_connections.max(1);
+    let builder = Server::build()
+        .disable_signals()
+        .workers(workers)
+        .max_concurrent_connections(max_connections)
+        .shutdown_timeout(settings.shutdown_timeout_secs);
+    let budget = HeadBudget::new(
+        awaiting_head_budget(settings.max_connections_awaiting_head, max_connections) * workers,
+        Arc::clone(metrics),
+    );
+    let limits = ConnectionLimits {
+        per_address: u32::try_from(max_connections * workers).unwrap_or(u32::MAX),
+        ..limits.clone()
+    };
+    serve(builder, listener, app, limits, budget, metrics)
 }
 
 /// A worker's budget of connections waiting for a head: `wanted`, at least 1. Below the

@@ -118,6 +118,7 @@ impl Services {
             Arc::clone(&limiter),
             Arc::clone(&domains),
             KeyRegistry::new(redis.clone(), settings.rls_max_keys),
+            Arc::clone(&metrics),
         ));
         let blocklist = Arc::new(Blocklist::new(Arc::clone(&metrics)));
         let blocks = Arc::new(BlockStore::new(

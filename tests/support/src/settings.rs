@@ -38,6 +38,7 @@ pub fn test_settings(db: &PgPool) -> Settings {
     Settings {
         port: 0,
         probe_port: 0,
+        rls_port: Some(0),
         workers: Some(2),
         shutdown_timeout_secs: 1,
         database_url: SecretString::from(url.to_string()),

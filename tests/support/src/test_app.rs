@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, Response};
 use seckill::configuration::Settings;
@@ -24,6 +25,8 @@ pub struct TestApp {
     pub address: String,
     /// The probe listener (`/health/*`, `/metrics` on connections of their own).
     pub probe_address: String,
+    /// The NGINX gate's listener, when `gate_port` is set.
+    pub gate_address: Option<String>,
     pub client: reqwest::Client,
     pub settings: Settings,
     /// Name of this test's own database.
@@ -32,6 +35,8 @@ pub struct TestApp {
     pub domains: Arc<DomainStore>,
     /// The edge's engine, to ask without a transport.
     pub edge: Arc<Edge>,
+    /// The rate-limit gRPC service's port (`rls_port`, 0 in the test settings).
+    pub rls_port: Option<u16>,
     handle: AppHandle,
 }
 
@@ -58,13 +63,18 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         .expect("the app builds");
     let port = app.port();
     let probe_port = app.probe_port();
+    let gate_address = app
+        .gate_port()
+        .map(|port| format!("http://127.0.0.1:{port}"));
     let handle = app.handle();
     let domains = app.domains();
     let edge = app.edge();
+    let rls_port = app.rls_port();
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
         probe_address: format!("http://127.0.0.1:{probe_port}"),
+        gate_address,
         // A connection per request, none kept: the server ends a keep-alive connection
         // idle 5 s, and a test with many requests in flight on its one thread, on a
         // loaded machine, sent on one as it closed (`IncompleteMessage`, in two tests
@@ -78,6 +88,7 @@ pub async fn spawn_app_from(settings: Settings) -> TestApp {
         db_name,
         domains,
         edge,
+        rls_port,
         handle,
     }
 }
@@ -493,6 +504,14 @@ impl TestApp {
     // Metrics and background work.
 
     /// The sum of every series of a counter in `/metrics` whose line starts with `prefix`.
+    /// A client of the rate-limit gRPC service, on a connection of its own.
+    pub async fn rls(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        let port = self.rls_port.expect("the test settings set rls_port");
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("the gRPC service answers")
+    }
+
     pub async fn metric_sum(&self, prefix: &str) -> f64 {
         let text = self
             .get("/metrics")
