@@ -43,8 +43,9 @@
 #   cluster_one_sale cluster_many_sales queue_fairness queue_fairness_direct queue_fifo
 #   queue_poll_cost queue_inlet queue_inlet_cap queue_exactness limiting rls_fixed rls_ceiling
 #   rls_limitador rls_sliding rls_ceiling_sliding rls_limitador_cached rls_refused
-#   rls_ceiling_refused rls_refused_cache rls_limitador_refused rls_limitador_cached_refused;
-#   `queue` names the seven queue_* ones, `edge` the rls_* ones. With BENCH_ONLY=limiting BENCH_BUILD=0 the setup builds nothing
+#   rls_ceiling_refused rls_refused_cache rls_limitador_refused rls_limitador_cached_refused
+#   nginx_gate nginx_plain; `queue` names the seven queue_* ones, `edge` the rls_* and
+#   nginx_* ones. With BENCH_ONLY=limiting BENCH_BUILD=0 the setup builds nothing
 #   (the trace binary only when it is missing) and starts nothing already up)
 #   BENCH_CLUSTER_PORT=7401 (the first of the 6 ports of cluster_one_sale's own cluster)
 #   BENCH_OPEN_RATES="1000 1500 2000 3000 4000 5000 6000 8000 10000 12000" (integers/s)
@@ -52,8 +53,9 @@
 #   BENCH_SECONDS=8 BENCH_CONCURRENCY=64 BENCH_USERS=2000 scripts/bench.sh
 #   BENCH_REFUSED_USERS=10000 (users of the scenario refused mostly by api)
 #   BENCH_STAMPEDE_USERS=20000 BENCH_STAMPEDE_RATE=15000 (the stampede's offered req/s)
-#   BENCH_STAMPEDE_MAX_IN_FLIGHT=1024 BENCH_PORT_BASE=18081 (ports BASE..BASE+8: two
-#   instances, the ceiling, the durable Postgres, the edge's five gRPC listeners)
+#   BENCH_STAMPEDE_MAX_IN_FLIGHT=1024 BENCH_PORT_BASE=18081 (ports BASE..BASE+12: two
+#   instances, the ceiling, the durable Postgres, the edge's five gRPC listeners, nginx's
+#   three servers and the gate's listener)
 #   BENCH_PROFILE="refused_api ceiling_refused" (perf record -g of those runs' servers,
 #   into target/bench/NAME.perf.data; needs linux-perf)
 #   BENCH_PAIRS=3 (how many times each app scenario that has a ceiling runs, alternating
@@ -71,7 +73,8 @@
 # The edge (issue 40, scenarios-edge.sh): Envoy's rate-limit gRPC API, three
 # descriptors, admitted and refused, ours (ports BASE+4..) beside `rls-ceiling` and the
 # peer on Limitador's engine (loadtest/rls-bench, outside the workspace, built here
-# only); docs/edge.md, "Measured".
+# only); NGINX with the gate (deploy/nginx/gate.conf) ÷ NGINX without it; docs/edge.md,
+# "Measured".
 #
 # This file is the driver: its knobs, then the jobs in order. The jobs live in
 # scripts/bench/: setup.sh (services, build, limiter configs, clean-up), servers.sh (app
@@ -172,8 +175,9 @@ scenarios_queue
 scenarios_cluster
 # 15: the limiting algorithms on one trace (Redis only; docs/limiting.md).
 scenario_limiting
-# 16: the edge's gRPC API beside its ceiling and Limitador (docs/edge.md).
+# 16: the edge's gRPC API beside its ceiling and Limitador; NGINX's gate (docs/edge.md).
 scenarios_edge
+scenario_nginx_gate
 # 11: durability's cost (last: it starts a Postgres cluster of its own).
 scenario_orders_durable
 

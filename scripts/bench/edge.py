@@ -53,6 +53,9 @@ def report(res, out):
         refused = r["rls_refused_cache"].get("refused_from_start", 0)
         out.add("gRPC refused, ours, denial cache on: refusals answered without Redis",
                 None if local is None or not refused else local / refused, None, "{:.1%}")
+    if have("nginx_gate", "nginx_plain"):
+        out.add_pairs("NGINX with the gate ÷ NGINX without it (throughput)",
+                      throughput("nginx_gate", "nginx_plain"), (">=", 0.40))
     for name, what, target in (("rls_refused", "ours fixed_window, denial cache off", ("<=", 0)),
                                ("rls_refused_cache", "ours fixed_window, denial cache on", ("<=", 0)),
                                ("rls_ceiling_refused", "the ceiling", None),

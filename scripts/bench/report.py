@@ -43,6 +43,8 @@ rows = [
     ("rls_refused_cache", "gRPC, ours, fixed_window, refused, denial cache on"),
     ("rls_limitador_refused", "gRPC peer: Limitador exact, refused"),
     ("rls_limitador_cached_refused", "gRPC peer: Limitador cached, refused"),
+    ("nginx_gate", "NGINX (2 workers), deploy/nginx/gate.conf: auth_request to the gate, then a constant upstream"),
+    ("nginx_plain", "NGINX (2 workers), proxy_pass to the same upstream, no gate"),
 ]
 # (a) and (d) are 1000/s for 10 s; (b) and (c) list their steps in NAME.steps.
 steps = {name: [int(x) for x in (read(out, name + ".steps") or "").split()]

@@ -21,7 +21,7 @@
 #   rls_refused rls_ceiling_refused         refused, denial cache off, in turn the same
 #   rls_refused_cache                       refused, denial cache on (reported apart)
 #   rls_limitador_refused rls_limitador_cached_refused   refused, once each
-#   nginx_gate                              TODO: the NGINX gate is not on main yet
+#   nginx_gate (with nginx_plain)           NGINX with the gate ÷ without, in turn the same
 # The ratio to the HTTP path needs `limiter_only` (GET /api/limited) in the same run.
 
 EDGE_PAIRS=${BENCH_EDGE_PAIRS:-5}
@@ -175,8 +175,94 @@ scenarios_edge() {
     rls_refused_run rls_limitador_cached_refused "$RLS_PEER_CACHED_PORT" "$RLS_LIMITADOR_CACHED_PID" first-hit
   fi
   stop_edge_servers
-  # TODO(issue 40): NGINX with the gate ÷ NGINX without it (`nginx_gate`, target >= 0.4),
-  # once the gate (src/http gate endpoint, SECKILL_GATE_PORT, deploy/nginx/gate.conf) is on
-  # main: NGINX with two workers in front of a constant upstream, through gate.conf and
-  # through a plain proxy_pass, alternated EDGE_PAIRS times.
+}
+
+# NGINX with the gate ÷ NGINX without it: the shipped deploy/nginx/gate.conf (two
+# workers; `location /`, which fails open) in front of a constant upstream, deciding
+# through one instance's gate listener; beside it, in the same nginx, a server that
+# proxies to the same upstream without auth_request. The upstream is a third server of
+# that nginx answering 200 with a constant body, so both sides pay it alike. The domain
+# `nginx_gate` limits both of gate.conf's descriptors far out of the way: every request
+# is an admission, one script call on two counters (one client address: loopback).
+# Alternated EDGE_PAIRS times, loadgen's closed model (GET, no logins).
+NGINX_GATED_PORT=$((PORT_BASE + 9))
+NGINX_PLAIN_PORT=$((PORT_BASE + 10))
+NGINX_UPSTREAM_PORT=$((PORT_BASE + 11))
+GATE_PORT=$((PORT_BASE + 12))
+GATE_SECRET=bench-gate-secret-0123456789
+NGINX_PID=""
+
+# write_nginx_conf DIR: DIR/nginx.conf (DIR absolute: nginx runs with it as its prefix).
+write_nginx_conf() {
+  local dir=$1 conf
+  conf=$(sed -e 's/^worker_processes auto;/worker_processes 2;/' \
+    -e "s#^pid /tmp/nginx-gate.pid;#pid $dir/nginx.pid;#" \
+    -e "s#^error_log /dev/stderr warn;#error_log $dir/error.log warn;#" \
+    -e "s#access_log /dev/stdout;#access_log off; client_body_temp_path $dir/body; proxy_temp_path $dir/proxy;#" \
+    -e "s/listen 80;/listen 127.0.0.1:$NGINX_GATED_PORT;/" \
+    -e "s/server upstream:8000;/server 127.0.0.1:$NGINX_UPSTREAM_PORT;/" \
+    -e "s/server app1:8090 /server 127.0.0.1:$GATE_PORT /" \
+    -e '/server app2:8090 /d' \
+    -e "s/\${SECKILL_GATE_SECRET}/$GATE_SECRET/" deploy/nginx/gate.conf)
+  grep -q "127.0.0.1:$GATE_PORT" <<<"$conf" && grep -q "$GATE_SECRET" <<<"$conf" \
+    || die "deploy/nginx/gate.conf is not what the bench rewrites"
+  # The two other servers, before the http block's closing brace.
+  {
+    sed '$d' <<<"$conf"
+    echo "    server {"
+    echo "        listen 127.0.0.1:$NGINX_PLAIN_PORT;"
+    echo "        location / {"
+    echo "            proxy_http_version 1.1;"
+    echo "            proxy_set_header Connection \"\";"
+    echo "            proxy_pass http://protected;"
+    echo "        }"
+    echo "    }"
+    echo "    server {"
+    echo "        listen 127.0.0.1:$NGINX_UPSTREAM_PORT;"
+    echo "        location / { default_type application/json; return 200 '{\"ok\":true}'; }"
+    echo "    }"
+    echo "}"
+  } >"$dir/nginx.conf"
+}
+
+stop_nginx() {
+  [ -n "$NGINX_PID" ] || return 0
+  stop_process "$NGINX_PID"
+  NGINX_PID=""
+}
+
+scenario_nginx_gate() {
+  want nginx_gate nginx_plain edge || return 0
+  local k dir
+  mkdir -p "$OUT/nginx"
+  dir=$(cd "$OUT/nginx" && pwd)
+  command -v nginx >/dev/null || apt_install nginx
+  mkdir -p "$OUT/gate-domains"
+  {
+    echo 'domain: nginx_gate'
+    echo 'descriptors:'
+    echo '  - key: remote_address'
+    echo '    rate_limit: { unit: second, requests_per_unit: 1000000000 }'
+    echo '  - key: route'
+    echo '    descriptors:'
+    echo '      - key: api_key'
+    echo '        rate_limit: { unit: second, requests_per_unit: 1000000000 }'
+  } >"$OUT/gate-domains/nginx_gate.yaml"
+  write_nginx_conf "$dir"
+  ensure_port_free "$GATE_PORT"
+  start_instances 1 /nonexistent.toml SECKILL_GATE_PORT="$GATE_PORT" SECKILL_GATE_SECRET="$GATE_SECRET" \
+    SECKILL_RLS_CONFIG_DIR="$OUT/gate-domains"
+  for port in "$NGINX_GATED_PORT" "$NGINX_PLAIN_PORT" "$NGINX_UPSTREAM_PORT"; do ensure_port_free "$port"; done
+  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon off;' >"$dir/nginx.out" 2>&1 &
+  NGINX_PID=$!
+  wait_for nginx "$READY_DEADLINE" "$NGINX_PID" curl -fsS -o /dev/null "http://127.0.0.1:$NGINX_GATED_PORT/" \
+    || die "nginx did not answer through the gate (see $dir/error.log)"
+  for ((k = 1; k <= EDGE_PAIRS; k++)); do
+    CPU_PIDS=${PIDS[0]} run_loadgen "nginx_gate.pair-$k" --target "http://127.0.0.1:$NGINX_GATED_PORT" --probe /x \
+      --concurrency "$CONCURRENCY" --duration "$SECONDS_EACH"
+    run_loadgen "nginx_plain.pair-$k" --target "http://127.0.0.1:$NGINX_PLAIN_PORT" --probe /x \
+      --concurrency "$CONCURRENCY" --duration "$SECONDS_EACH"
+  done
+  stop_nginx
+  stop_instances
 }

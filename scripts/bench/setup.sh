@@ -124,6 +124,7 @@ cleanup() {
   [ -z "$LOADGEN_PID" ] || stop_process "$LOADGEN_PID"
   stop_ceiling
   stop_edge_servers
+  stop_nginx
   stop_instances
   stop_durable_pg
   stop_cluster
