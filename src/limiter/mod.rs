@@ -371,13 +371,21 @@ impl<B: LimitBackend> Limiter<B> {
                 &self.denials,
                 || self.clock.local_us(self.epoch),
                 self.probe_timeout,
-                &enforced,
-                algorithm,
                 &keys,
                 generation,
             ))
             .await
-            .map_err(|refusal| refuse_locally(refusal, &enforced))?
+            .map_err(|denied| {
+                let refusal = Refusal {
+                    policy: Arc::clone(policy),
+                    algorithm,
+                    rule: denied.rule,
+                    own_wait_ms: denied.own_wait_ms,
+                    longest_wait_ms: denied.longest_wait_ms,
+                    local: true,
+                };
+                refuse_locally(refusal, &enforced)
+            })?
         } else {
             Vec::new()
         };
@@ -414,6 +422,7 @@ impl<B: LimitBackend> Limiter<B> {
                     &self.denials,
                     &reply.decision,
                     &keys,
+                    &[],
                     probes,
                     started_us,
                     generation,
@@ -433,12 +442,40 @@ impl<B: LimitBackend> Limiter<B> {
     }
 
     /// Decides `ask`: rules its caller matched itself (the edge's descriptors), each with
-    /// its key and cost, in the steps of a policy's decision: the denial cache, else one
-    /// backend call, all or nothing, else `ask.fail_mode`.
+    /// its key and cost, in the steps of a policy's decision: the denial cache (under
+    /// `ask.generation`), else one backend call, all or nothing, else `ask.fail_mode`
+    /// (`local`: the fallback limits, weighed by cost). A shaper's delay is the
+    /// caller's to keep (`delay_ms` of an admission); nothing here waits for it.
     pub async fn ask(&self, ask: &Ask<'_>) -> Answer {
-        // TODO(edge-cost): consult and teach the denial cache (cost-1 refusals only), the
-        // fallback limits weighed by cost, each rule's remaining from the scripts.
-        let (now_ms, _) = self.clock.script_now();
+        let enforced_keys = &ask.keys[..ask.enforced.min(ask.keys.len())];
+        let probes = if self.denials.is_enabled() {
+            let consulted = local::consult(
+                &self.denials,
+                || self.clock.local_us(self.epoch),
+                self.probe_timeout,
+                enforced_keys,
+                ask.generation,
+            )
+            .await;
+            match consulted {
+                Ok(probes) => probes,
+                Err(denied) => {
+                    return Answer::Decided {
+                        decision: backend::Decision::Refused {
+                            rule: denied.rule,
+                            retry_after_ms: denied.own_wait_ms as i64,
+                            longest_retry_after_ms: denied.longest_wait_ms as i64,
+                        },
+                        rule_remaining: Vec::new(),
+                        local: true,
+                    }
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let sent_us = self.clock.local_us(self.epoch);
+        let (now_ms, app_late_us) = self.clock.script_now();
         let member = format!(
             "{:016x}{:x}",
             self.instance_tag,
@@ -458,29 +495,37 @@ impl<B: LimitBackend> Limiter<B> {
             })
             .await;
         match reply {
-            Ok((reply, _)) => Answer::Decided {
-                decision: reply.decision,
-                rule_remaining: Vec::new(),
-                local: false,
-            },
+            Ok((reply, _)) => {
+                local::learn(
+                    &self.denials,
+                    &reply.decision,
+                    ask.keys,
+                    ask.costs,
+                    probes,
+                    sent_us - app_late_us - reply.late_us,
+                    ask.generation,
+                );
+                Answer::Decided {
+                    decision: reply.decision,
+                    rule_remaining: reply.rule_remaining,
+                    local: false,
+                }
+            }
             Err(failure) => {
                 let local = || {
                     let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
                     let shares: Vec<fallback_limits::Share> = ask.rules[..ask.enforced]
                         .iter()
                         .map(|rule| {
-                            fallback_limits::Share::of(
-                                rule.threshold,
-                                rule.window_ms,
-                                self.peers.alive(),
-                            )
+                            let (threshold, window_ms) =
+                                fallback_limits::limit(rule, ask.algorithm);
+                            fallback_limits::Share::of(threshold, window_ms, self.peers.alive())
                         })
                         .collect();
-                    let keys: Vec<&str> = ask.keys[..ask.enforced]
-                        .iter()
-                        .map(String::as_str)
-                        .collect();
-                    self.fallback.decide(ask.name, &keys, &shares, now_ms)
+                    let keys: Vec<&str> = enforced_keys.iter().map(String::as_str).collect();
+                    let costs = &ask.costs[..ask.costs.len().min(ask.enforced)];
+                    self.fallback
+                        .decide(ask.name, &keys, &shares, costs, now_ms)
                 };
                 match self.failures.fail_over(
                     None,
