@@ -18,9 +18,9 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use seckill::limiter::backend::{Cost, Decision};
+use seckill::limiter::backend::Decision;
 use seckill::limiter::policy::{KeySource, RuleConfig};
-use seckill::limiter::{keys, Algorithm, Ask, FailMode, Rejection};
+use seckill::limiter::{Algorithm, Rejection};
 
 use crate::limiter_engine::{caller, engine_with_denial_cache, rule, Engine};
 
@@ -573,33 +573,11 @@ async fn ask_with_costs(
     costs: &[i64],
     generation: u64,
 ) -> (Answer, bool) {
-    let policy = engine.limiter.policy("p").expect("policy p");
-    let caller = caller(user);
-    let keys: Vec<String> = policy
-        .rules
-        .iter()
-        .map(|rule| {
-            keys::redis_key(engine.redis.prefix(), &policy, algorithm, rule, &caller)
-                .expect("a global policy's key")
-        })
-        .collect();
-    let costs: Vec<Cost> = costs
-        .iter()
-        .map(|&hits| Cost::new(hits as u64).expect("a cost of 1 or more"))
-        .collect();
+    let costs: Vec<u64> = costs.iter().map(|&hits| hits as u64).collect();
     let answer = engine
-        .limiter
-        .ask(&Ask {
-            name: "p",
-            generation,
-            algorithm,
-            fail_mode: FailMode::Open,
-            rules: &policy.rules,
-            enforced: policy.enforced,
-            keys: &keys,
-            costs: &costs,
-        })
+        .ask(algorithm, &caller(user), &costs, generation)
         .await;
+    let n = rules().len();
     let seckill::limiter::Answer::Decided {
         mut decision,
         rule_remaining,
@@ -608,7 +586,6 @@ async fn ask_with_costs(
     else {
         panic!("the limiter failed: {answer:?}");
     };
-    let n = policy.rules.len();
     let bits = |mask: u32| (0..n).map(|i| u64::from(mask >> i & 1)).collect();
     let (near, shadow) = match &mut decision {
         Decision::Admitted {

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use seckill::limiter::backend::Decision;
 use seckill::limiter::policy::{KeySource, RuleConfig};
-use seckill::limiter::{Algorithm, Clock, FailMode, Limiter};
+use seckill::limiter::{Algorithm, Answer, Clock, FailMode, Limiter};
 
 use super::{caller, engine_with_denial_cache, one_policy, refused, rule};
 
@@ -122,4 +123,53 @@ async fn sliding_window_is_all_or_nothing() {
 #[tokio::test]
 async fn token_bucket_is_all_or_nothing() {
     a_full_middle_rule_refuses_and_leaves_every_key_untouched(Algorithm::TokenBucket).await;
+}
+
+/// A cost one rule cannot take refuses the request, and leaves every key of every rule
+/// byte for byte as it was, whatever the other rules' costs: a cost above what is left
+/// (3 of the shared 2 per minute, after 1) and one above the whole quota (1 000).
+#[tokio::test]
+async fn a_refused_cost_writes_nothing_under_any_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let engine = engine_with_denial_cache(algorithm, first_second_third(), 0).await;
+        let admitted = engine.ask(algorithm, &caller(1), &[1, 1, 1], 0).await;
+        let Answer::Decided {
+            decision: Decision::Admitted { .. },
+            rule_remaining,
+            ..
+        } = admitted
+        else {
+            panic!("{algorithm}: {admitted:?}");
+        };
+        assert_eq!(rule_remaining.len(), 3, "{algorithm}");
+        let keys = [
+            engine.key(algorithm, "first", "1"),
+            engine.key(algorithm, "second", "lit:shared"),
+            engine.key(algorithm, "third", "1"),
+        ];
+        let mut before = Vec::new();
+        for key in &keys {
+            before.push((engine.dump(key).await, engine.expire_time(key).await));
+        }
+        for costs in [[1, 3, 1], [1, 1_000, 1], [1_000, 1_000, 1_000]] {
+            engine.clock.advance_ms(3);
+            let answer = engine.ask(algorithm, &caller(1), &costs, 0).await;
+            let Answer::Decided {
+                decision: Decision::Refused { retry_after_ms, .. },
+                rule_remaining,
+                local: false,
+            } = answer
+            else {
+                panic!("{algorithm} {costs:?}: {answer:?}");
+            };
+            assert!(
+                retry_after_ms >= 1 && rule_remaining.is_empty(),
+                "{algorithm}"
+            );
+        }
+        for (key, before) in keys.iter().zip(before) {
+            let after = (engine.dump(key).await, engine.expire_time(key).await);
+            assert_eq!(after, before, "{algorithm}: {key} changed");
+        }
+    }
 }
