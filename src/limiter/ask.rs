@@ -24,7 +24,8 @@ pub struct Ask<'a> {
     pub enforced: usize,
     /// `keys[i]` is `rules[i]`'s; all of them share one hash tag.
     pub keys: &'a [String],
-    /// `costs[i]` is how many hits the request counts for under `rules[i]`.
+    /// `costs[i]` is how many hits the request counts for under `rules[i]` (empty: 1
+    /// under every rule).
     pub costs: &'a [Cost],
 }
 
