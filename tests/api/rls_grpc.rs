@@ -159,7 +159,6 @@ mod topology {
 }
 
 #[sqlx::test]
-#[ignore = "needs edge-cost"]
 async fn a_refused_cost_of_five_counts_nothing_and_a_cost_of_one_is_admitted(db: PgPool) {
     let app = spawn_app(&db).await;
     put_domain(&app, domain("gateway", &[("a", 4), ("b", 4)])).await;
