@@ -141,7 +141,7 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   next_ms = starts[tightest] + tonumber(ARGV[2 + 2 * tightest]) - now
   if next_ms < 1 then next_ms = 1 end
 end

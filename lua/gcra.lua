@@ -122,7 +122,7 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local capacity = tonumber(ARGV[1 + 3 * tightest])
   local rt = tonumber(ARGV[2 + 3 * tightest])
   local rms = tonumber(ARGV[3 + 3 * tightest])

@@ -170,7 +170,7 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   -- Full again: a slot opens when the threshold-th newest entry (this one included)
   -- expires.
   local nth = redis.call('ZRANGE', KEYS[tightest], -tightest_threshold, -tightest_threshold,

@@ -171,7 +171,7 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local s = states[tightest]
   next_ms = wait_for(s[1], s[2], s[3], tonumber(ARGV[2 + 2 * tightest]),
     tonumber(ARGV[3 + 2 * tightest]), 1)

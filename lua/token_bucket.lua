@@ -205,7 +205,7 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local refill_tokens = tonumber(ARGV[2 + 3 * tightest])
   local refill_ms = tonumber(ARGV[3 + 3 * tightest])
   local after = levels[tightest] - costs[tightest] * refill_ms

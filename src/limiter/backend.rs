@@ -33,7 +33,9 @@
 //!   i has left after this request in hits of cost 1, a shadow rule's as if enforced and
 //!   0 if it would have refused: [`Reply::rule_remaining`]). `remaining` and `next` are
 //!   in hits of cost 1 too, whatever the request's cost: a rule left at 0 refuses every
-//!   cost until `next`, which is what lets the denial cache learn from it. Every wait is exact for
+//!   cost until `next`, which is what lets the denial cache learn from it. With no
+//!   enforced rule (`m` = 0: an edge request whose descriptors match shadow rules only)
+//!   `t` is 0, read as nothing left to learn ([`decode`]). Every wait is exact for
 //!   the state it read: until it ends, only admissions change a key, and they only
 //!   make it later. That is what lets the denial cache repeat a refusal.
 //! - A rule edit is read against state written under the old rule; each script says
@@ -476,8 +478,10 @@ pub fn decode(mut raw: Vec<i64>, rules: usize) -> Option<Reply> {
         {
             (
                 Decision::Admitted {
-                    tightest: index(tightest)?,
-                    remaining,
+                    // No enforced rule (an edge request of shadow rules only): nothing
+                    // limits it, so nothing is "left" to learn from.
+                    tightest: if tightest == 0 { 0 } else { index(tightest)? },
+                    remaining: if tightest == 0 { i64::MAX } else { remaining },
                     next_slot_ms,
                     delay_ms: (0..=super::policy::MAX_DELAY_MS as i64)
                         .contains(&delay_ms)
