@@ -55,7 +55,7 @@ use tracing::Instrument;
 use crate::domain::UserId;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
-pub use ask::{Answer, Ask};
+pub use ask::{Answer, AnsweredBy, Ask};
 pub use backend::{
     BackendError, Cost, FollowUp, LimitBackend, LimitRequest, RedisBackend, Reply, Then,
 };
@@ -467,7 +467,7 @@ impl<B: LimitBackend> Limiter<B> {
                             longest_retry_after_ms: denied.longest_wait_ms as i64,
                         },
                         rule_remaining: Vec::new(),
-                        local: true,
+                        by: AnsweredBy::DenialCache,
                     }
                 }
             }
@@ -508,7 +508,7 @@ impl<B: LimitBackend> Limiter<B> {
                 Answer::Decided {
                     decision: reply.decision,
                     rule_remaining: reply.rule_remaining,
-                    local: false,
+                    by: AnsweredBy::Redis,
                 }
             }
             Err(failure) => {
@@ -561,7 +561,7 @@ impl<B: LimitBackend> Limiter<B> {
                             },
                         },
                         rule_remaining: Vec::new(),
-                        local: true,
+                        by: AnsweredBy::FallbackLimits,
                     },
                 }
             }
@@ -677,7 +677,9 @@ mod tests {
 
     use super::backend::{BackendError, Cost, Decision, LimitBackend, LimitRequest, Reply};
     use super::policy::{KeySource, PolicyConfig, RuleConfig};
-    use super::{Algorithm, Answer, Ask, FailMode, Limiter, LimiterSettings, Rejection, Scope};
+    use super::{
+        Algorithm, Answer, AnsweredBy, Ask, FailMode, Limiter, LimiterSettings, Rejection, Scope,
+    };
     use crate::metrics::Metrics;
 
     /// A backend that never decides, as Redis during an outage, and counts the asks.
@@ -820,7 +822,7 @@ mod tests {
             Answer::Decided {
                 decision: refused(30_000),
                 rule_remaining: vec![],
-                local: false
+                by: AnsweredBy::Redis
             }
         );
         // A cost of 5 refused says nothing of a cost of 1: Redis is asked, and admits.
@@ -830,7 +832,7 @@ mod tests {
             Answer::Decided {
                 decision: admitted(2),
                 rule_remaining: vec![2, 9],
-                local: false
+                by: AnsweredBy::Redis
             }
         );
         assert_eq!(
@@ -844,7 +846,10 @@ mod tests {
         let limiter = limiter_on(Scripted::answering([refused(30_000), admitted(4)]));
         assert!(matches!(
             ask(&limiter, 1, 7).await,
-            Answer::Decided { local: false, .. }
+            Answer::Decided {
+                by: AnsweredBy::Redis,
+                ..
+            }
         ));
         for hits in [1, 3] {
             let Answer::Decided {
@@ -854,7 +859,7 @@ mod tests {
                         retry_after_ms,
                         ..
                     },
-                local: true,
+                by: AnsweredBy::DenialCache,
                 ..
             } = ask(&limiter, hits, 7).await
             else {
@@ -868,7 +873,7 @@ mod tests {
         assert!(matches!(
             ask(&limiter, 1, 8).await,
             Answer::Decided {
-                local: false,
+                by: AnsweredBy::Redis,
                 decision: Decision::Admitted { .. },
                 ..
             }
@@ -881,13 +886,16 @@ mod tests {
         let limiter = limiter_on(Scripted::answering([admitted(0)]));
         assert!(matches!(
             ask(&limiter, 4, 0).await,
-            Answer::Decided { local: false, .. }
+            Answer::Decided {
+                by: AnsweredBy::Redis,
+                ..
+            }
         ));
         // Remaining counts hits of cost 1: 0 left refuses every cost until the next slot.
         assert!(matches!(
             ask(&limiter, 1, 0).await,
             Answer::Decided {
-                local: true,
+                by: AnsweredBy::DenialCache,
                 decision: Decision::Refused { rule: 0, .. },
                 ..
             }
@@ -908,7 +916,7 @@ mod tests {
                             remaining,
                             ..
                         },
-                    local: true,
+                    by: AnsweredBy::FallbackLimits,
                     ..
                 } => format!("{hits}: admitted, rule {tightest} left {remaining}"),
                 Answer::Decided {

@@ -581,7 +581,7 @@ async fn ask_with_costs(
     let seckill::limiter::Answer::Decided {
         mut decision,
         rule_remaining,
-        local,
+        by,
     } = answer
     else {
         panic!("the limiter failed: {answer:?}");
@@ -606,7 +606,7 @@ async fn ask_with_costs(
             shadow,
             remaining: rule_remaining,
         },
-        local,
+        by != seckill::limiter::AnsweredBy::Redis,
     )
 }
 

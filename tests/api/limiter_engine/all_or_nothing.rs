@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use seckill::limiter::backend::Decision;
 use seckill::limiter::policy::{KeySource, RuleConfig};
-use seckill::limiter::{Algorithm, Answer, Clock, FailMode, Limiter};
+use seckill::limiter::{Algorithm, Answer, AnsweredBy, Clock, FailMode, Limiter};
 
 use super::{caller, engine_with_denial_cache, one_policy, refused, rule, Engine};
 
@@ -153,7 +153,7 @@ async fn a_refused_cost_writes_nothing_under_any_algorithm() {
             let Answer::Decided {
                 decision: Decision::Refused { retry_after_ms, .. },
                 rule_remaining,
-                local: false,
+                by: AnsweredBy::Redis,
             } = answer
             else {
                 panic!("{algorithm} {costs:?}: {answer:?}");
