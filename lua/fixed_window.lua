@@ -1,11 +1,11 @@
--- Fixed window over N rules, all-or-nothing, cost 1 (the calling convention and the
--- reply are the limiter's contract, written once in src/limiter/backend.rs).
+-- Fixed window over N rules, all-or-nothing, a cost per rule (the calling convention
+-- and the reply are the limiter's contract, written once in src/limiter/backend.rs).
 --
 -- Each rule keeps a hash { start, count }: the requests admitted in the window that
 -- began at `start`. Windows are aligned to multiples of `window_ms` on the clock, so
 -- every instance agrees on them (one INCR-style counter per window, as envoy's
--- ratelimit keeps). A request is admitted only if EVERY enforced rule counted fewer
--- than `threshold` in its window; otherwise nothing is written.
+-- ratelimit keeps). A request of cost c counts c hits: it is admitted only if EVERY
+-- enforced rule has count + c <= threshold in its window; otherwise nothing is written.
 --
 -- Rules change at run time. An edit keeps the count: it belongs to the window of the
 -- new length that contains the stored window's start (the stored start, aligned down
@@ -20,9 +20,13 @@
 -- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules
 -- ARGV[2 + 2i], ARGV[3 + 2i]
 --                  window_ms, threshold of rule i (all > 0)
+-- ARGV[3 + 2n + i] the cost of rule i (> 0; missing: 1)
 --
--- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow},
--- refused {0, r, wait, longest, late}. A rule's wait is the end of its window.
+-- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow,
+-- left_1..left_n}, refused {0, r, wait, longest, late}. A rule's wait is the end of its
+-- window; a cost above the threshold never fits a window and is refused with that
+-- wait too. left_i = threshold - count after this request (0 for a shadow rule that
+-- would have refused).
 --
 -- TTL: a key lives until its window ends. The one write a refusal may make: a key
 -- whose TTL falls short of its window's end by more than 1 % of the window (at least
@@ -32,6 +36,8 @@
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
+local costs = {}
+for i = 1, n do costs[i] = tonumber(ARGV[3 + 2 * n + i]) or 1 end
 local now = tonumber(ARGV[1])
 local late = 0
 if not now then
@@ -68,15 +74,15 @@ for i = 1, m do
   if refusing == 0 or skewed or longest < window then
     local threshold = tonumber(ARGV[3 + 2 * i])
     local start, count = read(i, window)
-    if count >= threshold then
+    if count + costs[i] > threshold then
       local w = start + window - now
       if w < 1 then w = 1 end
       if refusing == 0 then refusing, wait = i, w end
       if w > longest then longest = w end
     elseif refusing == 0 then
-      local left = threshold - count - 1
+      local left = threshold - count - costs[i]
       if tightest == 0 or left < least then tightest, least = i, left end
-      if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
+      if (count + costs[i]) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
     end
   end
 end
@@ -112,27 +118,32 @@ for i = 1, n do record[i] = i <= m end
 for i = m + 1, n do
   local threshold = tonumber(ARGV[3 + 2 * i])
   local _, count = read(i, tonumber(ARGV[2 + 2 * i]))
-  if count >= threshold then
+  if count + costs[i] > threshold then
     shadow = shadow + 2 ^ (i - 1)
     keep(i)
   else
     record[i] = true
-    if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
+    if (count + costs[i]) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
   end
 end
 
+local reply = {1, 0, 0, 0, late, 0, 0, 0}
 for i = 1, n do
+  reply[8 + i] = 0
   if record[i] then
     local window = tonumber(ARGV[2 + 2 * i])
-    redis.call('HSET', KEYS[i], 'start', starts[i], 'count', counts[i] + 1)
+    counts[i] = counts[i] + costs[i]
+    reply[8 + i] = tonumber(ARGV[3 + 2 * i]) - counts[i]
+    redis.call('HSET', KEYS[i], 'start', starts[i], 'count', counts[i])
     local ttl = starts[i] + window - now
     if ttl < 1 then ttl = 1 end
     redis.call('PEXPIRE', KEYS[i], ttl)
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   next_ms = starts[tightest] + tonumber(ARGV[2 + 2 * tightest]) - now
   if next_ms < 1 then next_ms = 1 end
 end
-return {1, tightest, least, next_ms, late, 0, near, shadow}
+reply[2], reply[3], reply[4], reply[7], reply[8] = tightest, least, next_ms, near, shadow
+return reply

@@ -1,12 +1,12 @@
--- GCRA (the generic cell rate algorithm) over N rules, all-or-nothing, cost 1 (the
--- calling convention and the reply are the limiter's contract, written once in
+-- GCRA (the generic cell rate algorithm) over N rules, all-or-nothing, a cost per rule
+-- (the calling convention and the reply are the limiter's contract, written once in
 -- src/limiter/backend.rs).
 --
 -- The token bucket used as a meter, as redis-cell's CL.THROTTLE and the `governor`
 -- crate keep it: one timestamp of state per key, the theoretical arrival time (TAT)
--- of the next request at the rule's rate. A request costs one emission interval
--- (`refill_ms / refill_tokens` ms) of TAT; it is admitted when the TAT stays within
--- `capacity` intervals of now (a burst of `capacity`, then the rate). With the same
+-- of the next request at the rule's rate. A request of cost c advances the TAT by c
+-- emission intervals (`refill_ms / refill_tokens` ms each); it is admitted when the TAT
+-- then stays within `capacity` intervals of now (a burst of `capacity`, then the rate). With the same
 -- parameters it admits exactly what the token bucket admits: the bucket's missing
 -- tokens are the TAT's distance ahead of now.
 --
@@ -22,9 +22,14 @@
 -- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules
 -- ARGV[1 + 3i], ARGV[2 + 3i], ARGV[3 + 3i]
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
+-- ARGV[3 + 3n + i] the cost of rule i (> 0; missing: 1)
 --
--- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow},
--- refused {0, r, wait, longest, late}. redis-cell's answer fields map onto them:
+-- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow,
+-- left_1..left_n}, refused {0, r, wait, longest, late}; left_i = the intervals rule i
+-- has left within its burst after this request (0 for a shadow rule that would have
+-- refused). A wait is the time until the TAT is c - 1 intervals short of the burst; a
+-- cost above the capacity never fits, and answers that time all the same (as the token
+-- bucket does). redis-cell's answer fields map onto them:
 -- limited = the decision, limit = capacity, remaining, retry_after = wait, and
 -- reset_after = the key's TTL (the TAT's distance ahead: after it the key is gone and
 -- the meter is full).
@@ -33,6 +38,8 @@
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
+local costs = {}
+for i = 1, n do costs[i] = tonumber(ARGV[3 + 3 * n + i]) or 1 end
 local now = tonumber(ARGV[1])
 local late = 0
 if not now then
@@ -67,13 +74,13 @@ for i = 1, m do
   local rt = tonumber(ARGV[2 + 3 * i])
   local rms = tonumber(ARGV[3 + 3 * i])
   local d = debt(i, rt)
-  local over = d - (capacity - 1) * rms
+  local over = d - (capacity - costs[i]) * rms
   if over > 0 then
     local w = math.floor((over + rt - 1) / rt)
     if refusing == 0 then refusing, wait = i, w end
     if w > longest then longest = w end
   elseif refusing == 0 then
-    local left = math.floor((capacity * rms - d - rms) / rms)
+    local left = math.floor((capacity * rms - d - costs[i] * rms) / rms)
     if tightest == 0 or left < least then tightest, least = i, left end
     if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
   end
@@ -91,30 +98,35 @@ for i = m + 1, n do
   local rt = tonumber(ARGV[2 + 3 * i])
   local rms = tonumber(ARGV[3 + 3 * i])
   local d = debt(i, rt)
-  if d > (capacity - 1) * rms then
+  if d > (capacity - costs[i]) * rms then
     shadow = shadow + 2 ^ (i - 1)
   else
     record[i] = true
-    local left = math.floor((capacity * rms - d - rms) / rms)
+    local left = math.floor((capacity * rms - d - costs[i] * rms) / rms)
     if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
   end
 end
 
+local reply = {1, 0, 0, 0, late, 0, 0, 0}
 for i = 1, n do
+  reply[8 + i] = 0
   if record[i] then
     local rt = tonumber(ARGV[2 + 3 * i])
-    local d = debts[i] + tonumber(ARGV[3 + 3 * i])
+    local rms = tonumber(ARGV[3 + 3 * i])
+    local d = debts[i] + costs[i] * rms
     debts[i] = d
+    reply[8 + i] = math.floor((tonumber(ARGV[1 + 3 * i]) * rms - d) / rms)
     local whole = math.floor(d / rt)
     redis.call('HSET', KEYS[i], 'tat', now + whole, 'part', d - whole * rt, 'rt', rt)
     redis.call('PEXPIRE', KEYS[i], math.max(1, math.floor((d + rt - 1) / rt)))
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local capacity = tonumber(ARGV[1 + 3 * tightest])
   local rt = tonumber(ARGV[2 + 3 * tightest])
   local rms = tonumber(ARGV[3 + 3 * tightest])
   next_ms = math.floor((debts[tightest] - (capacity - 1) * rms + rt - 1) / rt)
 end
-return {1, tightest, least, next_ms, late, 0, near, shadow}
+reply[2], reply[3], reply[4], reply[7], reply[8] = tightest, least, next_ms, near, shadow
+return reply

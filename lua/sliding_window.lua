@@ -1,9 +1,10 @@
--- Sliding-window log over N rules, all-or-nothing.
+-- Sliding-window log over N rules, all-or-nothing, a cost per rule.
 --
--- Each rule keeps a sorted set of the requests it admitted (score = admission time in
--- ms, member = the request's unique id). A request is admitted only if EVERY rule has
--- fewer than `threshold` entries inside its window; otherwise no entry is written, not
--- even the trimming of expired entries, so a refused request leaves no trace.
+-- Each rule keeps a sorted set of the hits it admitted (score = admission time in ms,
+-- member = the request's unique id, with `.2`..`.c` for the further hits of a request
+-- of cost c). A request of cost c is admitted only if EVERY rule has at most
+-- `threshold - c` entries inside its window; otherwise no entry is written, not even
+-- the trimming of expired entries, so a refused request leaves no trace.
 --
 -- TTL: a key must live as long as its newest entry counts (newest + window - now). An
 -- admission sets it to the window. The one write a refusal may make: after a rule edit
@@ -21,10 +22,11 @@
 -- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules (see below)
 -- ARGV[2 + 2i]     window of rule i in ms (> 0)
 -- ARGV[3 + 2i]     threshold of rule i (> 0)
+-- ARGV[3 + 2n + i] the cost of rule i (> 0; missing: 1)
 --
 -- Returns exactly what the response headers and the denial cache need (the contract
 -- every algorithm's script keeps, in src/limiter/backend.rs):
---   admitted: {1, t, remaining, next, late, 0, near, shadow}
+--   admitted: {1, t, remaining, next, late, 0, near, shadow, left_1..left_n}
 --                                 t = the rule with the fewest requests left after this
 --                                 one (1-based; the first on ties), remaining = that count,
 --                                 next = when remaining is 0, ms until t admits again
@@ -32,12 +34,16 @@
 --   refused:  {0, r, wait, longest, late}
 --                                 r = the first refusing rule (1-based), wait = ms until
 --                                 it would admit, longest = the longest wait among all
---                                 refusing rules (only then would every rule admit)
+--                                 refusing rules (only then would every rule admit);
+--                                 a cost above the threshold never fits: its wait is
+--                                 the whole window
+--   left_i = hits rule i has left after this request (threshold - count; 0 for a
+--          shadow rule that would have refused)
 --   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
 --          whole milliseconds from that millisecond, so the caller (the denial cache)
 --          subtracts it to know exactly when they end
 --   0    = the delay a shaper asks for (this algorithm never delays)
---   near = bit i-1 set: rule i's count, this request included, is above 80 % of its
+--   near = bit i-1 set: rule i's count, this request's hits included, is above 80 % of its
 --          threshold (envoy's near_limit)
 --   shadow = bit i-1 set: shadow rule i would have refused
 --
@@ -54,6 +60,8 @@
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
+local costs = {}
+for i = 1, n do costs[i] = tonumber(ARGV[3 + 2 * n + i]) or 1 end
 local now = tonumber(ARGV[1])
 -- Microseconds past the millisecond `now` stands for: waits count from that
 -- millisecond, so they end this much sooner after the call than they read.
@@ -79,19 +87,25 @@ for i = 1, m do
     local threshold = tonumber(ARGV[3 + 2 * i])
     local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
     counts[i] = count
-    if count >= threshold then
-      -- Live entries are the newest ones; the threshold-th newest must expire first.
-      local nth = redis.call('ZRANGE', KEYS[i], -threshold, -threshold, 'WITHSCORES')
-      local w = tonumber(nth[2]) + window - now
+    local cost = costs[i]
+    if count + cost > threshold then
+      -- Live entries are the newest ones; the (threshold - cost + 1)-th newest must
+      -- expire first.
+      local w = window
+      if cost <= threshold then
+        local k = threshold - cost + 1
+        local nth = redis.call('ZRANGE', KEYS[i], -k, -k, 'WITHSCORES')
+        w = tonumber(nth[2]) + window - now
+      end
       if w < 1 then w = 1 end
       if refusing == 0 then refusing, wait = i, w end
       if w > longest then longest = w end
     elseif refusing == 0 then
-      local left = threshold - count - 1
+      local left = threshold - count - cost
       if tightest == 0 or left < least then
         tightest, least, tightest_threshold = i, left, threshold
       end
-      if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
+      if (count + cost) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
     end
   end
 end
@@ -133,26 +147,30 @@ for i = m + 1, n do
   windows[i] = window
   local count = redis.call('ZCOUNT', KEYS[i], '(' .. (now - window), '+inf')
   counts[i] = count
-  if count >= threshold then
+  if count + costs[i] > threshold then
     shadow = shadow + 2 ^ (i - 1)
     keep(i)
   else
     record[i] = true
-    if (count + 1) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
+    if (count + costs[i]) * 5 > threshold * 4 then near = near + 2 ^ (i - 1) end
   end
 end
 
 -- Pass 2: trim, record, and let the key expire with its window.
 local member = ARGV[2]
+local reply = {1, 0, 0, 0, late, 0, 0, 0}
 for i = 1, n do
+  reply[8 + i] = 0
   if record[i] then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - windows[i])
     redis.call('ZADD', KEYS[i], now, member)
+    for k = 2, costs[i] do redis.call('ZADD', KEYS[i], now, member .. '.' .. k) end
     redis.call('PEXPIRE', KEYS[i], windows[i])
+    reply[8 + i] = tonumber(ARGV[3 + 2 * i]) - counts[i] - costs[i]
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   -- Full again: a slot opens when the threshold-th newest entry (this one included)
   -- expires.
   local nth = redis.call('ZRANGE', KEYS[tightest], -tightest_threshold, -tightest_threshold,
@@ -160,4 +178,5 @@ if least == 0 then
   next_ms = tonumber(nth[2]) + windows[tightest] - now
   if next_ms < 1 then next_ms = 1 end
 end
-return {1, tightest, least, next_ms, late, 0, near, shadow}
+reply[2], reply[3], reply[4], reply[7], reply[8] = tightest, least, next_ms, near, shadow
+return reply

@@ -1,13 +1,15 @@
--- Sliding-window counter over N rules, all-or-nothing, cost 1 (the calling convention
--- and the reply are the limiter's contract, written once in src/limiter/backend.rs).
+-- Sliding-window counter over N rules, all-or-nothing, a cost per rule (the calling
+-- convention and the reply are the limiter's contract, written once in
+-- src/limiter/backend.rs).
 --
 -- Cloudflare's approximation of the sliding window: each rule keeps two counts, the
 -- current aligned window's and the previous one's, and estimates the requests in the
 -- last `window_ms` as
 --     prev * (window - elapsed) / window + cur
--- (elapsed = ms since the current window began). A request is admitted only if, for
--- EVERY enforced rule, the estimate including it is at most `threshold`:
---     prev * (window - elapsed) + (cur + 1) * window <= threshold * window
+-- (elapsed = ms since the current window began). A request of cost c counts c hits: it
+-- is admitted only if, for EVERY enforced rule, the estimate including it is at most
+-- `threshold`:
+--     prev * (window - elapsed) + (cur + c) * window <= threshold * window
 -- (integers: exact while the products stay below 2^53). O(1) state per key: one hash
 -- { start, cur, prev, w }.
 --
@@ -25,10 +27,13 @@
 -- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules
 -- ARGV[2 + 2i], ARGV[3 + 2i]
 --                  window_ms, threshold of rule i (all > 0)
+-- ARGV[3 + 2n + i] the cost of rule i (> 0; missing: 1)
 --
--- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow},
--- refused {0, r, wait, longest, late}; remaining = whole requests the estimate has
--- room for after this one. A wait is exact for the stored counts: the first ms at
+-- Replies (see the contract): admitted {1, t, remaining, next, late, 0, near, shadow,
+-- left_1..left_n}, refused {0, r, wait, longest, late}; remaining and left_i = whole
+-- hits the estimate has room for after this request (left_i 0 for a shadow rule that
+-- would have refused). A cost above the threshold never fits: its wait is until both
+-- counts stop counting (the end of the next window). A wait is exact for the stored counts: the first ms at
 -- which the estimate has room again (admissions meanwhile only make it later).
 --
 -- TTL: an admission sets the key to live until the end of the next window (its count
@@ -40,6 +45,8 @@
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
+local costs = {}
+for i = 1, n do costs[i] = tonumber(ARGV[3 + 2 * n + i]) or 1 end
 local now = tonumber(ARGV[1])
 local late = 0
 if not now then
@@ -65,16 +72,17 @@ local function read(i, window)
   return aligned, 0, 0
 end
 
--- ms from now until the estimate has room for one more, given cur and prev.
-local function wait_for(start, cur, prev, window, threshold)
+-- ms from now until the estimate has room for `cost` more, given cur and prev.
+local function wait_for(start, cur, prev, window, threshold, cost)
+  if cost > threshold then return math.max(1, start + 2 * window - now) end
   local elapsed = math.max(0, now - start)
-  if cur + 1 <= threshold then
-    -- prev * (window - e) <= (threshold - cur - 1) * window
-    local need = window - math.floor((threshold - cur - 1) * window / prev)
+  if cur + cost <= threshold then
+    -- prev * (window - e) <= (threshold - cur - cost) * window
+    local need = window - math.floor((threshold - cur - cost) * window / prev)
     return math.max(1, need - elapsed)
   end
   -- The next window: prev' = cur, cur' = 0.
-  local need = window - math.floor((threshold - 1) * window / cur)
+  local need = window - math.floor((threshold - cost) * window / cur)
   return math.max(1, (start + window - now) + need)
 end
 
@@ -86,8 +94,8 @@ local function decide(i)
   local start, cur, prev = read(i, window)
   states[i] = {start, cur, prev}
   local elapsed = math.max(0, now - start)
-  local room = threshold * window - prev * (window - elapsed) - (cur + 1) * window
-  if room < 0 then return false, wait_for(start, cur, prev, window, threshold) end
+  local room = threshold * window - prev * (window - elapsed) - (cur + costs[i]) * window
+  if room < 0 then return false, wait_for(start, cur, prev, window, threshold, costs[i]) end
   local near = (threshold * window - room) * 5 > threshold * window * 4
   return true, math.floor(room / window), near
 end
@@ -149,19 +157,24 @@ for i = m + 1, n do
   end
 end
 
+local reply = {1, 0, 0, 0, late, 0, 0, 0}
 for i = 1, n do
+  reply[8 + i] = 0
   if record[i] then
     local window = tonumber(ARGV[2 + 2 * i])
     local s = states[i]
-    s[2] = s[2] + 1
+    s[2] = s[2] + costs[i]
+    reply[8 + i] = math.floor((tonumber(ARGV[3 + 2 * i]) * window
+      - s[3] * (window - math.max(0, now - s[1])) - s[2] * window) / window)
     redis.call('HSET', KEYS[i], 'start', s[1], 'cur', s[2], 'prev', s[3], 'w', window)
     redis.call('PEXPIRE', KEYS[i], math.max(1, s[1] + 2 * window - now))
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local s = states[tightest]
   next_ms = wait_for(s[1], s[2], s[3], tonumber(ARGV[2 + 2 * tightest]),
-    tonumber(ARGV[3 + 2 * tightest]))
+    tonumber(ARGV[3 + 2 * tightest]), 1)
 end
-return {1, tightest, least, next_ms, late, 0, near, shadow}
+reply[2], reply[3], reply[4], reply[7], reply[8] = tightest, least, next_ms, near, shadow
+return reply

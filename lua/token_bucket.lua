@@ -1,4 +1,4 @@
--- Token bucket over N rules, all-or-nothing, cost 1.
+-- Token bucket over N rules, all-or-nothing, a cost per rule.
 --
 -- Each rule keeps a hash { tokens, refilled_at, scale }. Tokens refill continuously at
 -- `refill_tokens` per `refill_ms` up to `capacity`. To keep the arithmetic in exact
@@ -12,8 +12,9 @@
 -- from `refilled_at` on (refill rate; capacity caps the level). A key without `scale`
 -- (written before it existed) is read in the rule's scale.
 --
--- A request is admitted only if EVERY rule holds at least one token; otherwise no level
--- and no time is written (at most a TTL, see below).
+-- A request of cost c takes c tokens: it is admitted only if EVERY rule holds at least
+-- its cost in tokens; otherwise no level and no time is written (at most a TTL, see
+-- below).
 --
 -- KEYS[i]          hash of rule i (all keys of a policy share one hash tag)
 -- ARGV[1]          now in ms, or "" to read the Redis server clock (TIME)
@@ -21,18 +22,23 @@
 -- ARGV[3]          m: rules 1..m are enforced, m+1..n are shadow rules (see below)
 -- ARGV[1 + 3i], ARGV[2 + 3i], ARGV[3 + 3i]
 --                  capacity, refill_tokens, refill_ms of rule i (all > 0)
+-- ARGV[3 + 3n + i] the cost of rule i (> 0; missing: 1)
 --
 -- Returns exactly what the response headers and the denial cache need (the contract
 -- every algorithm's script keeps, in src/limiter/backend.rs):
---   admitted: {1, t, remaining, next, late, 0, near, shadow}
+--   admitted: {1, t, remaining, next, late, 0, near, shadow, left_1..left_n}
 --                                 t = the rule with the fewest whole tokens left after
 --                                 this request (1-based; the first on ties), remaining =
 --                                 that count, next = when remaining is 0, ms until t holds
 --                                 a token again, else 0
 --   refused:  {0, r, wait, longest, late}
 --                                 r = the first refusing rule (1-based), wait = ms until
---                                 it holds one token, longest = the longest wait among
---                                 all refusing rules
+--                                 it holds the request's cost in tokens (a cost above
+--                                 the capacity never fits: its wait is the refill of
+--                                 that many tokens all the same), longest = the longest
+--                                 wait among all refusing rules
+--   left_i = whole tokens rule i holds after this request (0 for a shadow rule that
+--          would have refused)
 --   late = µs past the millisecond the Redis clock read (0 with ARGV[1]): waits are
 --          whole milliseconds from that millisecond, so the caller (the denial cache)
 --          subtracts it to know exactly when they end
@@ -42,7 +48,7 @@
 --   shadow = bit i-1 set: shadow rule i would have refused
 --
 -- Shadow rules (m+1..n) see only what the enforced rules admitted, and decide it as
--- they would if enforced: one holding a token spends it, one without writes nothing
+-- they would if enforced: one holding the cost spends it, one without writes nothing
 -- and sets its bit. They are never named as a refusing rule.
 --
 -- On admission each key's TTL is the time it takes to refill completely: after that a
@@ -56,12 +62,14 @@
 -- writes nothing.
 --
 -- `refilled_at` never moves back: a caller whose clock is behind it gets no refill and
--- waits from the bucket's time. An empty bucket refills one token within
--- ceil(refill_ms / refill_tokens) ms, so once a refusal is known and the longest wait
--- so far covers that, a later rule cannot change the reply and is skipped.
+-- waits from the bucket's time. An empty bucket refills c tokens within
+-- ceil(c * refill_ms / refill_tokens) ms, so once a refusal is known and the longest
+-- wait so far covers that, a later rule cannot change the reply and is skipped.
 
 local n = #KEYS
 local m = tonumber(ARGV[3])
+local costs = {}
+for i = 1, n do costs[i] = tonumber(ARGV[3 + 3 * n + i]) or 1 end
 local now = tonumber(ARGV[1])
 -- Microseconds past the millisecond `now` stands for: waits count from that
 -- millisecond, so they end this much sooner after the call than they read.
@@ -119,17 +127,18 @@ for i = 1, m do
   local capacity = tonumber(ARGV[1 + 3 * i])
   local refill_tokens = tonumber(ARGV[2 + 3 * i])
   local refill_ms = tonumber(ARGV[3 + 3 * i])
+  local need = costs[i] * refill_ms
   if refusing == 0 or skewed
-      or longest < math.floor((refill_ms + refill_tokens - 1) / refill_tokens) then
+      or longest < math.floor((need + refill_tokens - 1) / refill_tokens) then
     read(i, capacity, refill_tokens, refill_ms)
     local level, at = levels[i], stamps[i]
-    if level < refill_ms then
-      -- ceil((refill_ms - level) / refill_tokens) in integers, from the bucket's time
-      local w = (at - now) + math.floor((refill_ms - level + refill_tokens - 1) / refill_tokens)
+    if level < need then
+      -- ceil((need - level) / refill_tokens) in integers, from the bucket's time
+      local w = (at - now) + math.floor((need - level + refill_tokens - 1) / refill_tokens)
       if refusing == 0 then refusing, wait = i, w end
       if w > longest then longest = w end
     elseif refusing == 0 then
-      local left = math.floor(level / refill_ms) - 1
+      local left = math.floor(level / refill_ms) - costs[i]
       if tightest == 0 or left < least then tightest, least = i, left end
       if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
     end
@@ -169,22 +178,25 @@ for i = m + 1, n do
   local capacity = tonumber(ARGV[1 + 3 * i])
   local refill_ms = tonumber(ARGV[3 + 3 * i])
   read(i, capacity, tonumber(ARGV[2 + 3 * i]), refill_ms)
-  if levels[i] < refill_ms then
+  if levels[i] < costs[i] * refill_ms then
     shadow = shadow + 2 ^ (i - 1)
     keep(i)
   else
     record[i] = true
-    local left = math.floor(levels[i] / refill_ms) - 1
+    local left = math.floor(levels[i] / refill_ms) - costs[i]
     if (capacity - left) * 5 > capacity * 4 then near = near + 2 ^ (i - 1) end
   end
 end
 
+local reply = {1, 0, 0, 0, late, 0, 0, 0}
 for i = 1, n do
+  reply[8 + i] = 0
   if record[i] then
     local capacity = tonumber(ARGV[1 + 3 * i])
     local refill_tokens = tonumber(ARGV[2 + 3 * i])
     local refill_ms = tonumber(ARGV[3 + 3 * i])
-    local level = levels[i] - refill_ms
+    local level = levels[i] - costs[i] * refill_ms
+    reply[8 + i] = math.floor(level / refill_ms)
     redis.call('HSET', KEYS[i], 'tokens', level, 'refilled_at', stamps[i], 'scale', refill_ms)
     local ttl = (stamps[i] - now)
       + math.floor((capacity * refill_ms - level + refill_tokens - 1) / refill_tokens)
@@ -193,10 +205,12 @@ for i = 1, n do
   end
 end
 local next_ms = 0
-if least == 0 then
+if tightest > 0 and least == 0 then
   local refill_tokens = tonumber(ARGV[2 + 3 * tightest])
   local refill_ms = tonumber(ARGV[3 + 3 * tightest])
+  local after = levels[tightest] - costs[tightest] * refill_ms
   next_ms = (stamps[tightest] - now)
-    + math.floor((refill_ms - (levels[tightest] - refill_ms) + refill_tokens - 1) / refill_tokens)
+    + math.floor((refill_ms - after + refill_tokens - 1) / refill_tokens)
 end
-return {1, tightest, least, next_ms, late, 0, near, shadow}
+reply[2], reply[3], reply[4], reply[7], reply[8] = tightest, least, next_ms, near, shadow
+return reply

@@ -188,6 +188,14 @@ families! {
         "Edge requests answered by the domain's fail mode while Redis could not be asked",
         &["domain", "mode"],
     );
+    /// Edge refusals the denial cache answered without asking Redis (also counted as
+    /// the rule's `reject` in `rls_decisions`): a domain edit starts a new generation,
+    /// so none outlives a raised limit.
+    rls_local_refusals: IntCounterVec = family(
+        "rls_local_refusals_total",
+        "Edge refusals answered by the denial cache, by domain and rule",
+        &["domain", "rule"],
+    );
     /// gRPC `ShouldRateLimit` calls answered `INVALID_ARGUMENT` (nothing counted).
     rls_invalid_requests: IntCounter = family(
         "rls_invalid_requests_total",

@@ -26,7 +26,7 @@ use super::key_registry::{KeyRegistry, Registered};
 use crate::limiter::backend::Decision;
 use crate::limiter::keys::KeySource;
 use crate::limiter::policy::Rule;
-use crate::limiter::{Algorithm, Answer, Ask, Cost, FailMode, Limiter};
+use crate::limiter::{Algorithm, Answer, AnsweredBy, Ask, Cost, FailMode, Limiter};
 use crate::metrics::Metrics;
 use crate::vocabulary::Decision as Outcome;
 
@@ -277,7 +277,7 @@ impl Edge {
                 costs: &costs,
             })
             .await;
-        self.count(&request.domain, fail_mode, &counted, &answer);
+        self.count(&request.domain, &counted, &answer);
         let quota = |c: &Counted<'_>| CurrentLimit {
             name: c.limit.name.clone(),
             requests_per_unit: c.requests,
@@ -392,7 +392,7 @@ impl Edge {
     /// Counts `answer` as `limiter_decisions` counts a policy's: a pass for every rule
     /// (a shadow rule that would have refused: a reject), a reject for the refusing
     /// rule; and an answer of the fail mode's (`local`: not by Redis).
-    fn count(&self, domain: &str, fail_mode: FailMode, counted: &[Counted<'_>], answer: &Answer) {
+    fn count(&self, domain: &str, counted: &[Counted<'_>], answer: &Answer) {
         let decided = |c: &Counted<'_>, outcome: Outcome| {
             self.metrics
                 .rls_decisions
@@ -408,11 +408,20 @@ impl Edge {
         match answer {
             Answer::FailedOpen => failed(FailMode::Open),
             Answer::FailedClosed => failed(FailMode::Closed),
-            Answer::Decided {
-                decision, local, ..
-            } => {
-                if *local && fail_mode == FailMode::Local {
-                    failed(FailMode::Local);
+            Answer::Decided { decision, by, .. } => {
+                match by {
+                    AnsweredBy::FallbackLimits => failed(FailMode::Local),
+                    AnsweredBy::DenialCache => {
+                        if let Decision::Refused { rule, .. } = decision {
+                            if let Some(c) = counted.get(*rule) {
+                                self.metrics
+                                    .rls_local_refusals
+                                    .with_label_values(&[domain, c.limit.name.as_str()])
+                                    .inc();
+                            }
+                        }
+                    }
+                    AnsweredBy::Redis => {}
                 }
                 match *decision {
                     Decision::Admitted { shadow_refused, .. } => {

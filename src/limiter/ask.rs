@@ -24,25 +24,37 @@ pub struct Ask<'a> {
     pub enforced: usize,
     /// `keys[i]` is `rules[i]`'s; all of them share one hash tag.
     pub keys: &'a [String],
-    /// `costs[i]` is how many hits the request counts for under `rules[i]`.
+    /// `costs[i]` is how many hits the request counts for under `rules[i]` (empty: 1
+    /// under every rule).
     pub costs: &'a [Cost],
 }
 
 /// What [`Ask`] got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// Decided: by Redis, or (`local`) by the denial cache or the fallback limits.
+    /// Decided: by Redis, or in process (the denial cache, the fallback limits).
     Decided {
         /// The decision, with rule indexes into [`Ask::rules`].
         decision: Decision,
         /// After an admission by Redis, what each rule has left (`rule_remaining[i]` is
         /// `rules[i]`'s, a shadow rule's as if enforced); empty otherwise.
         rule_remaining: Vec<i64>,
-        /// Answered without Redis.
-        local: bool,
+        /// Who decided.
+        by: AnsweredBy,
     },
     /// The backend could not decide and the fail mode is `open`: admitted, uncounted.
     FailedOpen,
     /// The backend could not decide and the fail mode is `closed`.
     FailedClosed,
+}
+
+/// Who decided an [`Answer::Decided`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// The script, in Redis.
+    Redis,
+    /// The denial cache: a refusal Redis made, repeated until its wait ends.
+    DenialCache,
+    /// The fallback limits, in process, while Redis could not be asked (`local`).
+    FallbackLimits,
 }

@@ -11,7 +11,14 @@
 //!   request id unique across instances (the sliding log's member; others ignore it);
 //!   `ARGV[3]`: `m`, the number of enforced rules: rules `1..m` are enforced, the rest
 //!   are shadow rules. Then each rule's parameters, as many per rule as the algorithm
-//!   takes ([`params`]).
+//!   takes ([`params`]): `p` per rule, `n` rules. Then, optionally, each rule's cost:
+//!   `ARGV[3 + p·n + i]` is rule i's ([`Cost`]); a missing one is 1, so the policies'
+//!   requests (one hit each) send none.
+//! - A request of cost `c` counts `c` hits under a rule: a window admits it when its
+//!   count plus `c` is within the threshold, a bucket when it holds `c` tokens, GCRA and
+//!   the shaper advance by `c` emission intervals. A cost above a rule's whole quota is
+//!   refused by that rule, with a wait of at least 1 ms that each script's header states
+//!   (a retry after it is refused again). Shadow rules weigh their cost too.
 //! - All-or-nothing: a request is admitted only if every enforced rule admits it, and
 //!   then every enforced rule records it. A refusal writes nothing but the TTL
 //!   extension its script's header documents (a rule edit that lengthened what a key
@@ -20,9 +27,15 @@
 //!   request as it would if enforced (if it has room) and reports whether it would have
 //!   refused. A shadow rule is never the refusing rule, so the denial cache never
 //!   learns from one.
-//! - Replies: admitted `{1, t, remaining, next, late, delay, near, shadow}`, refused
-//!   `{0, r, wait, longest, late}` (see [`Decision`]; `late` is the µs past the
-//!   millisecond the Redis clock read, 0 with an app clock). Every wait is exact for
+//! - Replies: admitted `{1, t, remaining, next, late, delay, near, shadow, left_1..
+//!   left_n}`, refused `{0, r, wait, longest, late}` (see [`Decision`]; `late` is the µs
+//!   past the millisecond the Redis clock read, 0 with an app clock; `left_i` what rule
+//!   i has left after this request in hits of cost 1, a shadow rule's as if enforced and
+//!   0 if it would have refused: [`Reply::rule_remaining`]). `remaining` and `next` are
+//!   in hits of cost 1 too, whatever the request's cost: a rule left at 0 refuses every
+//!   cost until `next`, which is what lets the denial cache learn from it. With no
+//!   enforced rule (`m` = 0: an edge request whose descriptors match shadow rules only)
+//!   `t` is 0, read as nothing left to learn ([`decode`]). Every wait is exact for
 //!   the state it read: until it ends, only admissions change a key, and they only
 //!   make it later. That is what lets the denial cache repeat a refusal.
 //! - A rule edit is read against state written under the old rule; each script says
@@ -155,25 +168,23 @@ impl LimitBackend for RedisBackend {
             enforced,
             now_ms,
             member,
-            // TODO(edge-cost): the scripts take each rule's cost; until then every
-            // request counts one hit.
-            costs: _,
+            costs,
             then,
         } = request;
         let decided = match then {
             None => {
                 let invocation = self
                     .scripts
-                    .invocation(algorithm, keys, rules, enforced, now_ms, member);
+                    .invocation(algorithm, keys, rules, enforced, now_ms, member, costs);
                 let raw = self
                     .redis
                     .call::<Vec<i64>>(RedisPurpose::Limiter, &invocation)
                     .await?;
-                decode(&raw, rules.len()).map(|reply| (reply, None))
+                decode(raw, rules.len()).map(|reply| (reply, None))
             }
             Some(then) => {
                 let invocation = ScriptBackend::invocation_then(
-                    algorithm, keys, rules, enforced, now_ms, member, then,
+                    algorithm, keys, rules, enforced, now_ms, member, costs, then,
                 );
                 let raw = self
                     .redis
@@ -196,13 +207,19 @@ pub struct ScriptBackend {
 
 /// What a script answered (see the reply format in the scripts' headers), with rule
 /// indexes 0-based, and how late in its millisecond the script's clock read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     /// What the script decided, and for which rule.
     pub decision: Decision,
     /// µs past the millisecond the Redis clock read (0 when the app passed the time):
     /// every wait ends this much sooner after the call than it reads.
     pub late_us: i64,
+    /// After an admission, what each rule has left (`rule_remaining[i]` is rule i's, a
+    /// shadow rule's as if enforced, 0 where it would have refused); empty after a
+    /// refusal. The script's own reply vector, its first eight values drained: no
+    /// allocation of its own, and none at all on a refusal. The policies' path ignores
+    /// it (their headers show the tightest rule only).
+    pub rule_remaining: Vec<i64>,
 }
 
 /// The decision itself: exactly what the response headers and the denial cache need.
@@ -316,6 +333,7 @@ impl ScriptBackend {
     /// The script call deciding `rules` (`keys[i]` belongs to `rules[i]`; the first
     /// `enforced` are enforced, the rest shadow rules); send it with
     /// `RedisStore::call` and read the reply with [`decode`].
+    #[allow(clippy::too_many_arguments)] // The contract's arguments, one each.
     pub fn invocation<'a>(
         &'a self,
         algorithm: Algorithm,
@@ -324,17 +342,27 @@ impl ScriptBackend {
         enforced: usize,
         now_ms: Option<i64>,
         member: &str,
+        costs: &[Cost],
     ) -> ScriptInvocation<'a> {
         let mut invocation = self.script(algorithm).prepare_invoke();
         for key in keys {
             invocation.key(key.as_str());
         }
-        push_args(&mut invocation, algorithm, rules, enforced, now_ms, member);
+        push_args(
+            &mut invocation,
+            algorithm,
+            rules,
+            enforced,
+            now_ms,
+            member,
+            costs,
+        );
         invocation
     }
 
     /// The same decision with `then` composed after it (see [`FollowUp`]); read the
     /// reply with [`decode_with_follow_up`].
+    #[allow(clippy::too_many_arguments)] // The contract's arguments, one each.
     pub fn invocation_then<'a>(
         algorithm: Algorithm,
         keys: &[String],
@@ -342,13 +370,22 @@ impl ScriptBackend {
         enforced: usize,
         now_ms: Option<i64>,
         member: &str,
+        costs: &[Cost],
         then: &Then<'a>,
     ) -> ScriptInvocation<'a> {
         let mut invocation = then.script.script(algorithm).prepare_invoke();
         for key in keys.iter().chain(&then.keys) {
             invocation.key(key.as_str());
         }
-        let limiter_args = push_args(&mut invocation, algorithm, rules, enforced, now_ms, member);
+        let limiter_args = push_args(
+            &mut invocation,
+            algorithm,
+            rules,
+            enforced,
+            now_ms,
+            member,
+            costs,
+        );
         for arg in &then.args {
             invocation.arg(arg.as_str());
         }
@@ -389,6 +426,7 @@ fn push_args(
     enforced: usize,
     now_ms: Option<i64>,
     member: &str,
+    costs: &[Cost],
 ) -> usize {
     match now_ms {
         Some(now) => invocation.arg(now),
@@ -403,7 +441,10 @@ fn push_args(
         }
         pushed += count;
     }
-    pushed
+    for cost in costs {
+        invocation.arg(cost.hits());
+    }
+    pushed + costs.len()
 }
 
 /// Reads a composed script's reply (see [`FollowUp`]): the decision, and the follow-up's
@@ -414,11 +455,12 @@ pub fn decode_with_follow_up(
 ) -> Option<(Reply, Option<redis::Value>)> {
     let mut parts = raw.into_iter();
     let decision: Vec<i64> = redis::from_redis_value(parts.next()?).ok()?;
-    Some((decode(&decision, rules)?, parts.next()))
+    Some((decode(decision, rules)?, parts.next()))
 }
 
-/// Reads a script's reply for a policy of `rules` rules; `None` when it is not one.
-pub fn decode(raw: &[i64], rules: usize) -> Option<Reply> {
+/// Reads a script's reply for a policy of `rules` rules; `None` when it is not one (an
+/// admission's is `8 + rules` values long, a refusal's 5).
+pub fn decode(mut raw: Vec<i64>, rules: usize) -> Option<Reply> {
     let index = |one_based: i64| {
         usize::try_from(one_based)
             .ok()
@@ -430,20 +472,26 @@ pub fn decode(raw: &[i64], rules: usize) -> Option<Reply> {
             .ok()
             .filter(|&bits| u64::from(bits) < 1u64 << rules)
     };
-    let (decision, late_us) = match *raw {
-        [1, tightest, remaining, next_slot_ms, late_us, delay_ms, near_limit, shadow_refused] => (
-            Decision::Admitted {
-                tightest: index(tightest)?,
-                remaining,
-                next_slot_ms,
-                delay_ms: (0..=super::policy::MAX_DELAY_MS as i64)
-                    .contains(&delay_ms)
-                    .then_some(delay_ms)?,
-                near_limit: mask(near_limit)?,
-                shadow_refused: mask(shadow_refused)?,
-            },
-            late_us,
-        ),
+    let (decision, late_us) = match raw[..] {
+        [1, tightest, remaining, next_slot_ms, late_us, delay_ms, near_limit, shadow_refused, ref left @ ..]
+            if left.len() == rules =>
+        {
+            (
+                Decision::Admitted {
+                    // No enforced rule (an edge request of shadow rules only): nothing
+                    // limits it, so nothing is "left" to learn from.
+                    tightest: if tightest == 0 { 0 } else { index(tightest)? },
+                    remaining: if tightest == 0 { i64::MAX } else { remaining },
+                    next_slot_ms,
+                    delay_ms: (0..=super::policy::MAX_DELAY_MS as i64)
+                        .contains(&delay_ms)
+                        .then_some(delay_ms)?,
+                    near_limit: mask(near_limit)?,
+                    shadow_refused: mask(shadow_refused)?,
+                },
+                late_us,
+            )
+        }
         [0, rule, retry_after_ms, longest_retry_after_ms, late_us] => (
             Decision::Refused {
                 rule: index(rule)?,
@@ -454,9 +502,21 @@ pub fn decode(raw: &[i64], rules: usize) -> Option<Reply> {
         ),
         _ => return None,
     };
-    (0..1000)
-        .contains(&late_us)
-        .then_some(Reply { decision, late_us })
+    if !(0..1000).contains(&late_us) {
+        return None;
+    }
+    let rule_remaining = match decision {
+        Decision::Admitted { .. } => {
+            raw.drain(..8);
+            raw
+        }
+        Decision::Refused { .. } => Vec::new(),
+    };
+    Some(Reply {
+        decision,
+        late_us,
+        rule_remaining,
+    })
 }
 
 #[cfg(test)]
@@ -465,9 +525,9 @@ mod tests {
 
     #[test]
     fn replies_decode_to_decisions_and_anything_else_is_refused() {
-        let decision = |raw: &[i64]| decode(raw, 3).map(|reply| reply.decision);
+        let decision = |raw: &[i64]| decode(raw.to_vec(), 3).map(|reply| reply.decision);
         assert_eq!(
-            decision(&[1, 2, 7, 0, 0, 12, 0b101, 0b100]),
+            decision(&[1, 2, 7, 0, 0, 12, 0b101, 0b100, 9, 7, 0]),
             Some(Decision::Admitted {
                 tightest: 1,
                 remaining: 7,
@@ -477,8 +537,14 @@ mod tests {
                 shadow_refused: 0b100,
             })
         );
-        assert_eq!(decision(&[1, 2, 7, 0, 0, 0, 0b1000, 0]), None);
-        assert_eq!(decision(&[1, 2, 7, 0, 0, -1, 0, 0]), None);
+        let admitted = decode(vec![1, 2, 7, 0, 0, 12, 0b101, 0b100, 9, 7, 0], 3).unwrap();
+        assert_eq!(admitted.rule_remaining, [9, 7, 0]);
+        // Each rule's remaining, no more and no fewer.
+        assert_eq!(decision(&[1, 2, 7, 0, 0, 12, 0, 0, 9, 7]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0, 12, 0, 0, 9, 7, 0, 0]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0, 12, 0, 0]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0, 0, 0b1000, 0, 1, 1, 1]), None);
+        assert_eq!(decision(&[1, 2, 7, 0, 0, -1, 0, 0, 1, 1, 1]), None);
         assert_eq!(decision(&[1, 2, 7, 0, 0]), None);
         assert_eq!(
             decision(&[0, 1, 900, 59_000, 999]),
@@ -488,8 +554,12 @@ mod tests {
                 longest_retry_after_ms: 59_000
             })
         );
-        assert_eq!(decode(&[0, 1, 900, 59_000, 999], 3).unwrap().late_us, 999);
-        assert_eq!(decision(&[1, 4, 7, 0, 0, 0, 0, 0]), None);
+        let refused = decode(vec![0, 1, 900, 59_000, 999], 3).unwrap();
+        assert_eq!(
+            (refused.late_us, refused.rule_remaining.capacity()),
+            (999, 0)
+        );
+        assert_eq!(decision(&[1, 4, 7, 0, 0, 0, 0, 0, 1, 1, 1]), None);
         assert_eq!(decision(&[0, 0, 1, 1, 0]), None);
         assert_eq!(decision(&[0, 1, 1, 1, 1000]), None);
         assert_eq!(decision(&[1, 1, 0, 0]), None);

@@ -15,7 +15,12 @@
 //! instead of one entry per request bound a key's memory whatever its threshold.
 //!
 //! **All or nothing**, like the scripts: every enforced rule is checked under one lock,
-//! and only an admission writes, to every rule. Shadow rules are not counted here: they
+//! and only an admission writes, to every rule.
+//!
+//! **Costs**, like the scripts: a request of cost `c` under a rule (the edge's
+//! descriptors; a policy's requests cost 1) is admitted when the count plus `c` is
+//! within the share, and counts `c`; a refused one writes nothing. A cost above the
+//! share never fits: it is refused with the rule's window. Shadow rules are not counted here: they
 //! report what Redis would refuse, and Redis is away.
 //!
 //! **Bounded, per policy.** Each policy counts in a table of its own
@@ -35,7 +40,7 @@ use std::sync::{Arc, Mutex};
 
 use super::key_table::{Eviction, Held, KeyTable};
 
-use super::backend::Decision;
+use super::backend::{Cost, Decision};
 use super::installed::Enforced;
 use super::outcome::{record, refuse_locally};
 use super::policy::Rule;
@@ -156,19 +161,23 @@ impl Counts {
             .sum()
     }
 
-    /// Milliseconds until fewer than `share` are counted: the oldest sub-windows leave
-    /// the count one by one as the window moves past them.
-    fn wait_ms(&self, share: Share, now_ms: u64) -> u64 {
+    /// Milliseconds until `cost` more fit in `share`: the oldest sub-windows leave the
+    /// count one by one as the window moves past them. A cost above the share never
+    /// fits: the window.
+    fn wait_ms(&self, share: Share, now_ms: u64, cost: u64) -> u64 {
+        let fits = |used: u64| used + cost <= share.share;
         let mut used = self.used(share.window_ms, now_ms);
-        for index in self.oldest_counted(share.window_ms, now_ms)..=self.newest {
-            if used < share.share {
-                break;
-            }
-            used -= u64::from(self.counts[(index % SLOTS as u64) as usize]);
-            // Sub-window `index` stops overlapping once now − window reaches its end.
-            let leaves_at = (index + 1) * self.sub_ms + share.window_ms;
-            if used < share.share {
-                return leaves_at.saturating_sub(now_ms).max(1);
+        if cost <= share.share {
+            for index in self.oldest_counted(share.window_ms, now_ms)..=self.newest {
+                if fits(used) {
+                    break;
+                }
+                used -= u64::from(self.counts[(index % SLOTS as u64) as usize]);
+                // Sub-window `index` stops overlapping once now − window reaches its end.
+                let leaves_at = (index + 1) * self.sub_ms + share.window_ms;
+                if fits(used) {
+                    return leaves_at.saturating_sub(now_ms).max(1);
+                }
             }
         }
         share.window_ms.max(1)
@@ -220,17 +229,25 @@ impl FallbackLimits {
         }
     }
 
-    /// Decides one request of `policy`: `rules[i]` is counted under `keys[i]`, at
-    /// `now_ms` (any monotonic millisecond clock, the same on every call). A full table
-    /// evicts a key that is not refusing to make room.
-    pub fn decide(&self, policy: &str, keys: &[&str], rules: &[Share], now_ms: u64) -> Verdict {
-        self.decide_in(policy, Eviction::NotRefusing, keys, rules, now_ms)
+    /// Decides one request of `policy`: `rules[i]` is counted under `keys[i]`, `costs[i]`
+    /// hits (empty: 1 under every rule), at `now_ms` (any monotonic millisecond clock,
+    /// the same on every call). A full table evicts a key that is not refusing to make
+    /// room.
+    pub fn decide(
+        &self,
+        policy: &str,
+        keys: &[&str],
+        rules: &[Share],
+        costs: &[Cost],
+        now_ms: u64,
+    ) -> Verdict {
+        self.decide_in(policy, Eviction::NotRefusing, keys, rules, costs, now_ms)
     }
 
     /// Takes one place of `key` for a caller that keeps its own count (a lockout): the
     /// same decision, in a table that never evicts a live key.
     pub fn take(&self, policy: &str, key: &str, share: Share, now_ms: u64) -> Verdict {
-        self.decide_in(policy, Eviction::StaleOnly, &[key], &[share], now_ms)
+        self.decide_in(policy, Eviction::StaleOnly, &[key], &[share], &[], now_ms)
     }
 
     fn decide_in(
@@ -239,8 +256,10 @@ impl FallbackLimits {
         eviction: Eviction,
         keys: &[&str],
         rules: &[Share],
+        costs: &[Cost],
         now_ms: u64,
     ) -> Verdict {
+        let cost = |rule: usize| costs.get(rule).map_or(1, |cost| u64::from(cost.hits()));
         let Ok(mut tables) = self.tables.lock() else {
             // Poisoned: a panic mid-update. Refusing is the safe answer for a limit.
             return Verdict::Refused {
@@ -274,21 +293,22 @@ impl FallbackLimits {
                 None => Counts::new(*share, now_ms),
             };
             let used = counts.used(share.window_ms, now_ms);
-            if used >= share.share {
-                let wait = counts.wait_ms(*share, now_ms);
+            if used + cost(rule) > share.share {
+                let wait = counts.wait_ms(*share, now_ms, cost(rule));
                 refused = Some(match refused {
                     None => (rule, wait, wait),
                     Some((first, own, longest)) => (first, own, longest.max(wait)),
                 });
                 continue;
             }
-            let remaining = share.share - used - 1;
+            let remaining = share.share - used - cost(rule);
             if remaining < tightest.1 {
                 let next = if remaining == 0 {
                     // This admission fills the rule: when does it free a place?
                     let mut after = counts;
-                    after.counts[(after.newest % SLOTS as u64) as usize] += 1;
-                    after.wait_ms(*share, now_ms)
+                    let slot = &mut after.counts[(after.newest % SLOTS as u64) as usize];
+                    *slot = slot.saturating_add(cost(rule) as u32);
+                    after.wait_ms(*share, now_ms, 1)
                 } else {
                     0
                 };
@@ -314,14 +334,15 @@ impl FallbackLimits {
                 longest_ms: FULL_WAIT_MS,
             };
         }
-        for (key, share) in keys.iter().zip(rules) {
+        for (rule, (key, share)) in keys.iter().zip(rules).enumerate() {
             if !table.contains(*key) {
                 table.insert((*key).to_string(), Counts::new(*share, now_ms));
             }
             if let Some(counts) = table.get_mut(*key) {
                 counts.advance(now_ms);
                 let slot = &mut counts.counts[(counts.newest % SLOTS as u64) as usize];
-                *slot = slot.saturating_add(1);
+                // A cost fits the share, which fits a u32 slot's count in any sane rule.
+                *slot = slot.saturating_add(u32::try_from(cost(rule)).unwrap_or(u32::MAX));
             }
         }
         Verdict::Admitted {
@@ -360,7 +381,7 @@ impl FallbackLimits {
 /// A rule's limit as the fallback counts it: a window rule's threshold per window; a
 /// bucket's capacity per the time it takes to refill it from empty, which admits no
 /// more than the bucket would in any such span.
-fn limit(rule: &Rule, algorithm: Algorithm) -> (u64, u64) {
+pub(super) fn limit(rule: &Rule, algorithm: Algorithm) -> (u64, u64) {
     match algorithm {
         Algorithm::TokenBucket | Algorithm::Gcra => (
             rule.capacity,
@@ -393,7 +414,7 @@ pub(super) fn decide_policy(
         })
         .collect();
     let keys: Vec<&str> = keys[..policy.enforced].iter().map(String::as_str).collect();
-    match limits.decide(&policy.name, &keys, &shares, now_ms) {
+    match limits.decide(&policy.name, &keys, &shares, &[], now_ms) {
         Verdict::Admitted {
             rule,
             remaining,
@@ -456,18 +477,19 @@ mod tests {
         let t0 = 10_000;
         for n in 0..3 {
             assert!(
-                admitted(limits.decide("p", &["k"], &[share], t0 + n)),
+                admitted(limits.decide("p", &["k"], &[share], &[], t0 + n)),
                 "{n}"
             );
         }
-        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], t0 + 5) else {
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], &[], t0 + 5)
+        else {
             panic!("the fourth in the window is refused");
         };
         // Sub-windows of 100 ms: the one at 10 000 leaves the count once now − 1 600
         // reaches 10 100, at 11 700.
         assert_eq!(wait_ms, 11_700 - (t0 + 5));
-        assert!(!admitted(limits.decide("p", &["k"], &[share], 11_699)));
-        assert!(admitted(limits.decide("p", &["k"], &[share], 11_700)));
+        assert!(!admitted(limits.decide("p", &["k"], &[share], &[], 11_699)));
+        assert!(admitted(limits.decide("p", &["k"], &[share], &[], 11_700)));
     }
 
     /// The bound the docs state: in every window of the rule's length, at most the
@@ -484,7 +506,7 @@ mod tests {
             state ^= state >> 7;
             state ^= state << 17;
             now += state % 23;
-            if admitted(limits.decide("p", &["k"], &[share], now)) {
+            if admitted(limits.decide("p", &["k"], &[share], &[], now)) {
                 admitted_at.push(now);
             }
         }
@@ -512,11 +534,12 @@ mod tests {
             "p",
             &["w", "n1"],
             &[wide, narrow],
+            &[],
             0
         )));
         let Verdict::Refused {
             rule, longest_ms, ..
-        } = limits.decide("p", &["w", "n1"], &[wide, narrow], 1)
+        } = limits.decide("p", &["w", "n1"], &[wide, narrow], &[], 1)
         else {
             panic!("n1 is full");
         };
@@ -524,7 +547,7 @@ mod tests {
         // The refusal wrote nothing: `w` still has 9 of 10 left.
         let Verdict::Admitted {
             rule, remaining, ..
-        } = limits.decide("p", &["w"], &[wide], 2)
+        } = limits.decide("p", &["w"], &[wide], &[], 2)
         else {
             panic!("w admits");
         };
@@ -537,27 +560,39 @@ mod tests {
         let share = Share::of(2, 1_000, 1);
         // "a" is refused from its third request on; "b" and "c" have room left.
         for key in ["a", "a", "b", "c"] {
-            assert!(admitted(limits.decide("p", &[key], &[share], 1)));
+            assert!(admitted(limits.decide("p", &[key], &[share], &[], 1)));
         }
-        assert!(!admitted(limits.decide("p", &["a"], &[share], 2)));
+        assert!(!admitted(limits.decide("p", &["a"], &[share], &[], 2)));
         // Newcomers take the places of keys with room, never "a"'s.
         for (n, key) in ["d", "e"].iter().enumerate() {
-            assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
-            assert!(admitted(limits.decide("p", &[key], &[share], 3 + n as u64)));
+            assert!(admitted(limits.decide(
+                "p",
+                &[key],
+                &[share],
+                &[],
+                3 + n as u64
+            )));
+            assert!(admitted(limits.decide(
+                "p",
+                &[key],
+                &[share],
+                &[],
+                3 + n as u64
+            )));
             assert_eq!(limits.len("p"), 3);
             assert!(
-                !admitted(limits.decide("p", &["a"], &[share], 3 + n as u64)),
+                !admitted(limits.decide("p", &["a"], &[share], &[], 3 + n as u64)),
                 "{key}"
             );
         }
         // Every key refuses now: a newcomer is refused, for a second, and written nowhere.
-        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["h"], &[share], 10) else {
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["h"], &[share], &[], 10) else {
             panic!("no place for a newcomer");
         };
         assert_eq!(wait_ms, FULL_WAIT_MS);
         assert_eq!(limits.len("p"), 3);
         // Long after, the stale keys are swept instead of evicted one by one.
-        assert!(admitted(limits.decide("p", &["h"], &[share], 10_000)));
+        assert!(admitted(limits.decide("p", &["h"], &[share], &[], 10_000)));
         assert_eq!(limits.len("p"), 1);
     }
 
@@ -571,7 +606,7 @@ mod tests {
         // A flood on another policy fills its own table only.
         for n in 0..100 {
             let key = format!("client-{n}");
-            limits.decide("limited", &[&key], &[Share::of(100, 60_000, 1)], 2);
+            limits.decide("limited", &[&key], &[Share::of(100, 60_000, 1)], &[], 2);
         }
         assert_eq!(limits.len("admin_auth"), 2);
         assert_eq!(limits.len("limited"), 2);
@@ -585,9 +620,42 @@ mod tests {
     fn a_given_back_admission_frees_its_place() {
         let limits = FallbackLimits::new(10);
         let share = Share::of(1, 60_000, 1);
-        assert!(admitted(limits.decide("p", &["ip"], &[share], 5)));
-        assert!(!admitted(limits.decide("p", &["ip"], &[share], 6)));
+        assert!(admitted(limits.decide("p", &["ip"], &[share], &[], 5)));
+        assert!(!admitted(limits.decide("p", &["ip"], &[share], &[], 6)));
         limits.give_back("p", "ip", 5);
-        assert!(admitted(limits.decide("p", &["ip"], &[share], 7)));
+        assert!(admitted(limits.decide("p", &["ip"], &[share], &[], 7)));
+    }
+
+    #[test]
+    fn a_cost_counts_its_hits_and_a_refused_cost_writes_nothing() {
+        let limits = FallbackLimits::new(16);
+        let share = Share::of(5, 1_600, 1);
+        let cost = |hits| [Cost::new(hits).unwrap()];
+        let Verdict::Admitted { remaining, .. } = limits.decide("p", &["k"], &[share], &cost(3), 1)
+        else {
+            panic!("3 of 5 fit");
+        };
+        assert_eq!(remaining, 2);
+        // 3 more do not fit, nor does a cost above the whole share (its wait: the window).
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], &cost(3), 2)
+        else {
+            panic!("3 + 3 > 5");
+        };
+        assert_eq!(wait_ms, 1_698);
+        let Verdict::Refused { wait_ms, .. } = limits.decide("p", &["k"], &[share], &cost(6), 2)
+        else {
+            panic!("6 > 5");
+        };
+        assert_eq!(wait_ms, 1_600);
+        // The refusals wrote nothing: 2 still fit, and then nothing.
+        assert_eq!(
+            limits.decide("p", &["k"], &[share], &cost(2), 3),
+            Verdict::Admitted {
+                rule: 0,
+                remaining: 0,
+                next_ms: 1_697
+            }
+        );
+        assert!(!admitted(limits.decide("p", &["k"], &[share], &[], 4)));
     }
 }

@@ -1,14 +1,28 @@
 //! The denial cache's part in a decision: consulted before Redis is asked (a refusal
 //! that cannot have changed yet is answered again here), taught after (what Redis
 //! refused, or filled to the last slot).
+//!
+//! **Costs.** A denial says a key refuses a request of cost 1 until it ends; a request
+//! of any cost is then refused too (it needs at least as much room), so consulting
+//! ignores the cost, and answers the cost-1 wait, never longer than Redis's own. Only a
+//! refusal of cost 1 is learned: a refused cost of 5 says nothing about a cost of 1.
+//! An admission that left its tightest rule at 0 is learned whatever its cost: a
+//! script's `remaining` and `next` are counted in hits of cost 1 (backend.rs), so 0
+//! means a cost-1 request is refused until `next`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::Decision;
+use super::backend::{Cost, Decision};
 use super::denial::{DenialCache, Probe, Seen};
-use super::installed::Enforced;
-use super::{Algorithm, Refusal};
+
+/// A refusal the denial cache answers: the first denied rule (an index into the keys
+/// consulted), its wait, and the longest among the denied rules' (whole ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Denied {
+    pub rule: usize,
+    pub own_wait_ms: u64,
+    pub longest_wait_ms: u64,
+}
 
 /// When some key's denial expired: a key like that is probed by one request at a time;
 /// the others wait for its answer, at most `patience` (the limiter's timeout), and look
@@ -19,18 +33,16 @@ pub(super) async fn consult<'k>(
     denials: &'k DenialCache,
     now_us: impl Fn() -> i64,
     patience: Duration,
-    enforced: &Enforced,
-    algorithm: Algorithm,
     keys: &'k [String],
     generation: u64,
-) -> Result<Vec<Probe<'k>>, Refusal> {
+) -> Result<Vec<Probe<'k>>, Denied> {
     if !denials.is_enabled() {
         return Ok(Vec::new());
     }
     let deadline = tokio::time::Instant::now() + patience;
     loop {
         let now = now_us();
-        let mut refusal: Option<Refusal> = None;
+        let mut refusal: Option<Denied> = None;
         let mut probing = None;
         let mut expired = Vec::new();
         for (rule, key) in keys.iter().enumerate() {
@@ -40,13 +52,10 @@ pub(super) async fn consult<'k>(
                     match refusal.as_mut() {
                         Some(r) => r.longest_wait_ms = r.longest_wait_ms.max(wait),
                         None => {
-                            refusal = Some(Refusal {
-                                policy: Arc::clone(&enforced.policy),
-                                algorithm,
+                            refusal = Some(Denied {
                                 rule,
                                 own_wait_ms: wait,
                                 longest_wait_ms: wait,
-                                local: true,
                             })
                         }
                     }
@@ -84,8 +93,9 @@ pub(super) async fn consult<'k>(
 }
 
 /// Teaches the denial cache what Redis answered. A refusal is recorded for the
-/// refusing rule's key, and so is an admission that took a rule's last slot: that
-/// key is full until its next slot opens. A probe's key is forgotten only when the
+/// refusing rule's key when that rule's cost was 1 (`costs[i]` is rule i's; empty:
+/// all 1), and so is an admission that took a rule's last slot, whatever its cost:
+/// that key is full until its next slot opens (see the module docs). A probe's key is forgotten only when the
 /// answer shows it has room (the tightest rule still had some left, or the probe's
 /// rule came before the tightest and so had more); otherwise (another rule refused
 /// and its own state is unknown) the next request probes.
@@ -93,6 +103,7 @@ pub(super) fn learn(
     denials: &DenialCache,
     decision: &Decision,
     keys: &[String],
+    costs: &[Cost],
     probes: Vec<Probe<'_>>,
     started_us: i64,
     generation: u64,
@@ -102,7 +113,10 @@ pub(super) fn learn(
             rule,
             retry_after_ms,
             ..
-        } => (Some(rule), retry_after_ms),
+        } => {
+            let cost_one = costs.get(rule).is_none_or(|&cost| cost == Cost::ONE);
+            (cost_one.then_some(rule), retry_after_ms)
+        }
         Decision::Admitted {
             tightest,
             remaining,

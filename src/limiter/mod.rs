@@ -55,7 +55,7 @@ use tracing::Instrument;
 use crate::domain::UserId;
 use crate::metrics::{Metrics, RedisPurpose};
 use crate::store::RedisStore;
-pub use ask::{Answer, Ask};
+pub use ask::{Answer, AnsweredBy, Ask};
 pub use backend::{
     BackendError, Cost, FollowUp, LimitBackend, LimitRequest, RedisBackend, Reply, Then,
 };
@@ -371,13 +371,21 @@ impl<B: LimitBackend> Limiter<B> {
                 &self.denials,
                 || self.clock.local_us(self.epoch),
                 self.probe_timeout,
-                &enforced,
-                algorithm,
                 &keys,
                 generation,
             ))
             .await
-            .map_err(|refusal| refuse_locally(refusal, &enforced))?
+            .map_err(|denied| {
+                let refusal = Refusal {
+                    policy: Arc::clone(policy),
+                    algorithm,
+                    rule: denied.rule,
+                    own_wait_ms: denied.own_wait_ms,
+                    longest_wait_ms: denied.longest_wait_ms,
+                    local: true,
+                };
+                refuse_locally(refusal, &enforced)
+            })?
         } else {
             Vec::new()
         };
@@ -414,6 +422,7 @@ impl<B: LimitBackend> Limiter<B> {
                     &self.denials,
                     &reply.decision,
                     &keys,
+                    &[],
                     probes,
                     started_us,
                     generation,
@@ -433,12 +442,40 @@ impl<B: LimitBackend> Limiter<B> {
     }
 
     /// Decides `ask`: rules its caller matched itself (the edge's descriptors), each with
-    /// its key and cost, in the steps of a policy's decision: the denial cache, else one
-    /// backend call, all or nothing, else `ask.fail_mode`.
+    /// its key and cost, in the steps of a policy's decision: the denial cache (under
+    /// `ask.generation`), else one backend call, all or nothing, else `ask.fail_mode`
+    /// (`local`: the fallback limits, weighed by cost). A shaper's delay is the
+    /// caller's to keep (`delay_ms` of an admission); nothing here waits for it.
     pub async fn ask(&self, ask: &Ask<'_>) -> Answer {
-        // TODO(edge-cost): consult and teach the denial cache (cost-1 refusals only), the
-        // fallback limits weighed by cost, each rule's remaining from the scripts.
-        let (now_ms, _) = self.clock.script_now();
+        let enforced_keys = &ask.keys[..ask.enforced.min(ask.keys.len())];
+        let probes = if self.denials.is_enabled() {
+            let consulted = local::consult(
+                &self.denials,
+                || self.clock.local_us(self.epoch),
+                self.probe_timeout,
+                enforced_keys,
+                ask.generation,
+            )
+            .await;
+            match consulted {
+                Ok(probes) => probes,
+                Err(denied) => {
+                    return Answer::Decided {
+                        decision: backend::Decision::Refused {
+                            rule: denied.rule,
+                            retry_after_ms: denied.own_wait_ms as i64,
+                            longest_retry_after_ms: denied.longest_wait_ms as i64,
+                        },
+                        rule_remaining: Vec::new(),
+                        by: AnsweredBy::DenialCache,
+                    }
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let sent_us = self.clock.local_us(self.epoch);
+        let (now_ms, app_late_us) = self.clock.script_now();
         let member = format!(
             "{:016x}{:x}",
             self.instance_tag,
@@ -458,29 +495,37 @@ impl<B: LimitBackend> Limiter<B> {
             })
             .await;
         match reply {
-            Ok((reply, _)) => Answer::Decided {
-                decision: reply.decision,
-                rule_remaining: Vec::new(),
-                local: false,
-            },
+            Ok((reply, _)) => {
+                local::learn(
+                    &self.denials,
+                    &reply.decision,
+                    ask.keys,
+                    ask.costs,
+                    probes,
+                    sent_us - app_late_us - reply.late_us,
+                    ask.generation,
+                );
+                Answer::Decided {
+                    decision: reply.decision,
+                    rule_remaining: reply.rule_remaining,
+                    by: AnsweredBy::Redis,
+                }
+            }
             Err(failure) => {
                 let local = || {
                     let now_ms = self.clock.local_us(self.epoch).max(0) as u64 / 1_000;
                     let shares: Vec<fallback_limits::Share> = ask.rules[..ask.enforced]
                         .iter()
                         .map(|rule| {
-                            fallback_limits::Share::of(
-                                rule.threshold,
-                                rule.window_ms,
-                                self.peers.alive(),
-                            )
+                            let (threshold, window_ms) =
+                                fallback_limits::limit(rule, ask.algorithm);
+                            fallback_limits::Share::of(threshold, window_ms, self.peers.alive())
                         })
                         .collect();
-                    let keys: Vec<&str> = ask.keys[..ask.enforced]
-                        .iter()
-                        .map(String::as_str)
-                        .collect();
-                    self.fallback.decide(ask.name, &keys, &shares, now_ms)
+                    let keys: Vec<&str> = enforced_keys.iter().map(String::as_str).collect();
+                    let costs = &ask.costs[..ask.costs.len().min(ask.enforced)];
+                    self.fallback
+                        .decide(ask.name, &keys, &shares, costs, now_ms)
                 };
                 match self.failures.fail_over(
                     None,
@@ -516,7 +561,7 @@ impl<B: LimitBackend> Limiter<B> {
                             },
                         },
                         rule_remaining: Vec::new(),
-                        local: true,
+                        by: AnsweredBy::FallbackLimits,
                     },
                 }
             }
@@ -624,15 +669,17 @@ fn unlimited(policy: &Arc<Policy>, algorithm: Algorithm) -> Admission {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, VecDeque};
     use std::future::Future;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use super::backend::{BackendError, LimitBackend, LimitRequest, Reply};
+    use super::backend::{BackendError, Cost, Decision, LimitBackend, LimitRequest, Reply};
     use super::policy::{KeySource, PolicyConfig, RuleConfig};
-    use super::{Algorithm, FailMode, Limiter, LimiterSettings, Rejection, Scope};
+    use super::{
+        Algorithm, Answer, AnsweredBy, Ask, FailMode, Limiter, LimiterSettings, Rejection, Scope,
+    };
     use crate::metrics::Metrics;
 
     /// A backend that never decides, as Redis during an outage, and counts the asks.
@@ -648,6 +695,255 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             std::future::ready(Err(BackendError::UnexpectedReply))
         }
+    }
+
+    /// A backend that answers what the test queued, in turn, and counts the asks and
+    /// the costs each was sent.
+    #[derive(Default)]
+    struct Scripted {
+        replies: Mutex<VecDeque<Decision>>,
+        costs: Mutex<Vec<Vec<u32>>>,
+    }
+
+    impl Scripted {
+        fn answering(decisions: impl IntoIterator<Item = Decision>) -> Self {
+            Self {
+                replies: Mutex::new(decisions.into_iter().collect()),
+                costs: Mutex::default(),
+            }
+        }
+
+        fn asks(&self) -> usize {
+            self.costs.lock().unwrap().len()
+        }
+    }
+
+    impl LimitBackend for Scripted {
+        fn do_limit<'a>(
+            &'a self,
+            request: LimitRequest<'a>,
+        ) -> impl Future<Output = Result<(Reply, Option<redis::Value>), BackendError>> + Send + 'a
+        {
+            let hits = request.costs.iter().map(|cost| cost.hits()).collect();
+            self.costs.lock().unwrap().push(hits);
+            let decision = self.replies.lock().unwrap().pop_front();
+            std::future::ready(
+                decision
+                    .ok_or(BackendError::UnexpectedReply)
+                    .map(|decision| {
+                        let rule_remaining = match decision {
+                            Decision::Admitted { remaining, .. } => vec![remaining, 9],
+                            Decision::Refused { .. } => Vec::new(),
+                        };
+                        let reply = Reply {
+                            decision,
+                            late_us: 0,
+                            rule_remaining,
+                        };
+                        (reply, None)
+                    }),
+            )
+        }
+    }
+
+    /// A limiter on `backend` with one fixed-window policy `p` of two rules (5 and 100
+    /// per minute), whose rules the asks below borrow.
+    fn limiter_on<B: LimitBackend>(backend: B) -> Limiter<B> {
+        let config = PolicyConfig {
+            algorithm: Algorithm::FixedWindow,
+            fail_mode: FailMode::Local,
+            enabled: true,
+            scope: Scope::Global,
+            rules: vec![
+                RuleConfig::new("ip", KeySource::Ip, 60_000, 5, "slow down"),
+                RuleConfig::new("all", KeySource::Literal("all".into()), 60_000, 100, "busy"),
+            ],
+        };
+        let settings = LimiterSettings {
+            policies: BTreeMap::from([("p".to_string(), config)]),
+            ..LimiterSettings::default()
+        };
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        Limiter::with_backend(
+            backend,
+            "test",
+            Duration::from_millis(250),
+            &settings,
+            metrics,
+        )
+        .expect("valid policies")
+    }
+
+    /// Asks `limiter` under policy `p`'s rules for the keys `rls:a` and `rls:all`, with
+    /// `hits` under the first rule and 1 under the second, in `generation`.
+    async fn ask<B: LimitBackend>(limiter: &Limiter<B>, hits: u64, generation: u64) -> Answer {
+        let policy = limiter.policy("p").expect("policy p");
+        let keys = ["rls:a".to_string(), "rls:all".to_string()];
+        let costs = [Cost::new(hits).expect("a cost"), Cost::ONE];
+        limiter
+            .ask(&Ask {
+                name: "rls:test",
+                generation,
+                algorithm: Algorithm::FixedWindow,
+                fail_mode: FailMode::Local,
+                rules: &policy.rules,
+                enforced: policy.enforced,
+                keys: &keys,
+                costs: &costs,
+            })
+            .await
+    }
+
+    fn refused(wait_ms: i64) -> Decision {
+        Decision::Refused {
+            rule: 0,
+            retry_after_ms: wait_ms,
+            longest_retry_after_ms: wait_ms,
+        }
+    }
+
+    fn admitted(remaining: i64) -> Decision {
+        Decision::Admitted {
+            tightest: 0,
+            remaining,
+            next_slot_ms: if remaining == 0 { 30_000 } else { 0 },
+            delay_ms: 0,
+            near_limit: 0,
+            shadow_refused: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_cost_above_one_teaches_the_denial_cache_nothing() {
+        let limiter = limiter_on(Scripted::answering([refused(30_000), admitted(2)]));
+        let expensive = ask(&limiter, 5, 0).await;
+        assert_eq!(
+            expensive,
+            Answer::Decided {
+                decision: refused(30_000),
+                rule_remaining: vec![],
+                by: AnsweredBy::Redis
+            }
+        );
+        // A cost of 5 refused says nothing of a cost of 1: Redis is asked, and admits.
+        let cheap = ask(&limiter, 1, 0).await;
+        assert_eq!(
+            cheap,
+            Answer::Decided {
+                decision: admitted(2),
+                rule_remaining: vec![2, 9],
+                by: AnsweredBy::Redis
+            }
+        );
+        assert_eq!(
+            *limiter.backend.costs.lock().unwrap(),
+            [vec![5, 1], vec![1, 1]]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_cost_of_one_is_answered_again_locally_for_any_cost_in_its_generation() {
+        let limiter = limiter_on(Scripted::answering([refused(30_000), admitted(4)]));
+        assert!(matches!(
+            ask(&limiter, 1, 7).await,
+            Answer::Decided {
+                by: AnsweredBy::Redis,
+                ..
+            }
+        ));
+        for hits in [1, 3] {
+            let Answer::Decided {
+                decision:
+                    Decision::Refused {
+                        rule,
+                        retry_after_ms,
+                        ..
+                    },
+                by: AnsweredBy::DenialCache,
+                ..
+            } = ask(&limiter, hits, 7).await
+            else {
+                panic!("cost {hits}: not refused locally");
+            };
+            // Never later than Redis's own wait, counted from the send.
+            assert!(rule == 0 && (29_000..=30_000).contains(&retry_after_ms));
+        }
+        assert_eq!(limiter.backend.asks(), 1, "answered locally");
+        // A new generation (the domain edited: its limit raised) retires the denial.
+        assert!(matches!(
+            ask(&limiter, 1, 8).await,
+            Answer::Decided {
+                by: AnsweredBy::Redis,
+                decision: Decision::Admitted { .. },
+                ..
+            }
+        ));
+        assert_eq!(limiter.backend.asks(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_admission_of_any_cost_that_fills_a_rule_refuses_the_next_locally() {
+        let limiter = limiter_on(Scripted::answering([admitted(0)]));
+        assert!(matches!(
+            ask(&limiter, 4, 0).await,
+            Answer::Decided {
+                by: AnsweredBy::Redis,
+                ..
+            }
+        ));
+        // Remaining counts hits of cost 1: 0 left refuses every cost until the next slot.
+        assert!(matches!(
+            ask(&limiter, 1, 0).await,
+            Answer::Decided {
+                by: AnsweredBy::DenialCache,
+                decision: Decision::Refused { rule: 0, .. },
+                ..
+            }
+        ));
+        assert_eq!(limiter.backend.asks(), 1);
+    }
+
+    #[tokio::test]
+    async fn without_redis_the_fallback_weighs_each_rule_by_its_cost() {
+        let limiter = limiter_on(Unanswering::default());
+        let mut answers = Vec::new();
+        for hits in [3, 3, 9, 2, 1] {
+            answers.push(match ask(&limiter, hits, 0).await {
+                Answer::Decided {
+                    decision:
+                        Decision::Admitted {
+                            tightest,
+                            remaining,
+                            ..
+                        },
+                    by: AnsweredBy::FallbackLimits,
+                    ..
+                } => format!("{hits}: admitted, rule {tightest} left {remaining}"),
+                Answer::Decided {
+                    decision: Decision::Refused { rule, .. },
+                    local: true,
+                    ..
+                } => format!("{hits}: refused by rule {rule}"),
+                other => format!("{hits}: {other:?}"),
+            });
+        }
+        // The share of 5 (one instance): 3 fit, 3 more do not (nor 9, ever), and the
+        // refusals wrote nothing, so 2 still fit; then nothing.
+        assert_eq!(
+            answers,
+            [
+                "3: admitted, rule 0 left 2",
+                "3: refused by rule 0",
+                "9: refused by rule 0",
+                "2: admitted, rule 0 left 0",
+                "1: refused by rule 0",
+            ]
+        );
+        assert_eq!(
+            limiter.backend.0.load(Ordering::Relaxed),
+            5,
+            "every ask tried Redis"
+        );
     }
 
     #[tokio::test]

@@ -16,7 +16,8 @@ use std::time::Duration;
 use seckill::domain::{ClientIp, UserId};
 use seckill::limiter::policy::{KeySource, PolicyConfig, RuleConfig};
 use seckill::limiter::{
-    Algorithm, Caller, Clock, FailMode, Limiter, LimiterSettings, ManualClock, Rejection, Scope,
+    keys, Algorithm, Answer, Ask, Caller, Clock, Cost, FailMode, Limiter, LimiterSettings,
+    ManualClock, Rejection, Scope,
 };
 use seckill::metrics::{Metrics, RedisPurpose};
 use seckill::store::RedisStore;
@@ -113,6 +114,43 @@ impl Engine {
         caller: &Caller<'_>,
     ) -> Result<seckill::limiter::Admission, Rejection> {
         self.limiter.check("p", None, caller).await
+    }
+
+    /// Asks for `caller` through `Limiter::ask` (the edge's entry) on policy `p`'s
+    /// rules and keys, `costs[i]` hits under rule `i`, under `generation` (the number of
+    /// real edits so far, to share the policy path's denials).
+    pub async fn ask(
+        &self,
+        algorithm: Algorithm,
+        caller: &Caller<'_>,
+        costs: &[u64],
+        generation: u64,
+    ) -> Answer {
+        let policy = self.limiter.policy("p").expect("policy p");
+        let keys: Vec<String> = policy
+            .rules
+            .iter()
+            .map(|rule| {
+                keys::redis_key(self.redis.prefix(), &policy, algorithm, rule, caller)
+                    .expect("a global policy's key")
+            })
+            .collect();
+        let costs: Vec<Cost> = costs
+            .iter()
+            .map(|&hits| Cost::new(hits).expect("a cost of 1 or more"))
+            .collect();
+        self.limiter
+            .ask(&Ask {
+                name: "p",
+                generation,
+                algorithm,
+                fail_mode: FailMode::Open,
+                rules: &policy.rules,
+                enforced: policy.enforced,
+                keys: &keys,
+                costs: &costs,
+            })
+            .await
     }
 
     pub fn key(&self, algorithm: Algorithm, rule: &str, value: &str) -> String {

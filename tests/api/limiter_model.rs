@@ -1,5 +1,7 @@
 //! Property test: each algorithm's Lua script against a small reference model in Rust,
-//! over random sequences of callers, clock steps, rule edits and two callers racing.
+//! over random sequences of callers, clock steps, rule edits, two callers racing, and
+//! requests with a cost per rule (asked through `Limiter::ask`, as the edge asks: 1 to
+//! beyond every rule's quota), whose answers also carry each rule's remaining.
 //! Decisions, remaining counts, retry-after, the shaper's delay, the near-limit and
 //! shadow-refusal counts must be identical at every step (a race: identical to one of
 //! the two orders). The same sequences with the denial cache on: every local answer
@@ -46,11 +48,12 @@ enum Look {
     Waits(i64),
 }
 
+/// Every model answers for a request of `cost` hits under the rule.
 trait Model: Default + Clone {
-    fn look(&self, rule: &RuleConfig, key: Key, now: i64) -> Look;
-    /// Records an admission that the request's answer holds `departure_ms` (the
-    /// shaper's; every other algorithm ignores it).
-    fn record(&mut self, rule: &RuleConfig, key: Key, now: i64, departure_ms: i64);
+    fn look(&self, rule: &RuleConfig, key: Key, now: i64, cost: i64) -> Look;
+    /// Records an admission of `cost` hits that the request's answer holds
+    /// `departure_ms` (the shaper's; every other algorithm ignores it).
+    fn record(&mut self, rule: &RuleConfig, key: Key, now: i64, departure_ms: i64, cost: i64);
 }
 
 /// What a check yields, as the model predicts it.
@@ -61,15 +64,25 @@ struct Answer {
     near: Vec<u64>,
     /// Per rule: 1 when it is a shadow rule that would have refused.
     shadow: Vec<u64>,
+    /// After an admission, what each rule has left (a shadow rule's as if enforced, 0
+    /// where it would have refused); empty after a refusal, or where not asked.
+    remaining: Vec<i64>,
 }
 
-/// The decision of every rule for `user` at `now`, and the state it leaves.
-fn decide<M: Model>(model: &mut M, rules: &[RuleConfig], user: i64, now: i64) -> Answer {
+/// The decision of every rule for `user` at `now`, `costs[i]` hits under rule `i`, and
+/// the state it leaves.
+fn decide<M: Model>(
+    model: &mut M,
+    rules: &[RuleConfig],
+    user: i64,
+    now: i64,
+    costs: &[i64],
+) -> Answer {
     let n = rules.len();
     let enforced = rules.iter().filter(|r| !r.shadow).count();
     let key = |i| model_key(rules, i, user);
     let looks: Vec<Look> = (0..enforced)
-        .map(|i| model.look(&rules[i], key(i), now))
+        .map(|i| model.look(&rules[i], key(i), now, costs[i]))
         .collect();
     let waits: Vec<(usize, i64)> = looks
         .iter()
@@ -91,6 +104,7 @@ fn decide<M: Model>(model: &mut M, rules: &[RuleConfig], user: i64, now: i64) ->
             decision,
             near,
             shadow,
+            remaining: Vec::new(),
         };
     }
     let mut departure = 0;
@@ -108,7 +122,7 @@ fn decide<M: Model>(model: &mut M, rules: &[RuleConfig], user: i64, now: i64) ->
         }
     }
     for i in enforced..n {
-        match model.look(&rules[i], key(i), now) {
+        match model.look(&rules[i], key(i), now, costs[i]) {
             Look::Waits(_) => shadow[i] = 1,
             Look::Admits { near: close, .. } => {
                 near[i] = u64::from(close);
@@ -117,15 +131,18 @@ fn decide<M: Model>(model: &mut M, rules: &[RuleConfig], user: i64, now: i64) ->
         }
     }
     for i in (0..n).filter(|&i| record[i]) {
-        model.record(&rules[i], key(i), now, departure);
+        model.record(&rules[i], key(i), now, departure, costs[i]);
     }
-    // What each enforced rule has left now: the next request's look.
-    let (mut tightest, mut remaining, mut next_slot_ms) = (0, i64::MAX, 0);
-    for (i, rule) in rules[..enforced].iter().enumerate() {
-        let (left, next) = match model.look(rule, key(i), now) {
+    // What each rule has left now, in hits of cost 1: the next such request's look.
+    let left: Vec<(i64, i64)> = (0..n)
+        .map(|i| match model.look(&rules[i], key(i), now, 1) {
+            _ if !record[i] => (0, 0),
             Look::Admits { left, .. } => (left + 1, 0),
             Look::Waits(wait) => (0, wait),
-        };
+        })
+        .collect();
+    let (mut tightest, mut remaining, mut next_slot_ms) = (0, i64::MAX, 0);
+    for (i, &(left, next)) in left[..enforced].iter().enumerate() {
         if left < remaining {
             (tightest, remaining, next_slot_ms) = (i, left, next);
         }
@@ -142,6 +159,7 @@ fn decide<M: Model>(model: &mut M, rules: &[RuleConfig], user: i64, now: i64) ->
         decision,
         near,
         shadow,
+        remaining: left.iter().map(|&(left, _)| left).collect(),
     }
 }
 
@@ -169,7 +187,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 struct LogModel(HashMap<Key, Vec<i64>>);
 
 impl Model for LogModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (w, t) = (window(r), threshold(r));
         let mut live: Vec<i64> = self
             .0
@@ -178,21 +196,25 @@ impl Model for LogModel {
             .unwrap_or_default();
         live.sort();
         let count = live.len() as i64;
-        if count >= t {
-            // The threshold-th newest entry must expire first.
-            return Look::Waits((live[(count - t) as usize] + w - now).max(1));
+        if cost > t {
+            // Never fits: a whole window.
+            return Look::Waits(w);
+        }
+        if count + cost > t {
+            // The (threshold - cost + 1)-th newest entry must expire first.
+            return Look::Waits((live[(count - (t - cost + 1)) as usize] + w - now).max(1));
         }
         Look::Admits {
-            left: t - count - 1,
-            near: (count + 1) * 5 > t * 4,
+            left: t - count - cost,
+            near: (count + cost) * 5 > t * 4,
             delay_ms: 0,
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64) {
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64, cost: i64) {
         let entry = self.0.entry(key).or_default();
         entry.retain(|&s| s > now - window(r));
-        entry.push(now);
+        entry.extend((0..cost).map(|_| now));
     }
 }
 
@@ -216,13 +238,14 @@ impl BucketModel {
 }
 
 impl Model for BucketModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (cap, rt, rms) = bucket(r);
         let level = self.level(r, key, now);
-        if level < rms {
-            return Look::Waits(ceil_div(rms - level, rt));
+        if level < cost * rms {
+            // Above the capacity too: the refill of that many tokens all the same.
+            return Look::Waits(ceil_div(cost * rms - level, rt));
         }
-        let left = level / rms - 1;
+        let left = level / rms - cost;
         Look::Admits {
             left,
             near: (cap - left) * 5 > cap * 4,
@@ -230,9 +253,9 @@ impl Model for BucketModel {
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64) {
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64, cost: i64) {
         let (_, _, rms) = bucket(r);
-        let level = self.level(r, key, now) - rms;
+        let level = self.level(r, key, now) - cost * rms;
         self.0.insert(key, (level, now, rms));
     }
 }
@@ -257,22 +280,22 @@ impl FixedModel {
 }
 
 impl Model for FixedModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (w, t) = (window(r), threshold(r));
         let (start, count) = self.window(r, key, now);
-        if count >= t {
+        if count + cost > t {
             return Look::Waits((start + w - now).max(1));
         }
         Look::Admits {
-            left: t - count - 1,
-            near: (count + 1) * 5 > t * 4,
+            left: t - count - cost,
+            near: (count + cost) * 5 > t * 4,
             delay_ms: 0,
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64) {
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64, cost: i64) {
         let (start, count) = self.window(r, key, now);
-        self.0.insert(key, (start, count + 1));
+        self.0.insert(key, (start, count + cost));
     }
 }
 
@@ -303,26 +326,30 @@ impl CounterModel {
     }
 }
 
-/// ms until the weighted estimate has room for one more.
-fn counter_wait(start: i64, cur: i64, prev: i64, w: i64, t: i64, now: i64) -> i64 {
+/// ms until the weighted estimate has room for `cost` more.
+fn counter_wait(start: i64, cur: i64, prev: i64, w: i64, t: i64, now: i64, cost: i64) -> i64 {
+    if cost > t {
+        // Never fits: until both counts stop counting.
+        return (start + 2 * w - now).max(1);
+    }
     let elapsed = (now - start).max(0);
-    if cur < t {
-        let need = w - (t - cur - 1) * w / prev;
+    if cur + cost <= t {
+        let need = w - (t - cur - cost) * w / prev;
         (need - elapsed).max(1)
     } else {
-        let need = w - (t - 1) * w / cur;
+        let need = w - (t - cost) * w / cur;
         ((start + w - now) + need).max(1)
     }
 }
 
 impl Model for CounterModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (w, t) = (window(r), threshold(r));
         let (start, cur, prev) = self.counts(r, key, now);
         let elapsed = (now - start).max(0);
-        let room = t * w - prev * (w - elapsed) - (cur + 1) * w;
+        let room = t * w - prev * (w - elapsed) - (cur + cost) * w;
         if room < 0 {
-            return Look::Waits(counter_wait(start, cur, prev, w, t, now));
+            return Look::Waits(counter_wait(start, cur, prev, w, t, now, cost));
         }
         Look::Admits {
             left: room / w,
@@ -331,9 +358,9 @@ impl Model for CounterModel {
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64) {
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64, cost: i64) {
         let (start, cur, prev) = self.counts(r, key, now);
-        self.0.insert(key, (start, cur + 1, prev, window(r)));
+        self.0.insert(key, (start, cur + cost, prev, window(r)));
     }
 }
 
@@ -357,14 +384,14 @@ impl GcraModel {
 }
 
 impl Model for GcraModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (cap, rt, rms) = bucket(r);
         let debt = self.debt(r, key, now);
-        let over = debt - (cap - 1) * rms;
+        let over = debt - (cap - cost) * rms;
         if over > 0 {
             return Look::Waits(ceil_div(over, rt));
         }
-        let left = (cap * rms - debt - rms) / rms;
+        let left = (cap * rms - debt - cost * rms) / rms;
         Look::Admits {
             left,
             near: (cap - left) * 5 > cap * 4,
@@ -372,9 +399,9 @@ impl Model for GcraModel {
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64) {
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, _: i64, cost: i64) {
         let (_, rt, rms) = bucket(r);
-        let debt = self.debt(r, key, now) + rms;
+        let debt = self.debt(r, key, now) + cost * rms;
         self.0.insert(key, (now + debt / rt, debt % rt, rt));
     }
 }
@@ -404,26 +431,29 @@ fn max_delay(r: &RuleConfig) -> i64 {
 }
 
 impl Model for ShaperModel {
-    fn look(&self, r: &RuleConfig, key: Key, now: i64) -> Look {
+    fn look(&self, r: &RuleConfig, key: Key, now: i64, cost: i64) -> Look {
         let (w, t) = (window(r), threshold(r));
         let bound = max_delay(r) * t;
         let slot = self.slot(r, key, now);
-        if slot > bound {
-            return Look::Waits(ceil_div(slot - bound, t));
+        // The request's last slot: it takes `cost` of them, leaving at the first.
+        let last = slot + (cost - 1) * w;
+        if last > bound {
+            return Look::Waits(ceil_div(last - bound, t));
         }
         Look::Admits {
-            left: (bound - slot) / w,
-            near: slot * 5 > bound * 4,
+            left: (bound - last) / w,
+            near: last * 5 > bound * 4,
             delay_ms: ceil_div(slot, t),
         }
     }
 
-    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, departure_ms: i64) {
-        let t = threshold(r);
+    fn record(&mut self, r: &RuleConfig, key: Key, now: i64, departure_ms: i64, cost: i64) {
+        let (w, t) = (window(r), threshold(r));
         let mut slot = self.slot(r, key, now);
         if ceil_div(slot, t) < departure_ms {
             slot = departure_ms * t;
         }
+        slot += (cost - 1) * w;
         self.0.insert(key, (now + slot / t, slot % t, t));
     }
 }
@@ -526,8 +556,57 @@ fn answer_of(
             decision,
             near,
             shadow,
+            remaining: Vec::new(),
         },
         local,
+    )
+}
+
+/// Asks for `user` with `costs[i]` hits under rule `i` through `Limiter::ask` (the
+/// edge's entry), on policy `p`'s rules and keys under `generation`: the answer in the
+/// script's terms, the near-limit and shadow bits spread per rule, and whether the
+/// denial cache gave it.
+async fn ask_with_costs(
+    engine: &Engine,
+    algorithm: Algorithm,
+    user: i64,
+    costs: &[i64],
+    generation: u64,
+) -> (Answer, bool) {
+    let costs: Vec<u64> = costs.iter().map(|&hits| hits as u64).collect();
+    let answer = engine
+        .ask(algorithm, &caller(user), &costs, generation)
+        .await;
+    let n = rules().len();
+    let seckill::limiter::Answer::Decided {
+        mut decision,
+        rule_remaining,
+        by,
+    } = answer
+    else {
+        panic!("the limiter failed: {answer:?}");
+    };
+    let bits = |mask: u32| (0..n).map(|i| u64::from(mask >> i & 1)).collect();
+    let (near, shadow) = match &mut decision {
+        Decision::Admitted {
+            near_limit,
+            shadow_refused,
+            ..
+        } => {
+            let spread = (bits(*near_limit), bits(*shadow_refused));
+            (*near_limit, *shadow_refused) = (0, 0);
+            spread
+        }
+        Decision::Refused { .. } => (vec![0; n], vec![0; n]),
+    };
+    (
+        Answer {
+            decision,
+            near,
+            shadow,
+            remaining: rule_remaining,
+        },
+        by != seckill::limiter::AnsweredBy::Redis,
     )
 }
 
@@ -564,9 +643,10 @@ fn run_against_model(algorithm: Algorithm, denial_cache_slots: usize) {
 }
 
 /// One step of a run: which of three users asks, after how many ms (0 = same
-/// millisecond), whether the rules are edited (to the other set) first, and whether
-/// the next user races it (two checks at once, at the same time).
-type Step = (i64, i64, bool, bool);
+/// millisecond), whether the rules are edited (to the other set) first, whether the
+/// next user races it (two checks at once, at the same time), and the request's cost
+/// per rule if it has one (asked through `Limiter::ask`; never raced).
+type Step = (i64, i64, bool, bool, Option<[i64; 3]>);
 
 fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -586,6 +666,11 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
             // Races are checked against both orders, which the denial cache's local
             // answers would blur: only with the cache off.
             prop::bool::weighted(if denial_cache_slots == 0 { 0.2 } else { 0.0 }),
+            // 1 to past every rule's threshold (at most 4) plus 2, and far above.
+            prop::option::weighted(
+                0.4,
+                prop::array::uniform3(prop_oneof![6 => 1i64..=6, 1 => Just(1_000i64)]),
+            ),
         ),
         1..40,
     );
@@ -597,15 +682,21 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
                 let engine =
                     engine_with_denial_cache(algorithm, rules.clone(), denial_cache_slots).await;
                 let mut model = M::default();
-                for (step, &(user, dt, edit, race)) in steps.iter().enumerate() {
+                // The limiter's generation of rules: each edit is a real change.
+                let mut generation = 0;
+                let ones = [1; 3];
+                for (step, &(user, dt, edit, race, costs)) in steps.iter().enumerate() {
                     if edit {
                         rules = &rule_sets[usize::from(rules == &rule_sets[0])];
                         engine.set_rules(algorithm, rules.clone());
+                        generation += 1;
                     }
                     engine.clock.advance_ms(dt * SCALE as i64);
                     let now = engine.clock.now_ms();
-                    let context = format!("step {step} (user {user}, +{dt} ms, edit {edit})");
-                    if race {
+                    let context = format!(
+                        "step {step} (user {user}, +{dt} ms, edit {edit}, costs {costs:?})"
+                    );
+                    if race && costs.is_none() {
                         let other = user % 3 + 1;
                         let before = Counts::read(&engine);
                         let (one_caller, other_caller) = (caller(user), caller(other));
@@ -616,12 +707,12 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
                         // Either order is a serialization Redis may have run.
                         let mut first = model.clone();
                         let one = (
-                            decide(&mut first, rules, user, now),
-                            decide(&mut first, rules, other, now),
+                            decide(&mut first, rules, user, now, &ones),
+                            decide(&mut first, rules, other, now, &ones),
                         );
                         let mut second = model.clone();
-                        let two_b = decide(&mut second, rules, other, now);
-                        let two = (decide(&mut second, rules, user, now), two_b);
+                        let two_b = decide(&mut second, rules, other, now, &ones);
+                        let two = (decide(&mut second, rules, user, now, &ones), two_b);
                         let signals = |x: &Answer, y: &Answer| {
                             let sum = |p: &[u64], q: &[u64]| {
                                 p.iter().zip(q).map(|(p, q)| p + q).collect::<Vec<_>>()
@@ -653,10 +744,22 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
                         }
                         continue;
                     }
-                    let before = Counts::read(&engine);
-                    let result = engine.check(&caller(user)).await;
-                    let expected = decide(&mut model, rules, user, now);
-                    let (actual, local) = answer_of(&engine, &result, &before);
+                    let (actual, expected, local) = match costs {
+                        Some(costs) => {
+                            let (actual, local) =
+                                ask_with_costs(&engine, algorithm, user, &costs, generation).await;
+                            (actual, decide(&mut model, rules, user, now, &costs), local)
+                        }
+                        None => {
+                            let before = Counts::read(&engine);
+                            let result = engine.check(&caller(user)).await;
+                            let mut expected = decide(&mut model, rules, user, now, &ones);
+                            // The policies' answer shows the tightest rule only.
+                            expected.remaining.clear();
+                            let (actual, local) = answer_of(&engine, &result, &before);
+                            (actual, expected, local)
+                        }
+                    };
                     if !local {
                         prop_assert_eq!(&actual, &expected, "{}", context);
                         continue;
@@ -673,9 +776,10 @@ fn run<M: Model>(algorithm: Algorithm, denial_cache_slots: usize) {
                     let Decision::Refused { .. } = expected.decision else {
                         return Err(TestCaseError::fail(format!("{context}: the model admits")));
                     };
-                    // The model's own wait for that rule: look again without recording.
+                    // The model's own wait for that rule at cost 1 (a denial is learned from
+                    // cost-1 answers, and refuses every cost): look again, not recording.
                     let Look::Waits(model_wait) =
-                        model.look(&rules[rule], model_key(rules, rule, user), now)
+                        model.look(&rules[rule], model_key(rules, rule, user), now, 1)
                     else {
                         return Err(TestCaseError::fail(format!(
                             "{context}: the model admits on rule {rule}"

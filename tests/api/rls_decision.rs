@@ -115,3 +115,36 @@ async fn an_edit_elsewhere_in_the_document_keeps_each_limits_count(db: PgPool) {
 fn by_address_request() -> EdgeRequest {
     by_address("192.0.2.7")
 }
+
+#[sqlx::test]
+async fn the_denial_cache_repeats_a_refusal_until_an_edit_raises_the_limit(db: PgPool) {
+    let app = spawn_app_with(&db, |_| {}).await;
+    let limited = |requests: u32| {
+        json!({
+            "domain": "gateway",
+            "descriptors": [{
+                "key": "remote_address",
+                "rate_limit": { "name": "per_address", "unit": "hour", "requests_per_unit": requests }
+            }]
+        })
+    };
+    put(&app, limited(1)).await;
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(decide(&app, &by_address_request()).await.overall);
+    }
+    assert_eq!(codes, [Code::Ok, Code::OverLimit, Code::OverLimit]);
+    let local = r#"seckill_rls_local_refusals_total{domain="gateway",rule="per_address"}"#;
+    assert_eq!(
+        app.metric_sum(local).await,
+        2.0,
+        "both from the cache: the admission that took the last place taught it"
+    );
+    put(&app, limited(5)).await;
+    let raised = decide(&app, &by_address_request()).await;
+    assert_eq!(
+        (raised.overall, raised.statuses[0].limit_remaining),
+        (Code::Ok, 3),
+        "at once: the edit's version retired the cached refusal"
+    );
+}
