@@ -49,7 +49,10 @@ def report(res, out):
         out.add("gRPC refused, ours: denial cache on ÷ off (throughput)",
                 r["rls_refused_cache"]["requests_per_sec"] / r["rls_refused"]["requests_per_sec"])
     if have("rls_refused_cache"):
-        local = res.delta("rls_refused_cache.before", "rls_refused_cache.after", "seckill_limiter_local_refusals_total")
+        # A family with no sample yet (no refusal before the run) counts 0.
+        family = "seckill_rls_local_refusals_total"
+        after = res.metric("rls_refused_cache.after", family)
+        local = None if after is None else after - (res.metric("rls_refused_cache.before", family) or 0)
         refused = r["rls_refused_cache"].get("refused_from_start", 0)
         out.add("gRPC refused, ours, denial cache on: refusals answered without Redis",
                 None if local is None or not refused else local / refused, None, "{:.1%}")

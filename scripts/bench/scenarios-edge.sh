@@ -19,8 +19,8 @@
 #   rls_sliding rls_ceiling_sliding         admitted, sliding_window, in turn the same
 #   rls_limitador_cached                    admitted, once
 #   rls_refused rls_ceiling_refused         refused, denial cache off, in turn the same
-#   rls_refused_cache                       refused, denial cache on, reported apart (the
-#                                           edge path does not consult the cache yet)
+#   rls_refused_cache                       refused, denial cache on, reported apart with
+#                                           the share of refusals it answered
 #   rls_limitador_refused rls_limitador_cached_refused   refused, once each
 #   nginx_gate (with nginx_plain)           NGINX with the gate ÷ without, in turn the same
 # The ratio to the HTTP path needs `limiter_only` (GET /api/limited) in the same run.
