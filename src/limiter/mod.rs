@@ -921,7 +921,7 @@ mod tests {
                 } => format!("{hits}: admitted, rule {tightest} left {remaining}"),
                 Answer::Decided {
                     decision: Decision::Refused { rule, .. },
-                    local: true,
+                    by: AnsweredBy::FallbackLimits,
                     ..
                 } => format!("{hits}: refused by rule {rule}"),
                 other => format!("{hits}: {other:?}"),
