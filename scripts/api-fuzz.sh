@@ -39,26 +39,11 @@ ADMIN_SECRET=api-fuzz-admin-token
 log() { echo "api-fuzz.sh: $*" >&2; }
 die() { log "error: $*"; exit 2; }
 
-# as_root, apt_install, make_database, drop_database, app_binary, start_app, stop_process
+# as_root, apt_install, make_database, drop_database, app_binary, start_app, stop_process, ensure_venv
 . "$ROOT/scripts/lib.sh"
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-
-ensure_venv() {
-  local stamp="$VENV/.requirements" want
-  want=$(sha256sum "$HERE/requirements.txt" | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  command -v python3 >/dev/null || apt_install python3
-  rm -rf "$VENV"
-  if ! python3 -m venv "$VENV" 2>/dev/null; then
-    apt_install python3-venv
-    python3 -m venv "$VENV"
-  fi
-  log "installing $(grep -cv '^#' "$HERE/requirements.txt") packages into ${VENV#"$ROOT"/}"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt" >&2
-  echo "$want" >"$stamp"
-}
 
 APP_PID=""
 DB_NAME=""
@@ -74,7 +59,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ensure_venv
+ensure_venv "$VENV" "$HERE/requirements.txt"
 eval "$(scripts/services.sh up)"
 make_database seckill_api_fuzz || die "could not create the run's database"
 APP_BIN=$(app_binary debug)

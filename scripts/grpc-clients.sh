@@ -22,26 +22,11 @@ ADMIN_SECRET=grpc-clients-admin-token
 log() { echo "grpc-clients.sh: $*" >&2; }
 die() { log "error: $*"; exit 2; }
 
-# apt_install, make_database, drop_database, app_binary, start_app, stop_process, free_port
+# apt_install, make_database, drop_database, app_binary, start_app, stop_process, free_port, ensure_venv
 . "$ROOT/scripts/lib.sh"
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-
-ensure_venv() {
-  local stamp="$VENV/.requirements" want
-  want=$(sha256sum "$HERE/requirements.txt" | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  command -v python3 >/dev/null || apt_install python3
-  rm -rf "$VENV"
-  if ! python3 -m venv "$VENV" 2>/dev/null; then
-    apt_install python3-venv
-    python3 -m venv "$VENV"
-  fi
-  log "installing grpcio into ${VENV#"$ROOT"/}"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt" >&2
-  echo "$want" >"$stamp"
-}
 
 # The envoy-types crate's .proto files, from the version Cargo.lock pins (cargo has
 # fetched it: the app was built with it).
@@ -72,7 +57,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ensure_venv
+ensure_venv "$VENV" "$HERE/requirements.txt"
 STUBS="$OUT/stubs"
 rm -rf "$STUBS" && mkdir -p "$STUBS"
 "$VENV/bin/python" "$HERE/gen_stubs.py" "$(proto_dir)" "$STUBS"

@@ -260,3 +260,21 @@ start_app() {
   done
   die "the app did not start (see $logfile)"
 }
+
+# ensure_venv VENV REQUIREMENTS: a private virtualenv at VENV with the packages of
+# REQUIREMENTS, made again only when that file changed (its hash is kept in the venv);
+# installs python3 and python3-venv when missing.
+ensure_venv() {
+  local venv=$1 requirements=$2 stamp="$1/.requirements" want
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  command -v python3 >/dev/null || apt_install python3
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    apt_install python3-venv
+    python3 -m venv "$venv"
+  fi
+  log "installing $(grep -cv '^#' "$requirements") packages into ${venv#"$SECKILL_ROOT"/}"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" >&2
+  echo "$want" >"$stamp"
+}
