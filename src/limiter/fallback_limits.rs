@@ -105,6 +105,36 @@ pub enum Verdict {
     },
 }
 
+/// The fallback's verdict as a script would have answered it (no shaping, no near-limit
+/// or shadow bits: the fallback keeps neither).
+impl From<Verdict> for Decision {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Admitted {
+                rule,
+                remaining,
+                next_ms,
+            } => Decision::Admitted {
+                tightest: rule,
+                remaining: remaining as i64,
+                next_slot_ms: next_ms as i64,
+                delay_ms: 0,
+                near_limit: 0,
+                shadow_refused: 0,
+            },
+            Verdict::Refused {
+                rule,
+                wait_ms,
+                longest_ms,
+            } => Decision::Refused {
+                rule,
+                retry_after_ms: wait_ms as i64,
+                longest_retry_after_ms: longest_ms.max(wait_ms) as i64,
+            },
+        }
+    }
+}
+
 /// One key's sub-window counters.
 #[derive(Debug, Clone)]
 struct Counts {
@@ -415,22 +445,7 @@ pub(super) fn decide_policy(
         .collect();
     let keys: Vec<&str> = keys[..policy.enforced].iter().map(String::as_str).collect();
     match limits.decide(&policy.name, &keys, &shares, &[], now_ms) {
-        Verdict::Admitted {
-            rule,
-            remaining,
-            next_ms,
-        } => record(
-            enforced,
-            algorithm,
-            Decision::Admitted {
-                tightest: rule,
-                remaining: remaining as i64,
-                next_slot_ms: next_ms as i64,
-                delay_ms: 0,
-                near_limit: 0,
-                shadow_refused: 0,
-            },
-        ),
+        admitted @ Verdict::Admitted { .. } => record(enforced, algorithm, admitted.into()),
         Verdict::Refused {
             rule,
             wait_ms,

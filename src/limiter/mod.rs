@@ -537,29 +537,7 @@ impl<B: LimitBackend> Limiter<B> {
                     Failover::Admit => Answer::FailedOpen,
                     Failover::Refuse => Answer::FailedClosed,
                     Failover::Local(verdict) => Answer::Decided {
-                        decision: match verdict {
-                            fallback_limits::Verdict::Admitted {
-                                rule,
-                                remaining,
-                                next_ms,
-                            } => backend::Decision::Admitted {
-                                tightest: rule,
-                                remaining: remaining as i64,
-                                next_slot_ms: next_ms as i64,
-                                delay_ms: 0,
-                                near_limit: 0,
-                                shadow_refused: 0,
-                            },
-                            fallback_limits::Verdict::Refused {
-                                rule,
-                                wait_ms,
-                                longest_ms,
-                            } => backend::Decision::Refused {
-                                rule,
-                                retry_after_ms: wait_ms as i64,
-                                longest_retry_after_ms: longest_ms.max(wait_ms) as i64,
-                            },
-                        },
+                        decision: verdict.into(),
                         rule_remaining: Vec::new(),
                         by: AnsweredBy::FallbackLimits,
                     },
