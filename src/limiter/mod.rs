@@ -391,11 +391,7 @@ impl<B: LimitBackend> Limiter<B> {
         };
         let sent_us = self.clock.local_us(self.epoch);
         let (now_ms, app_late_us) = self.clock.script_now();
-        let member = format!(
-            "{:016x}{:x}",
-            self.instance_tag,
-            self.sequence.fetch_add(1, Ordering::Relaxed)
-        );
+        let member = self.next_member();
         let started = Instant::now();
         let reply = self
             .backend
@@ -476,11 +472,7 @@ impl<B: LimitBackend> Limiter<B> {
         };
         let sent_us = self.clock.local_us(self.epoch);
         let (now_ms, app_late_us) = self.clock.script_now();
-        let member = format!(
-            "{:016x}{:x}",
-            self.instance_tag,
-            self.sequence.fetch_add(1, Ordering::Relaxed)
-        );
+        let member = self.next_member();
         let reply = self
             .backend
             .do_limit(LimitRequest {
@@ -544,6 +536,16 @@ impl<B: LimitBackend> Limiter<B> {
                 }
             }
         }
+    }
+
+    /// A request id unique across instances (the sliding log's member): this
+    /// instance's tag and its next sequence number.
+    fn next_member(&self) -> String {
+        format!(
+            "{:016x}{:x}",
+            self.instance_tag,
+            self.sequence.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// The policy in force under `policy_name`, and the generation of the rules.
